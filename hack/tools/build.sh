@@ -1,0 +1,256 @@
+#!/usr/bin/env bash
+# Builds the local control plane and tools from pinned Go modules into _output/tools/bin.
+#
+#   hack/tools/build.sh [tool|binary ...]      (no argument: every tool)
+#
+# Tools (one Go module each under hack/tools/<tool>, versions in hack/tools/versions.env):
+#   kubernetes     kube-apiserver kube-controller-manager kube-scheduler kubectl
+#   etcd           etcd
+#   kwok           kwok kwokctl
+#   argo-rollouts  rollouts-controller kubectl-argo-rollouts (+ CRDs in _output/tools/crds/argo-rollouts)
+#   helm           helm
+# A binary name selects its tool (e.g. `build.sh kubectl`).
+#
+# A tool is rebuilt only when one of its inputs changed: its versions.env entries, its module files
+# (go.mod, go.sum, *.go), the Go toolchain, or its build function below. The hash of those inputs is
+# kept in _output/tools/stamps/<tool>; a warm run only hashes files. Set TOOLS_FORCE=1 to rebuild.
+#
+# Environment: TOOLS_OUT (default <repo>/_output/tools), TOOLS_FORCE, and the usual Go variables
+# (GOMODCACHE, GOCACHE, GOPROXY). Progress goes to stdout; any failure exits non-zero.
+set -euo pipefail
+
+ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
+TOOLS_SRC=$ROOT/hack/tools
+OUT=${TOOLS_OUT:-$ROOT/_output/tools}
+BIN=$OUT/bin
+STAMPS=$OUT/stamps
+# shellcheck source=versions.env
+source "$TOOLS_SRC/versions.env"
+
+# Tool modules are standalone: never let a go.work or the main module's settings leak in, never
+# need cgo (static binaries, no C toolchain on CI), never rewrite go.mod during a build.
+export GOWORK=off CGO_ENABLED=0 GOFLAGS="-mod=readonly -buildvcs=false"
+if ! command -v go >/dev/null; then
+  export PATH=/usr/local/go/bin:$PATH
+fi
+
+ALL_TOOLS=(kubernetes etcd kwok argo-rollouts helm)
+
+# binaries_<tool> list what a tool installs; vars_<tool> the versions.env keys it depends on.
+binaries_kubernetes=(kube-apiserver kube-controller-manager kube-scheduler kubectl)
+vars_kubernetes=(KUBERNETES_VERSION KUBERNETES_STAGING_VERSION)
+binaries_etcd=(etcd)
+vars_etcd=(ETCD_VERSION)
+binaries_kwok=(kwok kwokctl)
+vars_kwok=(KWOK_VERSION KUBERNETES_VERSION)
+binaries_argo_rollouts=(rollouts-controller kubectl-argo-rollouts)
+vars_argo_rollouts=(ARGO_ROLLOUTS_VERSION ARGO_ROLLOUTS_GOTOOLCHAIN)
+binaries_helm=(helm)
+vars_helm=(HELM_VERSION)
+
+log() { printf '[tools %s] %s\n' "$(date +%H:%M:%S)" "$*"; }
+die() { printf '[tools] ERROR: %s\n' "$*" >&2; exit 1; }
+
+# ident turns a tool name into the suffix of its variables/functions (argo-rollouts -> argo_rollouts).
+ident() { printf '%s' "${1//-/_}"; }
+
+# tool_binaries prints a tool's binaries, one per line.
+tool_binaries() {
+  local -n _bins="binaries_$(ident "$1")"
+  printf '%s\n' "${_bins[@]}"
+}
+
+# resolve_tool maps a tool or binary name to its tool.
+resolve_tool() {
+  local t b
+  for t in "${ALL_TOOLS[@]}"; do
+    [[ $1 == "$t" ]] && { echo "$t"; return; }
+    while read -r b; do
+      [[ $1 == "$b" ]] && { echo "$t"; return; }
+    done < <(tool_binaries "$t")
+  done
+  die "unknown tool or binary '$1' (tools: ${ALL_TOOLS[*]})"
+}
+
+# go_for runs go with the toolchain a tool module needs (only argo-rollouts differs).
+go_for() {
+  local tool=$1; shift
+  if [[ $tool == argo-rollouts ]]; then
+    GOTOOLCHAIN=$ARGO_ROLLOUTS_GOTOOLCHAIN go "$@"
+  else
+    GOTOOLCHAIN=local go "$@"
+  fi
+}
+
+# inputs_hash hashes everything that decides a tool's binaries.
+inputs_hash() {
+  local tool=$1 id v f
+  id=$(ident "$tool")
+  local -n _vars="vars_$id"
+  {
+    echo "tool=$tool"
+    for v in "${_vars[@]}"; do echo "$v=${!v}"; done
+    (cd "$TOOLS_SRC/$tool" && go_for "$tool" env GOVERSION GOOS GOARCH)
+    declare -f "build_$id"
+    for f in "$TOOLS_SRC/$tool"/go.mod "$TOOLS_SRC/$tool"/go.sum "$TOOLS_SRC/$tool"/*.go; do
+      [[ -f $f ]] || continue
+      echo "file=${f#"$ROOT"/}"
+      cat "$f"
+    done
+  } | sha256sum | cut -d' ' -f1
+}
+
+# check_pin fails when a tool module requires another version than versions.env pins, so the
+# two can never silently drift apart.
+check_pin() {
+  local tool=$1 module=$2 want=$3 got
+  got=$(cd "$TOOLS_SRC/$tool" && go_for "$tool" list -m -f '{{.Version}}' "$module")
+  [[ $got == "$want" ]] || die "hack/tools/$tool/go.mod requires $module $got but versions.env pins $want; run: hack/tools/update-modules.sh $tool"
+}
+
+# module_dir prints where a dependency module was extracted (downloading it if needed).
+module_dir() {
+  local tool=$1 module=$2
+  (cd "$TOOLS_SRC/$tool" && go_for "$tool" mod download "$module" && go_for "$tool" list -m -f '{{.Dir}}' "$module")
+}
+
+# k8s_version_ldflags stamps the version the way Kubernetes' own build does (hack/lib/version.sh),
+# so `kubectl version`, /version and version-skew checks see v1.x.y instead of v0.0.0-master.
+k8s_version_ldflags() {
+  local v=$1 minor pkg kv=""
+  minor=$(cut -d. -f2 <<<"$v")
+  for pkg in k8s.io/component-base/version k8s.io/client-go/pkg/version; do
+    kv+=" -X $pkg.gitVersion=$v -X $pkg.gitMajor=1 -X $pkg.gitMinor=$minor -X $pkg.gitTreeState=clean"
+  done
+  printf '%s' "$kv"
+}
+
+# go_build builds packages of a tool module into $BIN. Arguments after the tool are passed to go build.
+go_build() {
+  local tool=$1; shift
+  (cd "$TOOLS_SRC/$tool" && go_for "$tool" build -trimpath -o "$BIN/" "$@")
+}
+
+build_kubernetes() {
+  check_pin kubernetes k8s.io/kubernetes "$KUBERNETES_VERSION"
+  check_pin kubernetes k8s.io/api "$KUBERNETES_STAGING_VERSION"
+  go_build kubernetes -ldflags "-s -w $(k8s_version_ldflags "$KUBERNETES_VERSION")" \
+    k8s.io/kubernetes/cmd/kube-apiserver \
+    k8s.io/kubernetes/cmd/kube-controller-manager \
+    k8s.io/kubernetes/cmd/kube-scheduler \
+    k8s.io/kubernetes/cmd/kubectl
+}
+
+build_etcd() {
+  check_pin etcd go.etcd.io/etcd/server/v3 "$ETCD_VERSION"
+  go_build etcd -ldflags "-s -w" .
+}
+
+build_kwok() {
+  check_pin kwok sigs.k8s.io/kwok "$KWOK_VERSION"
+  # kwokctl's defaults (kube version, kwok version) follow these; the binaries themselves are
+  # always passed explicitly by hack/cluster/up.sh so nothing is downloaded.
+  go_build kwok -ldflags "-s -w -X sigs.k8s.io/kwok/pkg/consts.Version=${KWOK_VERSION#v} -X sigs.k8s.io/kwok/pkg/consts.KubeVersion=${KUBERNETES_VERSION#v}" \
+    sigs.k8s.io/kwok/cmd/kwok sigs.k8s.io/kwok/cmd/kwokctl
+}
+
+build_argo_rollouts() {
+  local mod=github.com/argoproj/argo-rollouts dir ldflags
+  check_pin argo-rollouts "$mod" "$ARGO_ROLLOUTS_VERSION"
+  ldflags="-s -w -X $mod/utils/version.version=$ARGO_ROLLOUTS_VERSION -X $mod/utils/version.gitTag=$ARGO_ROLLOUTS_VERSION -X $mod/utils/version.gitTreeState=clean"
+  go_build argo-rollouts -ldflags "$ldflags" "$mod/cmd/rollouts-controller"
+
+  dir=$(module_dir argo-rollouts "$mod")
+  rm -rf "$OUT/crds/argo-rollouts"
+  mkdir -p "$OUT/crds/argo-rollouts"
+  cp "$dir"/manifests/crds/*-crd.yaml "$OUT/crds/argo-rollouts/"
+  chmod u+w "$OUT"/crds/argo-rollouts/*.yaml
+
+  # The kubectl plugin embeds the dashboard's built web UI (server/static), which the module zip
+  # does not ship. An overlay drops the //go:embed line: the plugin works, its `dashboard` serves
+  # no UI. Everything else (get, promote, abort, ...) is unaffected.
+  local overlay_dir=$OUT/overlay/argo-rollouts
+  mkdir -p "$overlay_dir"
+  grep -v '^[[:space:]]*//go:embed static/\*' "$dir/server/server_static.go" >"$overlay_dir/server_static.go"
+  printf '{"Replace":{"%s":"%s"}}\n' "$dir/server/server_static.go" "$overlay_dir/server_static.go" >"$overlay_dir/overlay.json"
+  go_build argo-rollouts -ldflags "$ldflags" -overlay "$overlay_dir/overlay.json" "$mod/cmd/kubectl-argo-rollouts"
+}
+
+build_helm() {
+  local mod=helm.sh/helm/v3 client_go minor ldflags
+  check_pin helm "$mod" "$HELM_VERSION"
+  # Same ldflags as helm's Makefile: its version, and the Kubernetes version `helm template`
+  # assumes (.Capabilities.KubeVersion) derived from the client-go it is built with.
+  client_go=$(cd "$TOOLS_SRC/helm" && go_for helm list -m -f '{{.Version}}' k8s.io/client-go)
+  minor=$(cut -d. -f2 <<<"$client_go")
+  ldflags="-s -w -X $mod/internal/version.version=$HELM_VERSION -X $mod/internal/version.gitTreeState=clean"
+  ldflags+=" -X $mod/pkg/lint/rules.k8sVersionMajor=1 -X $mod/pkg/lint/rules.k8sVersionMinor=$minor"
+  ldflags+=" -X $mod/pkg/chartutil.k8sVersionMajor=1 -X $mod/pkg/chartutil.k8sVersionMinor=$minor"
+  go_build helm -ldflags "$ldflags" "$mod/cmd/helm"
+}
+
+# with_heartbeat runs a command, printing a line every minute so CI logs show a long build is alive.
+# The command runs as a background job: there errexit applies inside it (a function called from
+# `if`/`||` would run with errexit silently off and carry on after a failed step).
+with_heartbeat() {
+  local label=$1; shift
+  local start pid rc=0 next=60
+  start=$(date +%s)
+  "$@" &
+  pid=$!
+  while kill -0 "$pid" 2>/dev/null; do
+    sleep 1
+    if (( $(date +%s) - start >= next )); then
+      log "    ... $label still building ($(( $(date +%s) - start ))s)"
+      next=$(( next + 60 ))
+    fi
+  done
+  wait "$pid" || rc=$?
+  return "$rc"
+}
+
+build_tool() {
+  local tool=$1 id hash stamp b missing=0 start
+  id=$(ident "$tool")
+  stamp=$STAMPS/$tool
+  hash=$(inputs_hash "$tool")
+  while read -r b; do
+    [[ -x $BIN/$b ]] || missing=1
+  done < <(tool_binaries "$tool")
+  if [[ ${TOOLS_FORCE:-} != 1 && $missing == 0 && -f $stamp && $(<"$stamp") == "$hash" ]]; then
+    log "$tool: up to date"
+    return
+  fi
+  log "$tool: building $(tool_binaries "$tool" | tr '\n' ' ')"
+  start=$(date +%s)
+  rm -f "$stamp"
+  if ! with_heartbeat "$tool" "build_$id"; then
+    die "$tool: build failed after $(( $(date +%s) - start ))s"
+  fi
+  while read -r b; do
+    [[ -x $BIN/$b ]] || die "$tool: build did not produce $BIN/$b"
+  done < <(tool_binaries "$tool")
+  echo "$hash" >"$stamp"
+  log "$tool: built in $(( $(date +%s) - start ))s"
+}
+
+main() {
+  local tools=() t total_start
+  if (($# == 0)); then
+    tools=("${ALL_TOOLS[@]}")
+  else
+    for t in "$@"; do
+      t=$(resolve_tool "$t")
+      [[ " ${tools[*]-} " == *" $t "* ]] || tools+=("$t")
+    done
+  fi
+  mkdir -p "$BIN" "$STAMPS"
+  total_start=$(date +%s)
+  log "building ${tools[*]} into ${BIN#"$ROOT"/} ($(go env GOVERSION), $(nproc) cores)"
+  for t in "${tools[@]}"; do
+    build_tool "$t"
+  done
+  log "done in $(( $(date +%s) - total_start ))s"
+}
+
+main "$@"

@@ -1,0 +1,197 @@
+// Package cli maps the command line onto the packages that do the work: it parses flags into each
+// mode's options, sets up logging and clients, and turns errors into exit codes.
+package cli
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"strings"
+
+	"k8s.io/klog/v2"
+
+	"github.com/configmap-attacher/configmap-attacher/internal/kube"
+	"github.com/configmap-attacher/configmap-attacher/internal/logging"
+	"github.com/configmap-attacher/configmap-attacher/internal/version"
+)
+
+// Exit codes, as documented in the README.
+const (
+	ExitOK      = 0
+	ExitFailure = 1
+	ExitUsage   = 2
+)
+
+// Env is everything the program takes from its process, passed in so tests can run it in-process.
+type Env struct {
+	Args   []string // without the program name
+	Stdin  io.Reader
+	Stdout io.Writer
+	Stderr io.Writer
+	Lookup func(key string) (string, bool)
+}
+
+// OSEnv is the real process environment.
+func OSEnv() Env {
+	return Env{Args: os.Args[1:], Stdin: os.Stdin, Stdout: os.Stdout, Stderr: os.Stderr, Lookup: os.LookupEnv}
+}
+
+// usageError marks bad input on the command line (exit 2).
+type usageError struct{ err error }
+
+func (e usageError) Error() string { return e.err.Error() }
+func (e usageError) Unwrap() error { return e.err }
+
+func usage(format string, args ...any) error { return usageError{fmt.Errorf(format, args...)} }
+
+// command is one sub-command. Each lives in its own file.
+type command struct {
+	name    string
+	summary string
+	run     func(ctx context.Context, env Env, args []string) error
+}
+
+func commands() []command {
+	return []command{
+		{"attach", "attach named ConfigMaps/Secrets to a workload's current ReplicaSet once (Job mode; the default)", runJob},
+		{"controller", "keep every opted-in ConfigMap/Secret attached to every ReplicaSet that uses it", runController},
+		{"render", "give opted-in ConfigMaps/Secrets content-hash names and rewrite references (Helm post-renderer)", runRender},
+		{"history", "list a workload's revisions and the config each one runs with", runHistory},
+		{"diff", "show what changed in the config between two revisions", runDiff},
+		{"version", "print the version", runVersion},
+	}
+}
+
+// Main runs the program and returns its exit code.
+func Main(ctx context.Context, env Env) int {
+	args := env.Args
+	if len(args) == 0 {
+		fmt.Fprint(env.Stderr, topUsage())
+		return ExitUsage
+	}
+	name := "attach"
+	if len(args) > 0 && !strings.HasPrefix(args[0], "-") {
+		name, args = args[0], args[1:]
+	}
+	if name == "help" {
+		fmt.Fprint(env.Stdout, topUsage())
+		return ExitOK
+	}
+	var cmd *command
+	for _, c := range commands() {
+		if c.name == name {
+			cmd = &c
+			break
+		}
+	}
+	if cmd == nil {
+		fmt.Fprintf(env.Stderr, "configmap-attacher: unknown command %q\n\n%s", name, topUsage())
+		return ExitUsage
+	}
+	err := cmd.run(ctx, env, args)
+	switch {
+	case err == nil, errors.Is(err, flag.ErrHelp):
+		return ExitOK
+	case errors.As(err, new(usageError)):
+		fmt.Fprintf(env.Stderr, "configmap-attacher %s: %v\nRun 'configmap-attacher %s -h' for usage.\n", cmd.name, err, cmd.name)
+		return ExitUsage
+	default:
+		fmt.Fprintf(env.Stderr, "configmap-attacher %s: error: %v\n", cmd.name, err)
+		return ExitFailure
+	}
+}
+
+func topUsage() string {
+	var b strings.Builder
+	b.WriteString(`configmap-attacher gives ConfigMaps and Secrets revisions that follow workload revisions: each
+revisioned config object gets an ownerReference to every ReplicaSet whose pod template uses it, so the
+garbage collector deletes old config exactly when the Rollout or Deployment prunes the old ReplicaSet.
+
+Usage:
+  configmap-attacher -rollout NAME -namespace NS -configmaps a,b [flags]   (Job mode, as the original tool)
+  configmap-attacher <command> [flags]
+
+Commands:
+`)
+	for _, c := range commands() {
+		fmt.Fprintf(&b, "  %-11s %s\n", c.name, c.summary)
+	}
+	b.WriteString(`
+Run 'configmap-attacher <command> -h' for a command's flags.
+`)
+	return b.String()
+}
+
+// newFlagSet returns a flag set that reports errors instead of exiting; -h prints the synopsis and flags.
+func newFlagSet(env Env, name, synopsis string) *flag.FlagSet {
+	fs := flag.NewFlagSet(name, flag.ContinueOnError)
+	// Errors come back from Parse as one line; usage is printed only when asked for, to stdout.
+	fs.SetOutput(io.Discard)
+	fs.Usage = func() {
+		fmt.Fprint(env.Stdout, synopsis)
+		fmt.Fprintln(env.Stdout, "\nFlags (-flag and --flag are the same):")
+		fs.SetOutput(env.Stdout)
+		fs.PrintDefaults()
+		fs.SetOutput(io.Discard)
+	}
+	return fs
+}
+
+// parse parses args, maps flag errors to usage errors and refuses stray positional arguments unless
+// allowed.
+func parse(fs *flag.FlagSet, args []string, allowArgs bool) error {
+	if err := fs.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return err
+		}
+		return usageError{err}
+	}
+	if !allowArgs && fs.NArg() > 0 {
+		return usage("unexpected argument %q (flags must come before it, or is a comma list split by spaces?)", fs.Arg(0))
+	}
+	return nil
+}
+
+// setupLogging builds the logger from LOG_LEVEL, routes client-go's klog output through it, and logs
+// the audit line the original tool's VERSION variable was for.
+func setupLogging(ctx context.Context, env Env, command string) (context.Context, error) {
+	lvlName, _ := env.Lookup("LOG_LEVEL")
+	lvl, err := logging.ParseLevel(lvlName)
+	if err != nil {
+		return nil, usageError{err}
+	}
+	format := logging.FormatAuto
+	if f, _ := env.Lookup("LOG_FORMAT"); f != "" {
+		format = logging.Format(f)
+	}
+	log := logging.New(env.Stderr, lvl, format)
+	klog.SetSlogLogger(log.With("source", "client-go"))
+	userVersion, ok := env.Lookup("VERSION")
+	if !ok || userVersion == "" {
+		userVersion = "(unset)"
+	}
+	log.Info("configmap-attacher starting", "command", command, "version", userVersion, "build", version.Get())
+	return logging.NewContext(ctx, log), nil
+}
+
+// clientsFrom builds clients from the common client options and IS_IN_CLUSTER.
+func clientsFrom(env Env, o *kube.ClientOptions) (*kube.Clients, error) {
+	if err := o.LoadEnv(env.Lookup); err != nil {
+		return nil, usageError{err}
+	}
+	o.UserAgent = "configmap-attacher/" + version.Get()
+	cfg, err := o.RESTConfig()
+	if err != nil {
+		return nil, err
+	}
+	return kube.NewClients(cfg)
+}
+
+func runVersion(_ context.Context, env Env, _ []string) error {
+	fmt.Fprintln(env.Stdout, version.Get())
+	return nil
+}
+

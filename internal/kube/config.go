@@ -1,0 +1,112 @@
+// Package kube builds API clients from flags and the original tool's IS_IN_CLUSTER convention, and
+// turns API errors into messages that say what to do.
+package kube
+
+import (
+	"flag"
+	"fmt"
+	"strconv"
+	"time"
+
+	"k8s.io/client-go/dynamic"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/metadata"
+	"k8s.io/client-go/rest"
+	"k8s.io/client-go/tools/clientcmd"
+)
+
+// ClientOptions selects the cluster to talk to.
+type ClientOptions struct {
+	Kubeconfig string
+	Context    string
+	// InCluster is IS_IN_CLUSTER: nil when unset.
+	InCluster *bool
+	QPS       float64
+	Burst     int
+	UserAgent string
+}
+
+// AddFlags registers -kubeconfig and -context.
+func (o *ClientOptions) AddFlags(fs *flag.FlagSet) {
+	fs.StringVar(&o.Kubeconfig, "kubeconfig", o.Kubeconfig, "path to a kubeconfig (implies IS_IN_CLUSTER=false); default: $KUBECONFIG, then ~/.kube/config")
+	fs.StringVar(&o.Context, "context", o.Context, "kubeconfig context to use (implies IS_IN_CLUSTER=false)")
+}
+
+// LoadEnv reads IS_IN_CLUSTER through lookup (os.LookupEnv in production).
+func (o *ClientOptions) LoadEnv(lookup func(string) (string, bool)) error {
+	v, ok := lookup("IS_IN_CLUSTER")
+	if !ok || v == "" {
+		return nil
+	}
+	b, err := strconv.ParseBool(v)
+	if err != nil {
+		return fmt.Errorf("IS_IN_CLUSTER=%q is not a boolean (true or false)", v)
+	}
+	o.InCluster = &b
+	return nil
+}
+
+// RESTConfig follows the original tool: in-cluster by default, a kubeconfig when IS_IN_CLUSTER=false.
+// Explicit -kubeconfig/-context win over the environment; with neither the flags nor IS_IN_CLUSTER set
+// and no service account mounted, we fall back to kubeconfig so a laptop user gets kubectl's behaviour.
+func (o *ClientOptions) RESTConfig() (*rest.Config, error) {
+	useKubeconfig := o.Kubeconfig != "" || o.Context != "" || (o.InCluster != nil && !*o.InCluster)
+	var cfg *rest.Config
+	var err error
+	if !useKubeconfig {
+		cfg, err = rest.InClusterConfig()
+		if err != nil && o.InCluster == nil {
+			useKubeconfig = true
+		} else if err != nil {
+			return nil, fmt.Errorf("IS_IN_CLUSTER=true but this is not a pod with a service account (%w); set IS_IN_CLUSTER=false to use a kubeconfig", err)
+		}
+	}
+	if useKubeconfig {
+		rules := clientcmd.NewDefaultClientConfigLoadingRules()
+		rules.ExplicitPath = o.Kubeconfig
+		cfg, err = clientcmd.NewNonInteractiveDeferredLoadingClientConfig(rules,
+			&clientcmd.ConfigOverrides{CurrentContext: o.Context}).ClientConfig()
+		if err != nil {
+			return nil, fmt.Errorf("loading kubeconfig: %w", err)
+		}
+	}
+	if o.QPS > 0 {
+		cfg.QPS = float32(o.QPS)
+	}
+	if o.Burst > 0 {
+		cfg.Burst = o.Burst
+	}
+	if o.UserAgent != "" {
+		cfg.UserAgent = o.UserAgent
+	}
+	// A hung connection must not outlive the Job's own timeout; watches are not affected.
+	if cfg.Timeout == 0 {
+		cfg.Timeout = 30 * time.Second
+	}
+	return cfg, nil
+}
+
+// Clients bundles the clients every mode uses.
+type Clients struct {
+	Config   *rest.Config
+	Kube     kubernetes.Interface
+	Dynamic  dynamic.Interface
+	Metadata metadata.Interface
+}
+
+// NewClients builds typed, dynamic and metadata clients from one config.
+func NewClients(cfg *rest.Config) (*Clients, error) {
+	kc, err := kubernetes.NewForConfig(cfg)
+	if err != nil {
+		return nil, err
+	}
+	dc, err := dynamic.NewForConfig(cfg)
+	if err != nil {
+		return nil, err
+	}
+	mc, err := metadata.NewForConfig(cfg)
+	if err != nil {
+		return nil, err
+	}
+	return &Clients{Config: cfg, Kube: kc, Dynamic: dc, Metadata: mc}, nil
+}

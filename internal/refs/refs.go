@@ -1,0 +1,159 @@
+// Package refs discovers which ConfigMaps and Secrets a pod template uses.
+//
+// It is the single description of "where a pod spec can name a config object". The controller and the
+// Job read it to decide what to attach; the renderer uses the paths it reports to rewrite names in
+// manifests it must otherwise leave untouched.
+package refs
+
+import (
+	"fmt"
+	"sort"
+	"strings"
+
+	corev1 "k8s.io/api/core/v1"
+)
+
+// Kind is the kind of a config object a pod spec can reference.
+type Kind string
+
+const (
+	ConfigMap Kind = "ConfigMap"
+	Secret    Kind = "Secret"
+)
+
+// Resource is the lower-case plural used by the API and RBAC.
+func (k Kind) Resource() string {
+	switch k {
+	case ConfigMap:
+		return "configmaps"
+	case Secret:
+		return "secrets"
+	}
+	return strings.ToLower(string(k)) + "s"
+}
+
+// Ref names a config object in the pod's own namespace (pod specs cannot reach across namespaces).
+type Ref struct {
+	Kind Kind
+	Name string
+}
+
+func (r Ref) String() string { return fmt.Sprintf("%s/%s", r.Kind, r.Name) }
+
+// Path locates a name field inside a PodSpec, as JSON field names and list indexes, e.g.
+// ["volumes", 0, "projected", "sources", 1, "configMap", "name"].
+type Path []any
+
+func (p Path) String() string {
+	var b strings.Builder
+	for _, s := range p {
+		switch v := s.(type) {
+		case int:
+			fmt.Fprintf(&b, "[%d]", v)
+		default:
+			if b.Len() > 0 {
+				b.WriteByte('.')
+			}
+			fmt.Fprint(&b, v)
+		}
+	}
+	return b.String()
+}
+
+// Use is one place where a pod spec names a config object.
+type Use struct {
+	Ref
+	Path Path
+}
+
+// Uses lists every place the pod spec names a ConfigMap or Secret, in spec order: volumes (configMap,
+// secret, projected sources), then for initContainers and containers their envFrom and env valueFrom.
+// Empty names are skipped: the API server rejects them anyway and they cannot be attached.
+func Uses(spec *corev1.PodSpec) []Use {
+	if spec == nil {
+		return nil
+	}
+	var out []Use
+	add := func(kind Kind, name string, path ...any) {
+		if name != "" {
+			out = append(out, Use{Ref: Ref{Kind: kind, Name: name}, Path: path})
+		}
+	}
+	for i, v := range spec.Volumes {
+		if v.ConfigMap != nil {
+			add(ConfigMap, v.ConfigMap.Name, "volumes", i, "configMap", "name")
+		}
+		if v.Secret != nil {
+			add(Secret, v.Secret.SecretName, "volumes", i, "secret", "secretName")
+		}
+		if v.Projected != nil {
+			for j, s := range v.Projected.Sources {
+				if s.ConfigMap != nil {
+					add(ConfigMap, s.ConfigMap.Name, "volumes", i, "projected", "sources", j, "configMap", "name")
+				}
+				if s.Secret != nil {
+					add(Secret, s.Secret.Name, "volumes", i, "projected", "sources", j, "secret", "name")
+				}
+			}
+		}
+	}
+	containers := func(field string, cs []corev1.Container) {
+		for i, c := range cs {
+			for j, e := range c.EnvFrom {
+				if e.ConfigMapRef != nil {
+					add(ConfigMap, e.ConfigMapRef.Name, field, i, "envFrom", j, "configMapRef", "name")
+				}
+				if e.SecretRef != nil {
+					add(Secret, e.SecretRef.Name, field, i, "envFrom", j, "secretRef", "name")
+				}
+			}
+			for j, e := range c.Env {
+				if e.ValueFrom == nil {
+					continue
+				}
+				if r := e.ValueFrom.ConfigMapKeyRef; r != nil {
+					add(ConfigMap, r.Name, field, i, "env", j, "valueFrom", "configMapKeyRef", "name")
+				}
+				if r := e.ValueFrom.SecretKeyRef; r != nil {
+					add(Secret, r.Name, field, i, "env", j, "valueFrom", "secretKeyRef", "name")
+				}
+			}
+		}
+	}
+	containers("initContainers", spec.InitContainers)
+	containers("containers", spec.Containers)
+	return out
+}
+
+// Set is the distinct config objects a pod spec references.
+type Set map[Ref]struct{}
+
+// FromPodSpec returns the distinct config objects the pod spec references.
+func FromPodSpec(spec *corev1.PodSpec) Set {
+	s := Set{}
+	for _, u := range Uses(spec) {
+		s[u.Ref] = struct{}{}
+	}
+	return s
+}
+
+// Has reports whether the set contains r.
+func (s Set) Has(r Ref) bool {
+	_, ok := s[r]
+	return ok
+}
+
+// Sorted returns the refs ordered by kind then name, for stable output.
+func (s Set) Sorted() []Ref {
+	out := make([]Ref, 0, len(s))
+	for r := range s {
+		out = append(out, r)
+	}
+	sort.Slice(out, func(i, j int) bool {
+		if out[i].Kind != out[j].Kind {
+			return out[i].Kind < out[j].Kind
+		}
+		return out[i].Name < out[j].Name
+	})
+	return out
+}

@@ -1,0 +1,117 @@
+package refs
+
+import (
+	"reflect"
+	"testing"
+
+	corev1 "k8s.io/api/core/v1"
+)
+
+func cmVolume(name string) corev1.Volume {
+	return corev1.Volume{Name: "v-" + name, VolumeSource: corev1.VolumeSource{
+		ConfigMap: &corev1.ConfigMapVolumeSource{LocalObjectReference: corev1.LocalObjectReference{Name: name}}}}
+}
+
+func secretVolume(name string) corev1.Volume {
+	return corev1.Volume{Name: "v-" + name, VolumeSource: corev1.VolumeSource{
+		Secret: &corev1.SecretVolumeSource{SecretName: name}}}
+}
+
+func projected(sources ...corev1.VolumeProjection) corev1.Volume {
+	return corev1.Volume{Name: "projected", VolumeSource: corev1.VolumeSource{
+		Projected: &corev1.ProjectedVolumeSource{Sources: sources}}}
+}
+
+func projCM(name string) corev1.VolumeProjection {
+	return corev1.VolumeProjection{ConfigMap: &corev1.ConfigMapProjection{LocalObjectReference: corev1.LocalObjectReference{Name: name}}}
+}
+
+func projSecret(name string) corev1.VolumeProjection {
+	return corev1.VolumeProjection{Secret: &corev1.SecretProjection{LocalObjectReference: corev1.LocalObjectReference{Name: name}}}
+}
+
+func envFromCM(name string) corev1.EnvFromSource {
+	return corev1.EnvFromSource{ConfigMapRef: &corev1.ConfigMapEnvSource{LocalObjectReference: corev1.LocalObjectReference{Name: name}}}
+}
+
+func envFromSecret(name string) corev1.EnvFromSource {
+	return corev1.EnvFromSource{SecretRef: &corev1.SecretEnvSource{LocalObjectReference: corev1.LocalObjectReference{Name: name}}}
+}
+
+func envCMKey(name string) corev1.EnvVar {
+	return corev1.EnvVar{Name: "E", ValueFrom: &corev1.EnvVarSource{ConfigMapKeyRef: &corev1.ConfigMapKeySelector{
+		LocalObjectReference: corev1.LocalObjectReference{Name: name}, Key: "k"}}}
+}
+
+func envSecretKey(name string) corev1.EnvVar {
+	return corev1.EnvVar{Name: "E", ValueFrom: &corev1.EnvVarSource{SecretKeyRef: &corev1.SecretKeySelector{
+		LocalObjectReference: corev1.LocalObjectReference{Name: name}, Key: "k"}}}
+}
+
+func TestUses(t *testing.T) {
+	tests := []struct {
+		name string
+		spec *corev1.PodSpec
+		want []string // "Kind/name @ path"
+	}{
+		{name: "nil spec"},
+		{name: "no config", spec: &corev1.PodSpec{Containers: []corev1.Container{{Name: "c", Env: []corev1.EnvVar{{Name: "A", Value: "b"}}}}}},
+		{
+			name: "plain volumes",
+			spec: &corev1.PodSpec{Volumes: []corev1.Volume{cmVolume("a"), secretVolume("s")}},
+			want: []string{"ConfigMap/a @ volumes[0].configMap.name", "Secret/s @ volumes[1].secret.secretName"},
+		},
+		{
+			name: "projected sources, the original chart's layout",
+			spec: &corev1.PodSpec{Volumes: []corev1.Volume{projected(projCM("demo-cm-1"), projSecret("s"))}},
+			want: []string{
+				"ConfigMap/demo-cm-1 @ volumes[0].projected.sources[0].configMap.name",
+				"Secret/s @ volumes[0].projected.sources[1].secret.name",
+			},
+		},
+		{
+			name: "envFrom and env keyRefs in init and app containers",
+			spec: &corev1.PodSpec{
+				InitContainers: []corev1.Container{{Name: "i", EnvFrom: []corev1.EnvFromSource{envFromSecret("init-s")}}},
+				Containers: []corev1.Container{{
+					Name:    "c",
+					EnvFrom: []corev1.EnvFromSource{envFromCM("a")},
+					Env:     []corev1.EnvVar{{Name: "plain", Value: "x"}, envCMKey("b"), envSecretKey("c")},
+				}},
+			},
+			want: []string{
+				"Secret/init-s @ initContainers[0].envFrom[0].secretRef.name",
+				"ConfigMap/a @ containers[0].envFrom[0].configMapRef.name",
+				"ConfigMap/b @ containers[0].env[1].valueFrom.configMapKeyRef.name",
+				"Secret/c @ containers[0].env[2].valueFrom.secretKeyRef.name",
+			},
+		},
+		{
+			name: "empty names are ignored",
+			spec: &corev1.PodSpec{Volumes: []corev1.Volume{cmVolume(""), projected(projCM(""))}},
+		},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			var got []string
+			for _, u := range Uses(tt.spec) {
+				got = append(got, u.Ref.String()+" @ "+u.Path.String())
+			}
+			if !reflect.DeepEqual(got, tt.want) {
+				t.Errorf("Uses() =\n%q\nwant\n%q", got, tt.want)
+			}
+		})
+	}
+}
+
+func TestFromPodSpecDeduplicates(t *testing.T) {
+	spec := &corev1.PodSpec{
+		Volumes:    []corev1.Volume{cmVolume("a"), projected(projCM("a"), projSecret("a"))},
+		Containers: []corev1.Container{{Name: "c", EnvFrom: []corev1.EnvFromSource{envFromCM("a")}}},
+	}
+	got := FromPodSpec(spec).Sorted()
+	want := []Ref{{ConfigMap, "a"}, {Secret, "a"}}
+	if !reflect.DeepEqual(got, want) {
+		t.Fatalf("got %v, want %v", got, want)
+	}
+}
