@@ -194,4 +194,3 @@ func runVersion(_ context.Context, env Env, _ []string) error {
 	fmt.Fprintln(env.Stdout, version.Get())
 	return nil
 }
-

@@ -110,7 +110,7 @@ func (o *Options) Targets() []refs.Ref {
 }
 
 // nameList is a comma-separated flag value; it remembers whether it was given at all so that
-// "-configmaps ''" is reported as empty rather than as missing.
+// "-configmaps ”" is reported as empty rather than as missing.
 type nameList struct {
 	set   bool
 	raw   string
