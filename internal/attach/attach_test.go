@@ -124,9 +124,9 @@ func TestWriterMergesByUIDAndKeepsForeignOwners(t *testing.T) {
 	if err := w.Validate(ctx, changes); err != nil {
 		t.Fatal(err)
 	}
-	n, err := w.Apply(ctx, changes)
-	if err != nil || n != 1 {
-		t.Fatalf("Apply = %d, %v", n, err)
+	written, err := w.Apply(ctx, changes)
+	if err != nil || len(written) != 1 {
+		t.Fatalf("Apply = %v, %v", written, err)
 	}
 	got, err := client.Resource(attach.GVR(refs.ConfigMap)).Namespace(testutil.Namespace).Get(ctx, "demo-cm-1", metav1.GetOptions{})
 	if err != nil {
@@ -167,8 +167,8 @@ func TestWriterRereadsOnConflict(t *testing.T) {
 		return true, nil, apierrors.NewConflict(schema.GroupResource{Resource: "configmaps"}, "demo-cm-1", nil)
 	})
 	changes, _ := attach.Plan(newRS, []attach.Object{{Kind: refs.ConfigMap, Meta: stale}})
-	n, err := (&attach.Writer{Client: client}).Apply(ctx, changes)
-	if err != nil || n != 0 || conflicts != 1 {
-		t.Fatalf("Apply = %d, %v after %d conflicts; want 0 writes, no error, one conflict", n, err, conflicts)
+	written, err := (&attach.Writer{Client: client}).Apply(ctx, changes)
+	if err != nil || len(written) != 0 || conflicts != 1 {
+		t.Fatalf("Apply = %v, %v after %d conflicts; want no writes, no error, one conflict", written, err, conflicts)
 	}
 }

@@ -48,17 +48,17 @@ func (w *Writer) Validate(ctx context.Context, changes []Change) error {
 	return nil
 }
 
-// Apply writes each change and reports how many objects it actually patched. A change whose object
-// gained the reference meanwhile (another attacher) costs no write.
-func (w *Writer) Apply(ctx context.Context, changes []Change) (int, error) {
-	written := 0
+// Apply writes the changes in order, stopping at the first error, and returns those it actually
+// wrote. A change whose object gained the reference meanwhile (another attacher) costs no write.
+func (w *Writer) Apply(ctx context.Context, changes []Change) ([]Change, error) {
+	var written []Change
 	for _, c := range changes {
 		wrote, err := w.apply(ctx, c)
 		if err != nil {
 			return written, err
 		}
 		if wrote {
-			written++
+			written = append(written, c)
 		}
 	}
 	return written, nil

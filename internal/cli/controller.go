@@ -2,9 +2,42 @@ package cli
 
 import (
 	"context"
-	"errors"
+
+	"github.com/configmap-attacher/configmap-attacher/internal/controller"
 )
 
-func runController(_ context.Context, _ Env, _ []string) error {
-	return errors.New("controller: not implemented yet")
+const controllerSynopsis = `Run in the cluster and keep, for every ReplicaSet owned by an Argo Rollout or a Deployment, an
+ownerReference on each opted-in ConfigMap and Secret its pod template uses (volumes, projected sources,
+envFrom, env valueFrom). Opt-in: the label configmap-attacher.io/revisioned=true, set by the base-app chart
+and by 'configmap-attacher render'. Objects without it are never touched.
+
+Usage:
+  configmap-attacher controller [flags]
+
+Example:
+  configmap-attacher controller -namespaces team-a,team-b -metrics-bind-address :8080
+
+Environment: IS_IN_CLUSTER, LOG_LEVEL, VERSION as in Job mode; POD_NAMESPACE (downward API) is the
+default namespace of the leader Lease.
+`
+
+func runController(ctx context.Context, env Env, args []string) error {
+	o := controller.NewOptions(env.Lookup)
+	fs := newFlagSet(env, "controller", controllerSynopsis)
+	o.AddFlags(fs)
+	if err := parse(fs, args, false); err != nil {
+		return err
+	}
+	if err := o.Validate(); err != nil {
+		return usageError{err}
+	}
+	ctx, err := setupLogging(ctx, env, "controller")
+	if err != nil {
+		return err
+	}
+	clients, err := clientsFrom(env, &o.Client)
+	if err != nil {
+		return err
+	}
+	return controller.Run(ctx, o, clients)
 }

@@ -118,11 +118,11 @@ func attachAll(ctx context.Context, o *Options, clients *kube.Clients, r *readin
 		log.Info("dry run: nothing written", "changes", len(changes))
 		return nil
 	}
-	n, err := writer.Apply(ctx, changes)
+	written, err := writer.Apply(ctx, changes)
 	if err != nil {
-		return fmt.Errorf("attached %d of %d objects, then: %w", n, len(changes), explainWrite(err))
+		return fmt.Errorf("attached %d of %d objects, then: %w", len(written), len(changes), explainWrite(err))
 	}
-	log.Info("done", "attached", n)
+	log.Info("done", "attached", len(written))
 	return nil
 }
 

@@ -1,0 +1,113 @@
+// Package controller is the in-cluster mode: it keeps every opted-in ConfigMap and Secret attached to
+// every ReplicaSet (of a Rollout or Deployment) whose pod template uses it, level-triggered, from
+// informer caches, with the same attach core as the Job.
+package controller
+
+import (
+	"errors"
+	"flag"
+	"fmt"
+	"strings"
+	"time"
+
+	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/util/validation"
+
+	"github.com/configmap-attacher/configmap-attacher/internal/kube"
+)
+
+// Options configure the controller.
+type Options struct {
+	Namespaces         []string // empty: all namespaces
+	ReplicaSetSelector string   // narrows the ReplicaSets watched, for large clusters
+	Workers            int
+	MetricsAddr        string
+	ProbeAddr          string
+	LeaderElect        bool
+	LeaderElection     LeaderElectionOptions
+	Client             kube.ClientOptions
+}
+
+// LeaderElectionOptions tune the Lease; defaults match kube-controller-manager's.
+type LeaderElectionOptions struct {
+	Namespace     string
+	Name          string
+	LeaseDuration time.Duration
+	RenewDeadline time.Duration
+	RetryPeriod   time.Duration
+}
+
+// NewOptions returns defaults; lookup reads POD_NAMESPACE (set by the chart through the downward API).
+func NewOptions(lookup func(string) (string, bool)) *Options {
+	ns, _ := lookup("POD_NAMESPACE")
+	if ns == "" {
+		ns = "kube-system"
+	}
+	return &Options{
+		Workers:     8,
+		MetricsAddr: ":8080",
+		ProbeAddr:   ":8081",
+		LeaderElect: true,
+		LeaderElection: LeaderElectionOptions{
+			Namespace: ns, Name: "configmap-attacher",
+			LeaseDuration: 15 * time.Second, RenewDeadline: 10 * time.Second, RetryPeriod: 2 * time.Second,
+		},
+		// Each attach is one PATCH; client-go's default 5 QPS would queue a 500-Rollout deploy for minutes.
+		Client: kube.ClientOptions{QPS: 100, Burst: 200},
+	}
+}
+
+// AddFlags registers the controller's flags.
+func (o *Options) AddFlags(fs *flag.FlagSet) {
+	fs.Func("namespaces", "comma-separated namespaces to watch (default: all)", func(v string) error {
+		o.Namespaces = nil
+		for _, n := range strings.Split(v, ",") {
+			if n = strings.TrimSpace(n); n != "" {
+				o.Namespaces = append(o.Namespaces, n)
+			}
+		}
+		return nil
+	})
+	fs.StringVar(&o.ReplicaSetSelector, "replicaset-selector", o.ReplicaSetSelector, "label selector limiting the ReplicaSets watched, e.g. team=payments (default: all)")
+	fs.IntVar(&o.Workers, "workers", o.Workers, "ReplicaSets synced in parallel")
+	fs.StringVar(&o.MetricsAddr, "metrics-bind-address", o.MetricsAddr, "address serving /metrics (empty disables)")
+	fs.StringVar(&o.ProbeAddr, "health-probe-bind-address", o.ProbeAddr, "address serving /healthz and /readyz (empty disables)")
+	fs.BoolVar(&o.LeaderElect, "leader-elect", o.LeaderElect, "elect a leader through a Lease so several replicas are safe")
+	fs.StringVar(&o.LeaderElection.Namespace, "leader-election-namespace", o.LeaderElection.Namespace, "namespace of the Lease (default: $POD_NAMESPACE, else kube-system)")
+	fs.StringVar(&o.LeaderElection.Name, "leader-election-id", o.LeaderElection.Name, "name of the Lease")
+	fs.DurationVar(&o.LeaderElection.LeaseDuration, "leader-election-lease-duration", o.LeaderElection.LeaseDuration, "how long a standby waits before taking over an unrenewed Lease")
+	fs.DurationVar(&o.LeaderElection.RenewDeadline, "leader-election-renew-deadline", o.LeaderElection.RenewDeadline, "how long the leader retries renewing before giving up")
+	fs.DurationVar(&o.LeaderElection.RetryPeriod, "leader-election-retry-period", o.LeaderElection.RetryPeriod, "how often candidates retry")
+	fs.Float64Var(&o.Client.QPS, "kube-api-qps", o.Client.QPS, "client-side rate limit for API requests")
+	fs.IntVar(&o.Client.Burst, "kube-api-burst", o.Client.Burst, "client-side burst for API requests")
+	o.Client.AddFlags(fs)
+}
+
+// Validate checks the options before anything starts.
+func (o *Options) Validate() error {
+	var errs []string
+	for _, n := range o.Namespaces {
+		for _, msg := range validation.IsDNS1123Label(n) {
+			errs = append(errs, fmt.Sprintf("-namespaces: %q is not a valid namespace: %s", n, msg))
+		}
+	}
+	if _, err := labels.Parse(o.ReplicaSetSelector); err != nil {
+		errs = append(errs, fmt.Sprintf("-replicaset-selector: %v", err))
+	}
+	if o.Workers < 1 {
+		errs = append(errs, "-workers must be at least 1")
+	}
+	if o.LeaderElect {
+		le := o.LeaderElection
+		if le.Name == "" || le.Namespace == "" {
+			errs = append(errs, "-leader-election-id and -leader-election-namespace must not be empty")
+		}
+		if le.RetryPeriod <= 0 || le.RenewDeadline <= le.RetryPeriod || le.LeaseDuration <= le.RenewDeadline {
+			errs = append(errs, "leader election needs lease-duration > renew-deadline > retry-period > 0")
+		}
+	}
+	if len(errs) > 0 {
+		return errors.New(strings.Join(errs, "; "))
+	}
+	return nil
+}

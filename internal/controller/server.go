@@ -1,0 +1,78 @@
+package controller
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"net/http"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+	"k8s.io/client-go/tools/leaderelection"
+
+	"github.com/configmap-attacher/configmap-attacher/internal/logging"
+)
+
+// probes answer /healthz (the process works; for the leader, its Lease is being renewed) and /readyz
+// (caches synced, or standing by as a non-leader).
+type probes struct {
+	ready       func() bool
+	leaderCheck *leaderelection.HealthzAdaptor
+}
+
+func (p *probes) healthz(w http.ResponseWriter, r *http.Request) {
+	if p.leaderCheck != nil {
+		if err := p.leaderCheck.Check(r); err != nil {
+			http.Error(w, err.Error(), http.StatusInternalServerError)
+			return
+		}
+	}
+	fmt.Fprintln(w, "ok")
+}
+
+func (p *probes) readyz(w http.ResponseWriter, _ *http.Request) {
+	if !p.ready() {
+		http.Error(w, "informer caches not synced", http.StatusServiceUnavailable)
+		return
+	}
+	fmt.Fprintln(w, "ok")
+}
+
+// serve runs an HTTP server on addr until ctx ends; an empty addr disables it.
+func serve(ctx context.Context, name, addr string, h http.Handler) (string, error) {
+	if addr == "" {
+		return "", nil
+	}
+	ln, err := net.Listen("tcp", addr)
+	if err != nil {
+		return "", fmt.Errorf("%s server: %w", name, err)
+	}
+	srv := &http.Server{Handler: h, ReadHeaderTimeout: 5 * time.Second}
+	go func() {
+		<-ctx.Done()
+		shutdownCtx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		_ = srv.Shutdown(shutdownCtx)
+	}()
+	go func() {
+		if err := srv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
+			logging.FromContext(ctx).Error("server stopped", "server", name, "err", err)
+		}
+	}()
+	logging.FromContext(ctx).Info("serving", "server", name, "address", ln.Addr().String())
+	return ln.Addr().String(), nil
+}
+
+func metricsHandler(m *Metrics) http.Handler {
+	mux := http.NewServeMux()
+	mux.Handle("/metrics", promhttp.HandlerFor(m.Registry, promhttp.HandlerOpts{}))
+	return mux
+}
+
+func probesHandler(p *probes) http.Handler {
+	mux := http.NewServeMux()
+	mux.HandleFunc("/healthz", p.healthz)
+	mux.HandleFunc("/readyz", p.readyz)
+	return mux
+}
