@@ -45,7 +45,7 @@ func contentHash(kind refs.Kind, raw []byte) (string, error) {
 	case refs.ConfigMap:
 		var cm configMapContent
 		if err := utiljson.Unmarshal(raw, &cm); err != nil {
-			return "", kindError(ErrInvalidObject, "reading data and binaryData: %w (quote numbers and booleans: ConfigMap values are strings)", err)
+			return "", fmt.Errorf("reading data and binaryData: %w (quote numbers and booleans: ConfigMap values are strings)", err)
 		}
 		nonNil(cm.BinaryData)
 		canonical = cm
@@ -56,7 +56,7 @@ func contentHash(kind refs.Kind, raw []byte) (string, error) {
 			StringData map[string]string `json:"stringData"`
 		}
 		if err := utiljson.Unmarshal(raw, &s); err != nil {
-			return "", kindError(ErrInvalidObject, "reading type, data and stringData: %w (data values are base64, stringData values are strings)", err)
+			return "", fmt.Errorf("reading type, data and stringData: %w (data values are base64, stringData values are strings)", err)
 		}
 		c := secretContent{Type: s.Type, Data: s.Data}
 		if c.Type == "" {
@@ -71,11 +71,11 @@ func contentHash(kind refs.Kind, raw []byte) (string, error) {
 		nonNil(c.Data)
 		canonical = c
 	default:
-		return "", fmt.Errorf("%w: %s is not a config kind", ErrInvalidObject, kind)
+		return "", fmt.Errorf("%s is not a config kind", kind)
 	}
 	b, err := json.Marshal(canonical)
 	if err != nil {
-		return "", fmt.Errorf("%w: %w", ErrInvalidObject, err)
+		return "", err
 	}
 	sum := sha256.Sum256(b)
 	return hex.EncodeToString(sum[:])[:HashLength], nil

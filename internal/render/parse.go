@@ -42,7 +42,10 @@ type object struct {
 
 func (o *object) String() string {
 	name := o.name
-	if name == "" {
+	switch {
+	case name == "" && o.generateName == "":
+		return o.kind
+	case name == "":
 		name = o.generateName + "*"
 	}
 	if o.namespace != "" {

@@ -285,24 +285,14 @@ func (p *planner) revision(o *object, kind refs.Kind) (*configObject, error) {
 // rewriteReferences points every reference in o's pod template at the revision it names. refs.Uses
 // says where references are; this only maps its paths onto the YAML.
 func (p *planner) rewriteReferences(o *object) error {
+	spec, err := podSpecOf(o)
+	if err != nil || spec == nil {
+		return err
+	}
 	specPath := podSpecPath(o.apiVersion, o.kind)
-	if specPath == nil {
-		return nil
-	}
-	raw, err := jsonAt(o.raw, specPath)
-	if err != nil {
-		return o.errorf(ErrInvalidObject, "%w", err)
-	}
-	if raw == nil {
-		return nil
-	}
-	var spec corev1.PodSpec
-	if err := utiljson.Unmarshal(raw, &spec); err != nil {
-		return o.errorf(ErrInvalidObject, "%s is not a valid pod spec: %w", pathString(specPath), err)
-	}
 	ns := p.ns(o)
 	warned := map[refs.Ref]bool{}
-	for _, u := range refs.Uses(&spec) {
+	for _, u := range refs.Uses(spec) {
 		c := p.targets[key{u.Kind, ns, u.Name}]
 		if c == nil {
 			if !warned[u.Ref] {
@@ -320,6 +310,27 @@ func (p *planner) rewriteReferences(o *object) error {
 		p.rewrites = append(p.rewrites, Rewrite{Source: o.doc.source, Doc: o.doc.index, Path: path, Kind: u.Kind, Namespace: ns, From: u.Name, To: c.newName})
 	}
 	return nil
+}
+
+// podSpecOf decodes o's pod spec, or returns nil when o has none, as the API server would: field names
+// are case-sensitive and unknown fields ignored.
+func podSpecOf(o *object) (*corev1.PodSpec, error) {
+	specPath := podSpecPath(o.apiVersion, o.kind)
+	if specPath == nil {
+		return nil, nil
+	}
+	raw, err := jsonAt(o.raw, specPath)
+	if err != nil {
+		return nil, o.errorf(ErrInvalidObject, "%w", err)
+	}
+	if raw == nil {
+		return nil, nil
+	}
+	var spec corev1.PodSpec
+	if err := utiljson.Unmarshal(raw, &spec); err != nil {
+		return nil, o.errorf(ErrInvalidObject, "%s is not a valid pod spec: %w", pathString(specPath), err)
+	}
+	return &spec, nil
 }
 
 // warnUnresolved explains a reference that looks meant for a revision but is left alone.
