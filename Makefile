@@ -1,13 +1,15 @@
 # Every target is a thin wrapper over a script or `go`, so CI, the README and developers run the same thing.
 SHELL := /usr/bin/env bash
 GO ?= go
+VERSION ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo devel)
+LDFLAGS := -s -w -X github.com/configmap-attacher/configmap-attacher/internal/version.stamped=$(VERSION)
 
 .PHONY: all build tools cluster-up cluster-down test test-unit test-e2e demo lint clean
 
 all: build
 
 build:
-	$(GO) build -o bin/configmap-attacher ./cmd/configmap-attacher
+	CGO_ENABLED=0 $(GO) build -trimpath -ldflags '$(LDFLAGS)' -o bin/configmap-attacher ./cmd/configmap-attacher
 
 ## tools: build the local control plane (etcd, kube-*, kwok, Argo Rollouts, helm) into _output/tools.
 tools:
@@ -19,6 +21,20 @@ cluster-up:
 
 cluster-down:
 	hack/cluster/down.sh
+
+## demo: the write-up replayed on the local control plane (or DEMO_KUBECONFIG=<path>), narrated.
+demo:
+	$(GO) run ./hack/demo
+
+## test: unit tests, then the e2e tests on a local control plane (or the cluster KUBECONFIG names).
+test: test-unit test-e2e
+
+test-unit:
+	$(GO) vet ./...
+	$(GO) test -race ./...
+
+test-e2e: tools
+	$(GO) test -tags e2e -count=1 -timeout 45m -v ./test/e2e/ 2>&1 | hack/test-summary.sh
 
 clean:
 	rm -rf bin _output

@@ -1,0 +1,85 @@
+//go:build e2e
+
+package e2e
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/configmap-attacher/configmap-attacher/test/framework"
+	"github.com/configmap-attacher/configmap-attacher/test/walkthrough"
+)
+
+// logWriter sends narration to the test log, so `go test -v` shows the story step by step.
+type logWriter struct{ t *testing.T }
+
+func (w logWriter) Write(p []byte) (int, error) {
+	w.t.Helper()
+	w.t.Log(strings.TrimRight(string(p), "\n"))
+	return len(p), nil
+}
+
+// givenNamespace creates a fresh namespace for one test and deletes it afterwards.
+func givenNamespace(t *testing.T, ns string) string {
+	t.Helper()
+	ctx := context.Background()
+	// A leftover from an interrupted run would make the story start from the middle.
+	if err := e2e.cluster.DeleteNamespace(ctx, ns); err != nil {
+		t.Fatal(err)
+	}
+	if err := framework.Eventually(ctx, 2*time.Minute, "namespace "+ns+" to be gone", func(ctx context.Context) (bool, string, error) {
+		_, err := e2e.cluster.Kube.CoreV1().Namespaces().Get(ctx, ns, metav1GetOptions)
+		return isNotFound(err), "terminating", nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+	if err := e2e.cluster.CreateNamespace(ctx, ns); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		if !t.Failed() {
+			_ = e2e.cluster.DeleteNamespace(context.Background(), ns)
+		}
+	})
+	return ns
+}
+
+// story returns a walkthrough story in a fresh namespace.
+func story(t *testing.T, ns string, a walkthrough.Attacher) *walkthrough.Story {
+	return &walkthrough.Story{
+		C: e2e.cluster, Attacher: a, Namespace: givenNamespace(t, ns), Rollout: "demo",
+		Out: logWriter{t}, Wait: 90 * time.Second,
+	}
+}
+
+// startController runs `configmap-attacher controller` scoped to namespaces, for the test's lifetime.
+func startController(t *testing.T, extraArgs []string, namespaces ...string) *framework.Process {
+	t.Helper()
+	args := append([]string{"controller", "-namespaces", strings.Join(namespaces, ","), "-leader-elect=false",
+		"-metrics-bind-address", "127.0.0.1:0", "-health-probe-bind-address", "127.0.0.1:0"}, extraArgs...)
+	p, err := e2e.bin.Start(context.Background(), nil, args...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		_ = p.Stop()
+		if t.Failed() {
+			t.Logf("controller logs:\n%s", p.Logs())
+		}
+	})
+	return p
+}
+
+func jobAttacher() *walkthrough.Job { return &walkthrough.Job{Bin: e2e.bin} }
+
+func must(t *testing.T, err error) {
+	t.Helper()
+	if err != nil {
+		t.Fatal(err)
+	}
+}
+
+func describe(r framework.Result) string { return fmt.Sprint(r) }

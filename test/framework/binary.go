@@ -1,0 +1,145 @@
+package framework
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+)
+
+// Binary is the real configmap-attacher executable, run as a user or a Job would run it.
+type Binary struct {
+	Path       string
+	Kubeconfig string
+}
+
+// BuildBinary compiles cmd/configmap-attacher into dir.
+func BuildBinary(ctx context.Context, repoRoot, dir string) (string, error) {
+	out := filepath.Join(dir, "configmap-attacher")
+	cmd := exec.CommandContext(ctx, "go", "build", "-o", out, "./cmd/configmap-attacher")
+	cmd.Dir = repoRoot
+	if b, err := cmd.CombinedOutput(); err != nil {
+		return "", fmt.Errorf("go build: %w\n%s", err, b)
+	}
+	return out, nil
+}
+
+// Result is one finished run.
+type Result struct {
+	Args     []string
+	Stdout   string
+	Stderr   string
+	Code     int
+	Duration time.Duration
+}
+
+func (r Result) String() string {
+	return fmt.Sprintf("configmap-attacher %s: exit %d after %s\nstdout:\n%s\nstderr:\n%s",
+		strings.Join(r.Args, " "), r.Code, r.Duration.Round(time.Millisecond), r.Stdout, r.Stderr)
+}
+
+// env is what a Job pod outside the cluster needs: the original tool's variables, pointed at our
+// kubeconfig.
+func (b Binary) env(extra []string) []string {
+	env := append(os.Environ(), "IS_IN_CLUSTER=false", "KUBECONFIG="+b.Kubeconfig, "VERSION=e2e", "LOG_FORMAT=text")
+	return append(env, extra...)
+}
+
+// Run runs the binary to completion; extraEnv entries are KEY=VALUE.
+func (b Binary) Run(ctx context.Context, extraEnv []string, args ...string) Result {
+	cmd := exec.CommandContext(ctx, b.Path, args...)
+	cmd.Env = b.env(extraEnv)
+	var stdout, stderr bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &stdout, &stderr
+	start := time.Now()
+	err := cmd.Run()
+	r := Result{Args: args, Stdout: stdout.String(), Stderr: stderr.String(), Duration: time.Since(start)}
+	if ee, ok := err.(*exec.ExitError); ok {
+		r.Code = ee.ExitCode()
+	} else if err != nil {
+		r.Code, r.Stderr = -1, r.Stderr+err.Error()
+	}
+	return r
+}
+
+// Process is a long-running binary (the controller).
+type Process struct {
+	cmd  *exec.Cmd
+	mu   sync.Mutex
+	logs bytes.Buffer
+	done chan struct{}
+	err  error
+}
+
+// Start starts the binary in the background; its output is kept for Logs.
+func (b Binary) Start(ctx context.Context, extraEnv []string, args ...string) (*Process, error) {
+	p := &Process{done: make(chan struct{})}
+	p.cmd = exec.Command(b.Path, args...)
+	p.cmd.Env = b.env(extraEnv)
+	p.cmd.Stdout, p.cmd.Stderr = (*lockedWriter)(p), (*lockedWriter)(p)
+	p.cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	if err := p.cmd.Start(); err != nil {
+		return nil, err
+	}
+	go func() { p.err = p.cmd.Wait(); close(p.done) }()
+	go func() {
+		select {
+		case <-ctx.Done():
+			p.Stop()
+		case <-p.done:
+		}
+	}()
+	return p, nil
+}
+
+type lockedWriter Process
+
+func (w *lockedWriter) Write(b []byte) (int, error) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.logs.Write(b)
+}
+
+// Logs returns everything the process printed so far.
+func (p *Process) Logs() string {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.logs.String()
+}
+
+// Pid is the process id.
+func (p *Process) Pid() int { return p.cmd.Process.Pid }
+
+// Stop sends SIGTERM (graceful shutdown) and waits up to 10 s before killing.
+func (p *Process) Stop() error {
+	_ = p.cmd.Process.Signal(syscall.SIGTERM)
+	select {
+	case <-p.done:
+	case <-time.After(10 * time.Second):
+		_ = p.cmd.Process.Kill()
+		<-p.done
+	}
+	return p.err
+}
+
+// Kill ends the process at once, as a node failure would (no Lease release).
+func (p *Process) Kill() {
+	_ = p.cmd.Process.Kill()
+	<-p.done
+}
+
+// Exited reports whether the process has ended.
+func (p *Process) Exited() bool {
+	select {
+	case <-p.done:
+		return true
+	default:
+		return false
+	}
+}

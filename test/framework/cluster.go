@@ -1,0 +1,135 @@
+// Package framework drives the local control plane for the e2e tests and the demo: it starts or reuses
+// a cluster, builds and runs the real configmap-attacher binary, and performs what a user does to a
+// Rollout (apply, change config, promote, abort, undo, delete a pod).
+package framework
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+
+	"k8s.io/client-go/dynamic"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/tools/clientcmd"
+)
+
+// Cluster is a reachable cluster with Argo Rollouts installed.
+type Cluster struct {
+	Kubeconfig string
+	Kube       kubernetes.Interface
+	Dynamic    dynamic.Interface
+
+	root  string
+	name  string // set when we started it, so Stop tears it down
+	owned bool
+}
+
+// StartOptions say which cluster to use.
+type StartOptions struct {
+	RepoRoot string
+	// Kubeconfig, when set, names an existing cluster to reuse; it is never torn down.
+	Kubeconfig string
+	// Name is the CLUSTER_NAME given to hack/cluster/up.sh when a cluster is created.
+	Name string
+	// Progress receives up.sh's progress lines (tool builds, component starts).
+	Progress io.Writer
+}
+
+// Start reuses the cluster opts.Kubeconfig names, or creates one with hack/cluster/up.sh, whose last
+// stdout line is KUBECONFIG=<path>.
+func Start(ctx context.Context, opts StartOptions) (*Cluster, error) {
+	c := &Cluster{root: opts.RepoRoot, Kubeconfig: opts.Kubeconfig}
+	if c.Kubeconfig == "" {
+		c.name, c.owned = opts.Name, true
+		cmd := exec.CommandContext(ctx, filepath.Join(opts.RepoRoot, "hack/cluster/up.sh"))
+		cmd.Env = append(os.Environ(), "CLUSTER_NAME="+opts.Name)
+		cmd.Stderr = opts.Progress
+		out, err := cmd.Output()
+		if err != nil {
+			return nil, fmt.Errorf("hack/cluster/up.sh: %w", err)
+		}
+		path, err := lastKubeconfigLine(out)
+		if err != nil {
+			return nil, err
+		}
+		c.Kubeconfig = path
+	}
+	cfg, err := clientcmd.BuildConfigFromFlags("", c.Kubeconfig)
+	if err != nil {
+		return nil, fmt.Errorf("loading %s: %w", c.Kubeconfig, err)
+	}
+	cfg.QPS, cfg.Burst = 200, 400
+	if c.Kube, err = kubernetes.NewForConfig(cfg); err != nil {
+		return nil, err
+	}
+	if c.Dynamic, err = dynamic.NewForConfig(cfg); err != nil {
+		return nil, err
+	}
+	if err := c.checkRollouts(); err != nil {
+		return nil, err
+	}
+	return c, nil
+}
+
+func lastKubeconfigLine(out []byte) (string, error) {
+	var last string
+	sc := bufio.NewScanner(bytes.NewReader(out))
+	for sc.Scan() {
+		if l := strings.TrimSpace(sc.Text()); l != "" {
+			last = l
+		}
+	}
+	path, ok := strings.CutPrefix(last, "KUBECONFIG=")
+	if !ok || path == "" {
+		return "", fmt.Errorf("hack/cluster/up.sh did not end with KUBECONFIG=<path> (last line %q)", last)
+	}
+	return path, nil
+}
+
+func (c *Cluster) checkRollouts() error {
+	if _, err := c.Kube.Discovery().ServerResourcesForGroupVersion("argoproj.io/v1alpha1"); err != nil {
+		return fmt.Errorf("the cluster at %s has no Argo Rollouts API (install its CRDs and controller, or let the "+
+			"tests start a local cluster by leaving KUBECONFIG unset): %w", c.Kubeconfig, err)
+	}
+	return nil
+}
+
+// Owned reports whether Stop will delete the cluster.
+func (c *Cluster) Owned() bool { return c.owned }
+
+// Stop deletes the cluster if we created it.
+func (c *Cluster) Stop(ctx context.Context, progress io.Writer) error {
+	if !c.owned {
+		return nil
+	}
+	cmd := exec.CommandContext(ctx, filepath.Join(c.root, "hack/cluster/down.sh"))
+	cmd.Env = append(os.Environ(), "CLUSTER_NAME="+c.name)
+	cmd.Stdout, cmd.Stderr = progress, progress
+	return cmd.Run()
+}
+
+// RepoRoot finds the module root from the working directory (tests run in their package directory).
+func RepoRoot() (string, error) {
+	dir, err := os.Getwd()
+	if err != nil {
+		return "", err
+	}
+	for {
+		if _, err := os.Stat(filepath.Join(dir, "go.mod")); err == nil {
+			if _, err := os.Stat(filepath.Join(dir, "hack/cluster/up.sh")); err == nil {
+				return dir, nil
+			}
+		}
+		parent := filepath.Dir(dir)
+		if parent == dir {
+			return "", fmt.Errorf("repository root not found above the working directory")
+		}
+		dir = parent
+	}
+}
