@@ -1,5 +1,6 @@
 # Every target is a thin wrapper over a script or `go`, so CI, the README and developers run the same thing.
 SHELL := /usr/bin/env bash
+.SHELLFLAGS := -o pipefail -ec
 GO ?= go
 VERSION ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo devel)
 LDFLAGS := -s -w -X github.com/configmap-attacher/configmap-attacher/internal/version.stamped=$(VERSION)

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Passes `go test -v` output through and ends with a one-line-per-test summary, so a CI log shows at a
-# glance what ran and how long it took. Exits with go test's status (read via PIPESTATUS by callers is
-# not possible through make, so we detect failure from the output itself).
+# glance what ran and how long it took. The Makefile runs with pipefail, so go test's own exit status
+# decides; we also fail on a FAIL line in case the pipe is used elsewhere.
 set -uo pipefail
 failed=0
 summary=()
