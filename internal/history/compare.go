@@ -1,0 +1,189 @@
+package history
+
+import (
+	"errors"
+	"fmt"
+	"sort"
+	"strings"
+
+	"github.com/configmap-attacher/configmap-attacher/internal/refs"
+	"github.com/configmap-attacher/configmap-attacher/internal/workload"
+)
+
+// Errors a user can act on: name other revisions.
+var (
+	ErrUnknownRevision   = errors.New("no such revision")
+	ErrNothingToCompare  = errors.New("nothing to compare")
+	ErrNoCurrentRevision = errors.New("no current revision yet")
+)
+
+// Comparison is the config of two revisions of a workload, object by object.
+type Comparison struct {
+	Workload Workload
+	From, To Side
+	// Pairs are the config objects of both revisions, paired by kind and original name, ordered by
+	// kind then original name.
+	Pairs []Pair
+}
+
+// Side is one revision of a comparison.
+type Side struct {
+	Revision   int64
+	ReplicaSet string
+	Role       workload.Role
+}
+
+// Pair is one config object across two revisions.
+type Pair struct {
+	Kind         refs.Kind
+	OriginalName string
+	// From and To are nil when that revision does not reference the object.
+	From, To *Member
+}
+
+// Member is the revision of a config object one side references.
+type Member struct {
+	Name string
+	// Object is nil when the object does not exist (deleted, or garbage-collected with the last
+	// ReplicaSet it was attached to).
+	Object   *Object
+	Optional bool
+}
+
+// Select picks the two revisions to compare from the revision numbers given on the command line:
+//   - none: a Rollout's stable revision and its canary while one is in progress, otherwise the
+//     revision before the current one and the current one;
+//   - one: that revision and the current one;
+//   - two: those revisions, in that order.
+func Select(h *History, revisions []int64) (from, to *Revision, err error) {
+	find := func(n int64) (*Revision, error) {
+		for i := range h.Revisions {
+			if h.Revisions[i].Revision == n {
+				return &h.Revisions[i], nil
+			}
+		}
+		return nil, fmt.Errorf("%s has no revision %d (%s): %w", workloadString(h.Workload), n, revisionList(h), ErrUnknownRevision)
+	}
+	switch len(revisions) {
+	case 2:
+		if from, err = find(revisions[0]); err != nil {
+			return nil, nil, err
+		}
+		to, err = find(revisions[1])
+		return from, to, err
+	case 1:
+		if from, err = find(revisions[0]); err != nil {
+			return nil, nil, err
+		}
+		to, err = current(h)
+		return from, to, err
+	case 0:
+	default:
+		return nil, nil, fmt.Errorf("at most two revisions, got %d", len(revisions))
+	}
+	if to, err = current(h); err != nil {
+		return nil, nil, err
+	}
+	if to.Role == workload.RoleCanary {
+		for i := range h.Revisions {
+			if h.Revisions[i].Role == workload.RoleStable {
+				return &h.Revisions[i], to, nil
+			}
+		}
+	}
+	// Revisions are newest first: the previous one is the next lower revision number.
+	for i := range h.Revisions {
+		if r := &h.Revisions[i]; r.Revision < to.Revision {
+			return r, to, nil
+		}
+	}
+	return nil, nil, fmt.Errorf("%s has only revision %d (%s): %w", workloadString(h.Workload), to.Revision, to.ReplicaSet, ErrNothingToCompare)
+}
+
+// current is the revision the workload's spec asks for: a Rollout's canary (or its stable revision
+// once promoted), a Deployment's current ReplicaSet.
+func current(h *History) (*Revision, error) {
+	for _, role := range []workload.Role{workload.RoleCanary, workload.RoleCurrent, workload.RoleStable} {
+		for i := range h.Revisions {
+			if h.Revisions[i].Role == role {
+				return &h.Revisions[i], nil
+			}
+		}
+	}
+	return nil, fmt.Errorf("%s: none of its ReplicaSets (%s) is current: %w (its controller has not caught up; name two revisions)",
+		workloadString(h.Workload), revisionList(h), ErrNoCurrentRevision)
+}
+
+// Compare pairs the config objects of two revisions by kind and original name. Revisions of one object
+// have different names (their content hash), so names alone would pair nothing. objs holds the objects
+// read with their content; the revisions may come from a history built before they were read.
+func Compare(h *History, from, to *Revision, objs Objects) *Comparison {
+	c := &Comparison{
+		Workload: h.Workload,
+		From:     Side{Revision: from.Revision, ReplicaSet: from.ReplicaSet, Role: from.Role},
+		To:       Side{Revision: to.Revision, ReplicaSet: to.ReplicaSet, Role: to.Role},
+	}
+	type key struct {
+		kind refs.Kind
+		name string
+	}
+	group := func(r *Revision) map[key][]*Member {
+		out := map[key][]*Member{}
+		for _, cfg := range r.Config {
+			o := objs[refs.Ref{Kind: cfg.Kind, Name: cfg.Name}]
+			k := key{cfg.Kind, OriginalName(o, cfg.Name)}
+			out[k] = append(out[k], &Member{Name: cfg.Name, Object: o, Optional: cfg.Optional})
+		}
+		return out
+	}
+	a, b := group(from), group(to)
+	keys := map[key]bool{}
+	for k := range a {
+		keys[k] = true
+	}
+	for k := range b {
+		keys[k] = true
+	}
+	sorted := make([]key, 0, len(keys))
+	for k := range keys {
+		sorted = append(sorted, k)
+	}
+	sort.Slice(sorted, func(i, j int) bool {
+		if sorted[i].kind != sorted[j].kind {
+			return sorted[i].kind < sorted[j].kind
+		}
+		return sorted[i].name < sorted[j].name
+	})
+	for _, k := range sorted {
+		// Members are in name order (Config is sorted); two revisions of one object in one pod
+		// template are rare and paired in that order.
+		as, bs := a[k], b[k]
+		for i := 0; i < len(as) || i < len(bs); i++ {
+			p := Pair{Kind: k.kind, OriginalName: k.name}
+			if i < len(as) {
+				p.From = as[i]
+			}
+			if i < len(bs) {
+				p.To = bs[i]
+			}
+			c.Pairs = append(c.Pairs, p)
+		}
+	}
+	return c
+}
+
+func workloadString(w Workload) string { return fmt.Sprintf("%s %s/%s", w.Kind, w.Namespace, w.Name) }
+
+func revisionList(h *History) string {
+	if len(h.Revisions) == 0 {
+		return "it has no ReplicaSets"
+	}
+	s := make([]string, len(h.Revisions))
+	for i, r := range h.Revisions {
+		s[i] = fmt.Sprint(r.Revision)
+		if r.Role != workload.RoleOld {
+			s[i] += " " + string(r.Role)
+		}
+	}
+	return "revisions: " + strings.Join(s, ", ")
+}

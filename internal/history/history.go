@@ -1,0 +1,184 @@
+// Package history answers "which config did revision 3 run with, and what changed in revision 4?".
+//
+// Every config revision has its own name and an ownerReference to each ReplicaSet using it, so the
+// ReplicaSets a Rollout or Deployment keeps for rollback say exactly which config each revision runs
+// with, and that config is still there to compare. The core is pure: Build and Compare work on objects
+// already read (Load reads them), and the writers print tables, JSON, YAML and unified diffs.
+package history
+
+import (
+	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+
+	"github.com/configmap-attacher/configmap-attacher/internal/refs"
+	"github.com/configmap-attacher/configmap-attacher/internal/workload"
+)
+
+// History is a workload's revisions, newest first, with the config each one runs with. Its JSON field
+// names are an interface: scripts read them.
+type History struct {
+	Workload  Workload   `json:"workload"`
+	Revisions []Revision `json:"revisions"`
+}
+
+// Workload names the workload and, for Rollouts, its state.
+type Workload struct {
+	Kind      workload.Kind `json:"kind"`
+	Namespace string        `json:"namespace"`
+	Name      string        `json:"name"`
+	// Phase is a Rollout's status.phase (Healthy, Paused, Progressing, Degraded).
+	Phase string `json:"phase,omitempty"`
+	// Aborted is a Rollout's status.abort: its canary was aborted and the stable revision runs.
+	Aborted bool `json:"aborted"`
+}
+
+// Revision is one ReplicaSet of the workload.
+type Revision struct {
+	Revision          int64         `json:"revision"`
+	ReplicaSet        string        `json:"replicaSet"`
+	PodTemplateHash   string        `json:"podTemplateHash"`
+	Role              workload.Role `json:"role"`
+	Pods              Pods          `json:"pods"`
+	CreationTimestamp metav1.Time   `json:"creationTimestamp"`
+	// Config is every ConfigMap and Secret the pod template references, by kind then name.
+	Config []Config `json:"config"`
+
+	rs *appsv1.ReplicaSet
+}
+
+// Pods counts a ReplicaSet's pods.
+type Pods struct {
+	Ready   int32 `json:"ready"`
+	Desired int32 `json:"desired"`
+}
+
+// Config is one config object a revision's pod template references.
+type Config struct {
+	Kind refs.Kind `json:"kind"`
+	Name string    `json:"name"`
+	// OriginalName pairs revisions of the same object: the name before the content hash was added.
+	OriginalName string `json:"originalName"`
+	// Exists is false when the object is gone: pods of this revision cannot start (unless Optional).
+	Exists bool `json:"exists"`
+	// Attached is true when the object has an ownerReference to this ReplicaSet, so the garbage
+	// collector keeps it exactly as long as the ReplicaSet.
+	Attached bool `json:"attached"`
+	// Revisioned is true when the object carries the opt-in label (configmap-attacher.io/revisioned).
+	Revisioned bool `json:"revisioned"`
+	// Optional is true when every reference to it is marked optional: pods start without it.
+	Optional bool `json:"optional"`
+}
+
+// Missing reports whether pods of the revision need this object and it does not exist.
+func (c Config) Missing() bool { return !c.Exists && !c.Optional }
+
+// Build assembles the history of res from the config objects read.
+func Build(res *workload.Resolved, objs Objects) *History {
+	h := &History{
+		Workload:  Workload{Kind: res.Ref.Kind, Namespace: res.Ref.Namespace, Name: res.Ref.Name},
+		Revisions: []Revision{},
+	}
+	if ro := res.Rollout; ro != nil {
+		h.Workload.Phase, h.Workload.Aborted = ro.Status.Phase, ro.Status.Abort
+	}
+	for _, rs := range res.Owned {
+		desired := int32(1)
+		if rs.Spec.Replicas != nil {
+			desired = *rs.Spec.Replicas
+		}
+		r := Revision{
+			Revision:          workload.Revision(rs),
+			ReplicaSet:        rs.Name,
+			PodTemplateHash:   rs.Labels[res.Ref.Kind.HashLabel()],
+			Role:              res.RoleOf(rs),
+			Pods:              Pods{Ready: rs.Status.ReadyReplicas, Desired: desired},
+			CreationTimestamp: rs.CreationTimestamp,
+			Config:            []Config{},
+			rs:                rs,
+		}
+		optional := optionalRefs(&rs.Spec.Template.Spec)
+		for _, ref := range refs.FromPodSpec(&rs.Spec.Template.Spec).Sorted() {
+			o := objs[ref]
+			c := Config{Kind: ref.Kind, Name: ref.Name, OriginalName: OriginalName(o, ref.Name), Optional: optional[ref]}
+			if o != nil {
+				c.Exists, c.Attached, c.Revisioned = true, o.AttachedTo(rs.UID), o.Revisioned()
+			}
+			r.Config = append(r.Config, c)
+		}
+		h.Revisions = append(h.Revisions, r)
+	}
+	return h
+}
+
+// ConfigRefs lists every config object the revisions reference: what Read must read.
+func ConfigRefs(revisions ...*Revision) []refs.Ref {
+	all := refs.Set{}
+	for _, r := range revisions {
+		for _, c := range r.Config {
+			all[refs.Ref{Kind: c.Kind, Name: c.Name}] = struct{}{}
+		}
+	}
+	return all.Sorted()
+}
+
+// AllConfigRefs lists every config object the workload's ReplicaSets reference.
+func AllConfigRefs(res *workload.Resolved) []refs.Ref {
+	all := refs.Set{}
+	for _, rs := range res.Owned {
+		for r := range refs.FromPodSpec(&rs.Spec.Template.Spec) {
+			all[r] = struct{}{}
+		}
+	}
+	return all.Sorted()
+}
+
+// optionalRefs returns the references whose every use is marked optional: true. refs.Uses is the one
+// description of where a pod spec names config; each use's parent (a configMap volume, a projected
+// source, a configMapRef, a configMapKeyRef, ...) carries the optional field.
+func optionalRefs(spec *corev1.PodSpec) map[refs.Ref]bool {
+	uses := refs.Uses(spec)
+	if len(uses) == 0 {
+		return nil
+	}
+	u, err := runtime.DefaultUnstructuredConverter.ToUnstructured(spec)
+	if err != nil {
+		return nil
+	}
+	out := map[refs.Ref]bool{}
+	for _, use := range uses {
+		opt := false
+		if parent, ok := lookup(u, use.Path[:len(use.Path)-1]).(map[string]any); ok {
+			opt, _ = parent["optional"].(bool)
+		}
+		if prev, seen := out[use.Ref]; seen {
+			out[use.Ref] = prev && opt
+		} else {
+			out[use.Ref] = opt
+		}
+	}
+	return out
+}
+
+func lookup(v any, path refs.Path) any {
+	for _, p := range path {
+		switch k := p.(type) {
+		case string:
+			m, ok := v.(map[string]any)
+			if !ok {
+				return nil
+			}
+			v = m[k]
+		case int:
+			s, ok := v.([]any)
+			if !ok || k >= len(s) {
+				return nil
+			}
+			v = s[k]
+		default:
+			return nil
+		}
+	}
+	return v
+}
