@@ -2,9 +2,184 @@ package cli
 
 import (
 	"context"
-	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"strings"
+	"time"
+
+	"golang.org/x/term"
+	"k8s.io/client-go/tools/clientcmd"
+
+	"github.com/configmap-attacher/configmap-attacher/internal/history"
+	"github.com/configmap-attacher/configmap-attacher/internal/kube"
+	"github.com/configmap-attacher/configmap-attacher/internal/workload"
 )
 
-func runHistory(_ context.Context, _ Env, _ []string) error {
-	return errors.New("history: not implemented yet")
+const historySynopsis = `List a Rollout's or a Deployment's revisions (its ReplicaSets, newest first) and the ConfigMaps and
+Secrets each one runs with: the config a rollback to that revision gets.
+
+  ROLE    stable, canary or old for a Rollout, as its status says (a blue-green preview shows as
+          canary); current or old for a Deployment
+  PODS    ready/desired
+  CONFIG  every ConfigMap and Secret the revision's pod template references (as kubectl names
+          them), marked when something needs attention:
+            (MISSING)            it does not exist: that revision's pods cannot start (a warning
+                                 under the table says what that means for the revision)
+            (missing, optional)  it does not exist, but is referenced as optional
+            (not attached)       opted in, but no ownerReference to that ReplicaSet: its lifetime
+                                 is not tied to the revision (run the attacher)
+            (not revisioned)     a plain shared object: a change to it reaches every revision
+Only metadata is read: no Secret value.
+
+Usage:
+  configmap-attacher history KIND/NAME [-n NAMESPACE] [-o table|json|yaml] [flags]
+  kubectl configmap-revisions history KIND/NAME [-n NAMESPACE] [-o ...]   (installed as a kubectl plugin)
+
+KIND is rollout (ro) or deployment (deploy). Flags may come before or after KIND/NAME. The namespace
+defaults to the kubeconfig context's, as for kubectl.
+
+Examples:
+  configmap-attacher history rollout/demo -n devops-apps-01
+  configmap-attacher history deployment/web -o json | jq -r '.revisions[] | select(.role=="current") | .config[].name'
+  configmap-attacher diff rollout/demo 3 4      (what changed between two of these revisions)
+
+Environment:
+  IS_IN_CLUSTER  unset: kubeconfig like kubectl (in a pod: its service account); false: kubeconfig
+  LOG_LEVEL      debug, info (default), warn, error: logs go to stderr, output to stdout
+  NO_COLOR       set: no colors (colors are only ever used when stdout is a terminal)
+
+Exit codes: 0 listed, 1 failed (unknown workload or kind, API error), 2 bad usage.
+
+See docs/history.md.
+`
+
+// readFlags are the flags of the read-only commands: kubectl's spellings, so they work as a plugin.
+type readFlags struct {
+	client    kube.ClientOptions
+	namespace string
+}
+
+func (f *readFlags) addFlags(fs *flag.FlagSet) {
+	f.client.AddFlags(fs)
+	fs.StringVar(&f.namespace, "namespace", "", "namespace of the workload (default: the kubeconfig context's namespace)")
+	fs.StringVar(&f.namespace, "n", "", "shorthand for -namespace")
+}
+
+// workloadRef parses KIND/NAME: a malformed argument is bad usage (exit 2), a well-formed one naming
+// a kind we do not follow is an unknown kind (exit 1), as kubectl treats an unknown resource type.
+func workloadRef(namespace, arg string) (workload.Ref, error) {
+	kind, name, ok := strings.Cut(arg, "/")
+	if !ok || kind == "" || name == "" {
+		return workload.Ref{}, usage("workload %q must be written KIND/NAME, e.g. rollout/demo or deployment/web", arg)
+	}
+	return workload.ParseRef(namespace, arg)
+}
+
+// connect sets up logging and clients and settles the namespace.
+func (f *readFlags) connect(ctx context.Context, env Env, command string) (context.Context, *kube.Clients, error) {
+	ctx, err := setupLogging(ctx, env, command)
+	if err != nil {
+		return nil, nil, err
+	}
+	clients, err := clientsFrom(env, &f.client)
+	if err != nil {
+		return nil, nil, err
+	}
+	if f.namespace == "" {
+		if f.namespace, err = defaultNamespace(f.client); err != nil {
+			return nil, nil, err
+		}
+	}
+	return ctx, clients, nil
+}
+
+// defaultNamespace is kubectl's: the kubeconfig context's namespace, in a pod its own, else "default".
+func defaultNamespace(o kube.ClientOptions) (string, error) {
+	rules := clientcmd.NewDefaultClientConfigLoadingRules()
+	rules.ExplicitPath = o.Kubeconfig
+	ns, _, err := clientcmd.NewNonInteractiveDeferredLoadingClientConfig(rules,
+		&clientcmd.ConfigOverrides{CurrentContext: o.Context}).Namespace()
+	if err != nil {
+		return "", fmt.Errorf("finding the default namespace (give -n NAMESPACE): %w", err)
+	}
+	if ns == "" {
+		ns = "default"
+	}
+	return ns, nil
+}
+
+// parseInterspersed lets flags follow positional arguments (`history rollout/demo -n prod`, the way
+// kubectl users type them); "--" ends the flags.
+func parseInterspersed(fs *flag.FlagSet, args []string) ([]string, error) {
+	var positional []string
+	for {
+		if err := parse(fs, args, true); err != nil {
+			return nil, err
+		}
+		rest := fs.Args()
+		if len(rest) == 0 {
+			return positional, nil
+		}
+		if consumed := len(args) - len(rest); consumed > 0 && args[consumed-1] == "--" {
+			return append(positional, rest...), nil
+		}
+		positional = append(positional, rest[0])
+		args = rest[1:]
+	}
+}
+
+// colorOutput colors only a terminal, and never when NO_COLOR is set (https://no-color.org).
+func colorOutput(env Env) bool {
+	if v, ok := env.Lookup("NO_COLOR"); ok && v != "" {
+		return false
+	}
+	return isTerminal(env.Stdout)
+}
+
+func isTerminal(w io.Writer) bool {
+	f, ok := w.(*os.File)
+	return ok && term.IsTerminal(int(f.Fd()))
+}
+
+func runHistory(ctx context.Context, env Env, args []string) error {
+	var f readFlags
+	output := history.OutputTable
+	fs := newFlagSet(env, "history", historySynopsis)
+	f.addFlags(fs)
+	fs.StringVar(&output, "output", output, "output format: table, json or yaml")
+	fs.StringVar(&output, "o", output, "shorthand for -output")
+	positional, err := parseInterspersed(fs, args)
+	if err != nil {
+		return err
+	}
+	if len(positional) != 1 {
+		return usage("want one workload, e.g. history rollout/demo; got %d arguments", len(positional))
+	}
+	switch output {
+	case history.OutputTable, history.OutputJSON, history.OutputYAML:
+	default:
+		return usage("-o %q: use table, json or yaml", output)
+	}
+	if _, err := workloadRef("", positional[0]); err != nil {
+		return err
+	}
+	ctx, clients, err := f.connect(ctx, env, "history")
+	if err != nil {
+		return err
+	}
+	ref, err := workloadRef(f.namespace, positional[0])
+	if err != nil {
+		return err
+	}
+	res, err := history.Resolve(ctx, clients, ref)
+	if err != nil {
+		return err
+	}
+	objs, err := history.Read(ctx, clients, ref.Namespace, history.AllConfigRefs(res), false)
+	if err != nil {
+		return err
+	}
+	return history.Write(env.Stdout, history.Build(res, objs), output, time.Now(), history.Style{Color: colorOutput(env)})
 }
