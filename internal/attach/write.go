@@ -38,10 +38,12 @@ func GVR(kind refs.Kind) schema.GroupVersionResource {
 }
 
 // Validate sends every change as a server-side dry run, so RBAC, admission plugins (e.g.
-// OwnerReferencesPermissionEnforcement) and webhooks get their say before anything is written.
+// OwnerReferencesPermissionEnforcement) and webhooks get their say before anything is written. It
+// checks permission, not concurrency: without a resourceVersion, another attacher writing meanwhile
+// does not fail it (Apply handles that race).
 func (w *Writer) Validate(ctx context.Context, changes []Change) error {
 	for _, c := range changes {
-		if _, err := w.patch(ctx, c, c.Object.Meta.ResourceVersion, true); err != nil {
+		if _, err := w.patch(ctx, c, "", true); err != nil {
 			return err
 		}
 	}
@@ -111,12 +113,11 @@ func (w *Writer) apply(ctx context.Context, c Change) (bool, error) {
 // resourceVersion makes it conditional: we only add a reference we saw absent at that version, which
 // guarantees we never rewrite an existing entry with the same uid.
 func (w *Writer) patch(ctx context.Context, c Change, rv string, dryRun bool) (*metav1.PartialObjectMetadata, error) {
-	body, err := json.Marshal(map[string]any{
-		"metadata": map[string]any{
-			"resourceVersion": rv,
-			"ownerReferences": []metav1.OwnerReference{OwnerReference(c.ReplicaSet)},
-		},
-	})
+	meta := map[string]any{"ownerReferences": []metav1.OwnerReference{OwnerReference(c.ReplicaSet)}}
+	if rv != "" {
+		meta["resourceVersion"] = rv
+	}
+	body, err := json.Marshal(map[string]any{"metadata": meta})
 	if err != nil {
 		return nil, err
 	}

@@ -387,9 +387,10 @@ current-context: c
 				bin.Kubeconfig = tt.kubeconfig
 			}
 			r := bin.Run(ctx, nil, tt.args...)
-			t.Logf("exit %d after %s: %s", r.Code, r.Duration.Round(time.Millisecond), lastLine(r.Stderr))
-			if r.Code != tt.code || !strings.Contains(lastLine(r.Stderr), tt.want) {
-				t.Fatalf("want exit %d and a last line containing %q\n%s", tt.code, tt.want, r)
+			msg := errorLine(r.Stderr)
+			t.Logf("exit %d after %s: %s", r.Code, r.Duration.Round(time.Millisecond), msg)
+			if r.Code != tt.code || !strings.Contains(msg, tt.want) {
+				t.Fatalf("want exit %d and an error line containing %q\n%s", tt.code, tt.want, r)
 			}
 		})
 	}
@@ -401,7 +402,12 @@ current-context: c
 	}
 }
 
-func lastLine(s string) string {
-	lines := strings.Split(strings.TrimRight(s, "\n"), "\n")
-	return lines[len(lines)-1]
+// errorLine is the one line the binary prints about a failure: "configmap-attacher <command>: ...".
+func errorLine(stderr string) string {
+	for _, l := range strings.Split(stderr, "\n") {
+		if strings.HasPrefix(l, "configmap-attacher ") {
+			return l
+		}
+	}
+	return ""
 }
