@@ -5,7 +5,6 @@ import (
 	"flag"
 	"os"
 	"path/filepath"
-	"strconv"
 	"testing"
 	"time"
 
@@ -224,5 +223,3 @@ func reshaped() fixture {
 }
 
 func ptr[T any](v T) *T { return &v }
-
-func itoa(n int64) string { return strconv.FormatInt(n, 10) }

@@ -3,11 +3,10 @@
 // Every config revision has its own name and an ownerReference to each ReplicaSet using it, so the
 // ReplicaSets a Rollout or Deployment keeps for rollback say exactly which config each revision runs
 // with, and that config is still there to compare. The core is pure: Build and Compare work on objects
-// already read (Load reads them), and the writers print tables, JSON, YAML and unified diffs.
+// already read (Resolve and Read read them from the API), and the writers print tables, JSON, YAML and unified diffs.
 package history
 
 import (
-	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
@@ -44,8 +43,6 @@ type Revision struct {
 	CreationTimestamp metav1.Time   `json:"creationTimestamp"`
 	// Config is every ConfigMap and Secret the pod template references, by kind then name.
 	Config []Config `json:"config"`
-
-	rs *appsv1.ReplicaSet
 }
 
 // Pods counts a ReplicaSet's pods.
@@ -96,7 +93,6 @@ func Build(res *workload.Resolved, objs Objects) *History {
 			Pods:              Pods{Ready: rs.Status.ReadyReplicas, Desired: desired},
 			CreationTimestamp: rs.CreationTimestamp,
 			Config:            []Config{},
-			rs:                rs,
 		}
 		optional := optionalRefs(&rs.Spec.Template.Spec)
 		for _, ref := range refs.FromPodSpec(&rs.Spec.Template.Spec).Sorted() {

@@ -68,7 +68,8 @@ func Write(w io.Writer, h *History, format string, now time.Time, style Style) e
 
 // WriteTable prints one row per revision, one line per config object; CONFIG comes last because an
 // entry may span lines (color codes there cannot upset the alignment either).
-func WriteTable(w io.Writer, h *History, now time.Time, style Style) error {
+func WriteTable(out io.Writer, h *History, now time.Time, style Style) error {
+	w := &errWriter{w: out}
 	if len(h.Revisions) == 0 {
 		_, err := fmt.Fprintf(w, "No ReplicaSets found for %s %s/%s.\n", h.Workload.Kind, h.Workload.Namespace, h.Workload.Name)
 		return err
@@ -118,7 +119,7 @@ func WriteTable(w io.Writer, h *History, now time.Time, style Style) error {
 	for _, m := range warnings {
 		fmt.Fprintln(w, style.paint(ansiRed, m))
 	}
-	return nil
+	return w.err
 }
 
 // Markers after a config object's name, and what they mean (printed under the table when used).
