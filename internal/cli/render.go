@@ -2,6 +2,8 @@ package cli
 
 import (
 	"context"
+	"errors"
+	"flag"
 
 	"github.com/configmap-attacher/configmap-attacher/internal/render"
 )
@@ -53,7 +55,14 @@ func runRender(ctx context.Context, env Env, args []string) error {
 	o := render.NewOptions()
 	fs := newFlagSet(env, "render", renderSynopsis)
 	o.AddFlags(fs)
+	// The flag package prints the usage on every parse error; as a post-renderer, stdout must carry
+	// manifests only, so the usage is printed for -h alone.
+	printUsage := fs.Usage
+	fs.Usage = func() {}
 	if err := parse(fs, args, true); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			printUsage()
+		}
 		return err
 	}
 	o.Files = fs.Args()
