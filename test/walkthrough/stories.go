@@ -26,6 +26,9 @@ func (s *Story) start(ctx context.Context, spec framework.RolloutSpec) (revision
 	if err != nil {
 		return revision{}, err
 	}
+	if err := s.waitStable(ctx, rs); err != nil {
+		return revision{}, err
+	}
 	if err := s.expectAttached(ctx, cm, rs); err != nil {
 		return revision{}, err
 	}
@@ -66,6 +69,9 @@ func (s *Story) promote(ctx context.Context, next revision, old ...revision) err
 	}
 	s.say("kubectl argo rollouts promote %s", s.Rollout)
 	if _, err := s.waitCurrent(ctx, next.ConfigMap, replicas); err != nil {
+		return err
+	}
+	if err := s.waitStable(ctx, next.RS); err != nil {
 		return err
 	}
 	for _, o := range old {

@@ -16,6 +16,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/configmap-attacher/configmap-attacher/internal/refs"
+	"github.com/configmap-attacher/configmap-attacher/internal/workload"
 	"github.com/configmap-attacher/configmap-attacher/test/framework"
 )
 
@@ -155,6 +156,19 @@ func (s *Story) waitPaused(ctx context.Context) error {
 	})
 }
 
+// waitStable waits until Argo Rollouts records rs as the stable ReplicaSet. Deploying before that
+// (right after the pods moved) makes Argo treat rs as an abandoned canary and scale it to zero.
+func (s *Story) waitStable(ctx context.Context, rs *appsv1.ReplicaSet) error {
+	hash := rs.Labels[workload.RolloutHashLabel]
+	return framework.Eventually(ctx, s.Wait, "ReplicaSet "+rs.Name+" to become stable", func(ctx context.Context) (bool, string, error) {
+		ro, err := s.C.Rollout(ctx, s.Namespace, s.Rollout)
+		if err != nil {
+			return false, "", err
+		}
+		return ro.Status.StableRS == hash, "stableRS " + ro.Status.StableRS, nil
+	})
+}
+
 // expectAttached checks cm is attached to rs (waiting a little: the controller is asynchronous).
 func (s *Story) expectAttached(ctx context.Context, cm string, rs *appsv1.ReplicaSet) error {
 	if s.SkipAttachChecks {
@@ -204,9 +218,9 @@ func (s *Story) mounted(ctx context.Context, rs *appsv1.ReplicaSet, cm string) (
 		return 0, fmt.Errorf("ReplicaSet %s has no pods to check", rs.Name)
 	}
 	for _, p := range pods {
-		got := refs.FromPodSpec(&p.Spec).Sorted()
-		if !slices.Equal(got, []refs.Ref{{Kind: refs.ConfigMap, Name: cm}}) {
-			return 0, fmt.Errorf("pod %s (ReplicaSet %s) mounts %v, want ConfigMap %s", p.Name, rs.Name, got, cm)
+		got := configVolume(&p.Spec)
+		if !slices.Equal(got, []string{cm}) {
+			return 0, fmt.Errorf("pod %s (ReplicaSet %s) mounts %v at %s, want ConfigMap %s", p.Name, rs.Name, got, framework.MountPath, cm)
 		}
 	}
 	s.say("✓ the %d pod(s) of ReplicaSet %s mount ConfigMap %s", len(pods), rs.Name, cm)
@@ -240,4 +254,29 @@ func (s *Story) deleteReplicaSets(ctx context.Context, rss ...*appsv1.ReplicaSet
 		s.say("kubectl delete replicaset %s", rs.Name)
 	}
 	return nil
+}
+
+// configVolume lists the ConfigMaps of the volume mounted at framework.MountPath (pods also get an
+// injected service-account volume projecting kube-root-ca.crt, which is not the app's config).
+func configVolume(spec *corev1.PodSpec) []string {
+	var volume string
+	for _, c := range spec.Containers {
+		for _, m := range c.VolumeMounts {
+			if m.MountPath == framework.MountPath {
+				volume = m.Name
+			}
+		}
+	}
+	var out []string
+	for _, v := range spec.Volumes {
+		if v.Name != volume || v.Projected == nil {
+			continue
+		}
+		for _, src := range v.Projected.Sources {
+			if src.ConfigMap != nil {
+				out = append(out, src.ConfigMap.Name)
+			}
+		}
+	}
+	return out
 }

@@ -1,0 +1,324 @@
+//go:build e2e
+
+package e2e
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/tools/clientcmd"
+
+	"github.com/configmap-attacher/configmap-attacher/internal/refs"
+	"github.com/configmap-attacher/configmap-attacher/test/framework"
+)
+
+// The controller chart (charts/configmap-attacher): installed with the real helm, then its RBAC is
+// proved by running the real binary locally as the chart's own ServiceAccounts (a TokenRequest token),
+// with the arguments of the chart's Deployment. kwok runs no container, so the chart's pod never does
+// the work itself.
+
+func TestChartsLint(t *testing.T) {
+	t.Parallel()
+	h := helmCLI(t)
+	for _, tc := range []struct {
+		chart string
+		sets  []string
+	}{
+		{"configmap-attacher", nil},
+		{"configmap-attacher", []string{"watchNamespaces={a,b}", "jobRBAC.enabled=true", "replicas=2", "podDisruptionBudget.enabled=true", "metrics.service.enabled=true"}},
+		{"configmap-attacher", []string{"controller.enabled=false", "jobRBAC.enabled=true", "rbac.ownerReferencesPermissionEnforcement=true"}},
+		{"base-app", nil},
+		{"base-app", []string{"configmaps.cm.kv_data.k=v", "attacher=job"}},
+		{"base-app", []string{"configmaps.cm.kv_data.k=v", "attacher=controller", "strategy=manual-canary-20-pct"}},
+	} {
+		args := []string{"lint", "--strict", chartPath(tc.chart)}
+		for _, s := range tc.sets {
+			args = append(args, "--set", s)
+		}
+		out := helmRun(t, h, args...)
+		if !strings.Contains(out, "0 chart(s) failed") {
+			t.Errorf("helm %s:\n%s", strings.Join(args, " "), out)
+		}
+	}
+	// The schema refuses what the templates could not use.
+	for _, set := range []string{"replicas=-1", "logLevel=verbose", "watchNamespaces={Bad_NS}", "unknownValue=1", "leaderElection.leaseDuration=15"} {
+		if out, err := h.Run(context.Background(), "lint", chartPath("configmap-attacher"), "--set", set); err == nil {
+			t.Errorf("helm lint --set %s: want a schema error, got:\n%s", set, out)
+		}
+	}
+	if _, err := h.Run(context.Background(), "template", chartPath("configmap-attacher"), "--set", "replicas=2", "--set", "leaderElection.enabled=false"); err == nil ||
+		!strings.Contains(err.Error(), "leaderElection") {
+		t.Errorf("replicas 2 without leader election: want a refusal naming leaderElection, got %v", err)
+	}
+}
+
+// chartRelease is one install of charts/configmap-attacher.
+type chartRelease struct {
+	t        *testing.T
+	name, ns string
+	helm     framework.Helm
+}
+
+// installChart installs the chart into ns (helm --wait: the API server accepted every object and the
+// Deployment became available) and uninstalls it at the end, cluster-scoped objects included.
+func installChart(t *testing.T, name, ns string, sets ...string) *chartRelease {
+	t.Helper()
+	r := &chartRelease{t: t, name: name, ns: ns, helm: helmCLI(t)}
+	args := []string{"upgrade", "--install", name, chartPath("configmap-attacher"), "-n", ns, "--wait", "--timeout", "2m"}
+	for _, s := range sets {
+		args = append(args, "--set", s)
+	}
+	helmRun(t, r.helm, args...)
+	t.Cleanup(func() {
+		if _, err := r.helm.Run(context.Background(), "uninstall", name, "-n", ns, "--wait"); err != nil {
+			t.Logf("cleanup: %v", err)
+		}
+	})
+	return r
+}
+
+func (r *chartRelease) fullname() string { return r.name + "-configmap-attacher" }
+
+// deployment returns the chart's Deployment and checks the pod hardening it promises.
+func (r *chartRelease) deployment() *appsv1.Deployment {
+	t := r.t
+	t.Helper()
+	d, err := e2e.cluster.Kube.AppsV1().Deployments(r.ns).Get(context.Background(), r.fullname(), metav1.GetOptions{})
+	must(t, err)
+	pod := d.Spec.Template.Spec
+	c := pod.Containers[0]
+	sc, psc := c.SecurityContext, pod.SecurityContext
+	switch {
+	case psc == nil || psc.RunAsNonRoot == nil || !*psc.RunAsNonRoot:
+		t.Error("pod: want runAsNonRoot")
+	case psc.SeccompProfile == nil || psc.SeccompProfile.Type != corev1.SeccompProfileTypeRuntimeDefault:
+		t.Error("pod: want seccompProfile RuntimeDefault")
+	case sc == nil || sc.ReadOnlyRootFilesystem == nil || !*sc.ReadOnlyRootFilesystem:
+		t.Error("container: want readOnlyRootFilesystem")
+	case sc.AllowPrivilegeEscalation == nil || *sc.AllowPrivilegeEscalation:
+		t.Error("container: want allowPrivilegeEscalation false")
+	case sc.Capabilities == nil || !slices.Equal(sc.Capabilities.Drop, []corev1.Capability{"ALL"}):
+		t.Error("container: want capabilities drop ALL")
+	case c.LivenessProbe == nil || c.LivenessProbe.HTTPGet == nil || c.LivenessProbe.HTTPGet.Path != "/healthz":
+		t.Error("container: want liveness /healthz")
+	case c.ReadinessProbe == nil || c.ReadinessProbe.HTTPGet == nil || c.ReadinessProbe.HTTPGet.Path != "/readyz":
+		t.Error("container: want readiness /readyz")
+	case c.Resources.Requests.Memory().IsZero() || c.Resources.Limits.Memory().IsZero():
+		t.Error("container: want memory request and limit")
+	}
+	var podNS bool
+	for _, e := range c.Env {
+		podNS = podNS || e.Name == "POD_NAMESPACE" && e.ValueFrom != nil && e.ValueFrom.FieldRef != nil && e.ValueFrom.FieldRef.FieldPath == "metadata.namespace"
+	}
+	if !podNS {
+		t.Error("container: want POD_NAMESPACE from the downward API")
+	}
+	return d
+}
+
+// runController runs the binary locally as the chart's ServiceAccount, with the chart's Deployment's
+// arguments (listen addresses moved to free loopback ports) and POD_NAMESPACE as the downward API
+// would set it.
+func (r *chartRelease) runController(d *appsv1.Deployment) *framework.Process {
+	t := r.t
+	t.Helper()
+	ctx := context.Background()
+	pod := d.Spec.Template.Spec
+	kubeconfig := serviceAccountKubeconfig(t, r.ns, pod.ServiceAccountName)
+	var args []string
+	for _, a := range pod.Containers[0].Args {
+		switch {
+		case strings.HasPrefix(a, "-metrics-bind-address="):
+			a = "-metrics-bind-address=127.0.0.1:0"
+		case strings.HasPrefix(a, "-health-probe-bind-address="):
+			a = "-health-probe-bind-address=127.0.0.1:0"
+		}
+		args = append(args, a)
+	}
+	if !slices.Contains(args, "-leader-elect=true") || !slices.Contains(args, "-leader-election-namespace="+r.ns) {
+		t.Fatalf("the chart's controller args %q: want leader election with the Lease in the release namespace %s", args, r.ns)
+	}
+	p, err := framework.Binary{Path: e2e.bin.Path, Kubeconfig: kubeconfig}.Start(ctx, []string{"POD_NAMESPACE=" + r.ns}, args...)
+	must(t, err)
+	t.Logf("running the chart's controller as ServiceAccount %s/%s: configmap-attacher %s", r.ns, pod.ServiceAccountName, strings.Join(args, " "))
+	t.Cleanup(func() {
+		_ = p.Stop()
+		if t.Failed() {
+			t.Logf("controller logs:\n%s", p.Logs())
+		}
+	})
+	return p
+}
+
+// expectLeader waits for the controller to hold the chart's Lease (its Role in the release namespace).
+func (r *chartRelease) expectLeader(p *framework.Process) {
+	r.t.Helper()
+	must(r.t, framework.Eventually(context.Background(), 30*time.Second, "the Lease "+r.fullname()+" to be held", func(ctx context.Context) (bool, string, error) {
+		if p.Exited() {
+			return false, "", fmt.Errorf("the controller exited:\n%s", p.Logs())
+		}
+		l, err := e2e.cluster.Kube.CoordinationV1().Leases(r.ns).Get(ctx, r.fullname(), metav1.GetOptions{})
+		if apierrors.IsNotFound(err) {
+			return false, "no Lease", nil
+		}
+		if err != nil {
+			return false, "", err
+		}
+		return l.Spec.HolderIdentity != nil && *l.Spec.HolderIdentity != "", "no holder", nil
+	}))
+	r.t.Logf("then: it holds the Lease %s/%s", r.ns, r.fullname())
+}
+
+// runJob runs the Job mode as the chart's jobRBAC ServiceAccount, with the original Job's arguments.
+func (r *chartRelease) runJob(rollout, ns, cm string) {
+	t := r.t
+	t.Helper()
+	sa := r.fullname() + "-job"
+	kubeconfig := serviceAccountKubeconfig(t, r.ns, sa)
+	res := framework.Binary{Path: e2e.bin.Path, Kubeconfig: kubeconfig}.Run(context.Background(), nil,
+		"-rollout", rollout, "-namespace", ns, "-configmaps", cm)
+	if res.Code != 0 {
+		t.Fatalf("the Job as ServiceAccount %s/%s failed: %s", r.ns, sa, describe(res))
+	}
+	t.Logf("ran the Job as ServiceAccount %s/%s in %s", r.ns, sa, res.Duration.Round(time.Millisecond))
+}
+
+// serviceAccountKubeconfig authenticates as a ServiceAccount the chart created.
+func serviceAccountKubeconfig(t *testing.T, ns, sa string) string {
+	t.Helper()
+	ctx := context.Background()
+	if _, err := e2e.cluster.Kube.CoreV1().ServiceAccounts(ns).Get(ctx, sa, metav1.GetOptions{}); err != nil {
+		t.Fatalf("the chart's ServiceAccount: %v", err)
+	}
+	kubeconfig, err := e2e.cluster.ServiceAccountKubeconfig(ctx, ns, sa, t.TempDir())
+	must(t, err)
+	return kubeconfig
+}
+
+// givenConfiguredRollout creates a config revision (opted in for the controller, or not: the Job attaches
+// what it is told) and a Rollout mounting it, with extra pod labels, and returns the revision and the
+// Rollout's first ReplicaSet.
+func givenConfiguredRollout(t *testing.T, ns, name string, optedIn bool, podLabels map[string]string) (string, *appsv1.ReplicaSet) {
+	t.Helper()
+	ctx := context.Background()
+	cm, err := e2e.cluster.CreateConfigRevision(ctx, ns, name+"-cm", map[string]string{"config": name}, optedIn)
+	must(t, err)
+	tmpl := framework.PodTemplate(name, []string{cm.Name}, nil)
+	for k, v := range podLabels {
+		tmpl.Labels[k] = v
+	}
+	must(t, e2e.cluster.CreateRollout(ctx, ns, name, framework.RolloutSpec{Replicas: 1, Template: &tmpl}))
+	s := &helmStory{t: t, ns: ns, rollout: name}
+	return cm.Name, s.waitNewRevision(nil, 1).rs
+}
+
+// Default install: ClusterRole and ClusterRoleBinding, Lease Role; plus every optional object.
+func TestChartClusterWideRBACSuffices(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	ns := givenNamespace(t, "e2e-chart-cluster")
+	appNS := givenNamespace(t, "e2e-chart-cluster-app")
+	// Cluster-wide, the controller would also attach config in other tests' namespaces (some of which
+	// are negative controls): a ReplicaSet selector keeps it to ours, RBAC stays cluster-wide.
+	const selector = "e2e.configmap-attacher.io/chart"
+	r := installChart(t, "cma-cluster", ns,
+		"replicaSetSelector="+selector+"=cluster-wide", "jobRBAC.enabled=true", "replicas=2",
+		"podDisruptionBudget.enabled=true", "metrics.service.enabled=true", "rbac.ownerReferencesPermissionEnforcement=true")
+	t.Log("given: the chart installed with its defaults (ClusterRole), 2 replicas, PDB, metrics Service, jobRBAC")
+	for _, get := range []func() error{
+		func() error {
+			_, err := e2e.cluster.Kube.RbacV1().ClusterRoles().Get(ctx, r.fullname(), metav1.GetOptions{})
+			return err
+		},
+		func() error {
+			_, err := e2e.cluster.Kube.RbacV1().ClusterRoles().Get(ctx, r.fullname()+"-job", metav1.GetOptions{})
+			return err
+		},
+		func() error {
+			_, err := e2e.cluster.Kube.PolicyV1().PodDisruptionBudgets(ns).Get(ctx, r.fullname(), metav1.GetOptions{})
+			return err
+		},
+		func() error {
+			_, err := e2e.cluster.Kube.CoreV1().Services(ns).Get(ctx, r.fullname()+"-metrics", metav1.GetOptions{})
+			return err
+		},
+	} {
+		must(t, get())
+	}
+	d := r.deployment()
+
+	t.Log("when: the controller runs as the chart's ServiceAccount with the chart's arguments")
+	p := r.runController(d)
+	r.expectLeader(p)
+	cm, rs := givenConfiguredRollout(t, appNS, "demo", true, map[string]string{selector: "cluster-wide"})
+	must(t, e2e.cluster.WaitAttached(ctx, 30*time.Second, appNS, refs.ConfigMap, cm, rs))
+	t.Logf("then: %s/%s is attached to ReplicaSet %s", appNS, cm, rs.Name)
+
+	t.Log("when: the Job mode runs as the jobRBAC ServiceAccount")
+	jobCM, jobRS := givenConfiguredRollout(t, appNS, "job-demo", false, nil) // not opted in: the controller leaves it
+	r.runJob("job-demo", appNS, jobCM)
+	must(t, framework.CheckAttached(configOwners(t, appNS, jobCM), jobRS))
+	t.Logf("then: %s/%s is attached to ReplicaSet %s", appNS, jobCM, jobRS.Name)
+}
+
+// watchNamespaces: Roles in the watched namespaces only, the controller's -namespaces flag.
+func TestChartNamespacedRBACSuffices(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	ns := givenNamespace(t, "e2e-chart-ns")
+	appNS := givenNamespace(t, "e2e-chart-ns-app")
+	r := installChart(t, "cma-ns", ns, "watchNamespaces={"+appNS+"}", "jobRBAC.enabled=true")
+	t.Logf("given: the chart installed with watchNamespaces=[%s]", appNS)
+	for _, name := range []string{r.fullname(), r.fullname() + "-job"} {
+		if _, err := e2e.cluster.Kube.RbacV1().ClusterRoles().Get(ctx, name, metav1.GetOptions{}); !apierrors.IsNotFound(err) {
+			t.Fatalf("ClusterRole %s: want none with watchNamespaces, got err=%v", name, err)
+		}
+		if _, err := e2e.cluster.Kube.RbacV1().Roles(appNS).Get(ctx, name, metav1.GetOptions{}); err != nil {
+			t.Fatalf("Role %s/%s: %v", appNS, name, err)
+		}
+	}
+	d := r.deployment()
+	if !slices.Contains(d.Spec.Template.Spec.Containers[0].Args, "-namespaces="+appNS) {
+		t.Fatalf("controller args %q: want -namespaces=%s", d.Spec.Template.Spec.Containers[0].Args, appNS)
+	}
+
+	t.Log("when: the controller runs as the chart's ServiceAccount with the chart's arguments")
+	p := r.runController(d)
+	r.expectLeader(p)
+	cm, rs := givenConfiguredRollout(t, appNS, "demo", true, nil)
+	must(t, e2e.cluster.WaitAttached(ctx, 30*time.Second, appNS, refs.ConfigMap, cm, rs))
+	t.Logf("then: %s/%s is attached to ReplicaSet %s", appNS, cm, rs.Name)
+
+	t.Log("then: its ServiceAccount can read nothing outside the watched namespaces")
+	kc := serviceAccountClient(t, ns, d.Spec.Template.Spec.ServiceAccountName)
+	if _, err := kc.CoreV1().ConfigMaps(ns).List(ctx, metav1.ListOptions{}); !apierrors.IsForbidden(err) {
+		t.Fatalf("listing ConfigMaps in %s as the controller: want Forbidden, got %v", ns, err)
+	}
+	if _, err := kc.AppsV1().ReplicaSets("").List(ctx, metav1.ListOptions{}); !apierrors.IsForbidden(err) {
+		t.Fatalf("listing ReplicaSets cluster-wide as the controller: want Forbidden, got %v", err)
+	}
+
+	t.Log("when: the Job mode runs as the jobRBAC ServiceAccount")
+	jobCM, jobRS := givenConfiguredRollout(t, appNS, "job-demo", false, nil) // not opted in: the controller leaves it
+	r.runJob("job-demo", appNS, jobCM)
+	must(t, framework.CheckAttached(configOwners(t, appNS, jobCM), jobRS))
+	t.Logf("then: %s/%s is attached to ReplicaSet %s", appNS, jobCM, jobRS.Name)
+}
+
+func serviceAccountClient(t *testing.T, ns, sa string) kubernetes.Interface {
+	t.Helper()
+	cfg, err := clientcmd.BuildConfigFromFlags("", serviceAccountKubeconfig(t, ns, sa))
+	must(t, err)
+	kc, err := kubernetes.NewForConfig(cfg)
+	must(t, err)
+	return kc
+}
