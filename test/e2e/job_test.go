@@ -266,15 +266,21 @@ func TestJobWithADeployment(t *testing.T) {
 
 func deploymentRS(t *testing.T, ns, cm string) *appsv1.ReplicaSet {
 	t.Helper()
-	list, err := e2e.cluster.Kube.AppsV1().ReplicaSets(ns).List(context.Background(), metav1.ListOptions{})
-	must(t, err)
-	for i := range list.Items {
-		if refs.FromPodSpec(&list.Items[i].Spec.Template.Spec).Has(refs.Ref{Kind: refs.ConfigMap, Name: cm}) {
-			return &list.Items[i]
+	var found *appsv1.ReplicaSet
+	must(t, framework.Eventually(context.Background(), 60*time.Second, "a ReplicaSet mounting "+cm, func(ctx context.Context) (bool, string, error) {
+		list, err := e2e.cluster.Kube.AppsV1().ReplicaSets(ns).List(ctx, metav1.ListOptions{})
+		if err != nil {
+			return false, "", err
 		}
-	}
-	t.Fatalf("no ReplicaSet mounts %s", cm)
-	return nil
+		for i := range list.Items {
+			if refs.FromPodSpec(&list.Items[i].Spec.Template.Spec).Has(refs.Ref{Kind: refs.ConfigMap, Name: cm}) {
+				found = &list.Items[i]
+				return true, "", nil
+			}
+		}
+		return false, fmt.Sprintf("%d ReplicaSets, none mounts it", len(list.Items)), nil
+	}))
+	return found
 }
 
 // A Rollout whose template lives in a Deployment (workloadRef): a config change is a Deployment change.

@@ -12,7 +12,10 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
+	"syscall"
+	"time"
 
 	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/kubernetes"
@@ -132,4 +135,31 @@ func RepoRoot() (string, error) {
 		}
 		dir = parent
 	}
+}
+
+// RestartAPIServer kills kube-apiserver (SIGKILL: no graceful goodbye to watchers) and starts it
+// again through hack/cluster/up.sh, which restarts stopped components. Only for clusters we started.
+func (c *Cluster) RestartAPIServer(ctx context.Context, progress io.Writer) error {
+	if !c.owned {
+		return fmt.Errorf("restarting kube-apiserver needs a cluster the tests started (KUBECONFIG is set)")
+	}
+	pidFile := filepath.Join(filepath.Dir(c.Kubeconfig), "pids", "kube-apiserver.pid")
+	b, err := os.ReadFile(pidFile)
+	if err != nil {
+		return err
+	}
+	pid, err := strconv.Atoi(strings.TrimSpace(string(b)))
+	if err != nil {
+		return fmt.Errorf("%s: %w", pidFile, err)
+	}
+	if err := syscall.Kill(pid, syscall.SIGKILL); err != nil {
+		return fmt.Errorf("killing kube-apiserver (pid %d): %w", pid, err)
+	}
+	for syscall.Kill(pid, 0) == nil {
+		time.Sleep(50 * time.Millisecond)
+	}
+	cmd := exec.CommandContext(ctx, filepath.Join(c.root, "hack/cluster/up.sh"))
+	cmd.Env = append(os.Environ(), "CLUSTER_NAME="+c.name, "SKIP_TOOLS_BUILD=1")
+	cmd.Stdout, cmd.Stderr = io.Discard, progress
+	return cmd.Run()
 }
