@@ -157,7 +157,7 @@ build_kwok() {
 build_argo_rollouts() {
   local mod=github.com/argoproj/argo-rollouts dir ldflags
   check_pin argo-rollouts "$mod" "$ARGO_ROLLOUTS_VERSION"
-  ldflags="-s -w -X $mod/utils/version.version=$ARGO_ROLLOUTS_VERSION -X $mod/utils/version.gitTag=$ARGO_ROLLOUTS_VERSION -X $mod/utils/version.gitTreeState=clean"
+  ldflags="-s -w -X $mod/utils/version.version=${ARGO_ROLLOUTS_VERSION#v}"
   go_build argo-rollouts -ldflags "$ldflags" "$mod/cmd/rollouts-controller"
 
   dir=$(module_dir argo-rollouts "$mod")
@@ -166,14 +166,23 @@ build_argo_rollouts() {
   cp "$dir"/manifests/crds/*-crd.yaml "$OUT/crds/argo-rollouts/"
   chmod u+w "$OUT"/crds/argo-rollouts/*.yaml
 
-  # The kubectl plugin embeds the dashboard's built web UI (server/static), which the module zip
-  # does not ship. An overlay drops the //go:embed line: the plugin works, its `dashboard` serves
-  # no UI. Everything else (get, promote, abort, ...) is unaffected.
-  local overlay_dir=$OUT/overlay/argo-rollouts
-  mkdir -p "$overlay_dir"
-  grep -v '^[[:space:]]*//go:embed static/\*' "$dir/server/server_static.go" >"$overlay_dir/server_static.go"
-  printf '{"Replace":{"%s":"%s"}}\n' "$dir/server/server_static.go" "$overlay_dir/server_static.go" >"$overlay_dir/overlay.json"
-  go_build argo-rollouts -ldflags "$ldflags" -overlay "$overlay_dir/overlay.json" "$mod/cmd/kubectl-argo-rollouts"
+  # The kubectl plugin embeds the dashboard's built web UI (server/static/*), which the module zip
+  # does not ship (it is built from ui/ by yarn), and the module cache is read-only (go's
+  # -overlay refuses files in it). So it builds from a scratch copy of the module that has a
+  # placeholder page, through a copy of our go.mod (-modfile) replacing the module by that copy.
+  # Everything but `dashboard` (get, promote, abort, set image, ...) is unaffected.
+  local src=$OUT/src/argo-rollouts modfile=$OUT/src/argo-rollouts.mod
+  rm -rf "$src"
+  mkdir -p "$src"
+  cp -R "$dir"/. "$src"/
+  chmod -R u+w "$src"
+  rm -rf "$src"/docs "$src"/ui "$src"/test "$src"/examples
+  mkdir -p "$src/server/static"
+  echo '<html><body>The Argo Rollouts dashboard UI is not included in this build.</body></html>' >"$src/server/static/index.html"
+  cp "$TOOLS_SRC/argo-rollouts/go.mod" "$modfile"
+  cp "$TOOLS_SRC/argo-rollouts/go.sum" "${modfile%.mod}.sum"
+  printf '\nreplace %s => %s\n' "$mod" "$src" >>"$modfile"
+  go_build argo-rollouts -modfile "$modfile" -ldflags "$ldflags" "$mod/cmd/kubectl-argo-rollouts"
 }
 
 build_helm() {
