@@ -1,0 +1,107 @@
+{{/* Chart name, truncated to a DNS label. */}}
+{{- define "configmap-attacher.name" -}}
+{{- default .Chart.Name .Values.nameOverride | trunc 63 | trimSuffix "-" }}
+{{- end }}
+
+{{/* Full name: the release name when it already contains the chart name. */}}
+{{- define "configmap-attacher.fullname" -}}
+{{- if .Values.fullnameOverride }}
+{{- .Values.fullnameOverride | trunc 63 | trimSuffix "-" }}
+{{- else }}
+{{- $name := default .Chart.Name .Values.nameOverride }}
+{{- if contains $name .Release.Name }}
+{{- .Release.Name | trunc 63 | trimSuffix "-" }}
+{{- else }}
+{{- printf "%s-%s" .Release.Name $name | trunc 63 | trimSuffix "-" }}
+{{- end }}
+{{- end }}
+{{- end }}
+
+{{- define "configmap-attacher.selectorLabels" -}}
+app.kubernetes.io/name: {{ include "configmap-attacher.name" . }}
+app.kubernetes.io/instance: {{ .Release.Name }}
+{{- end }}
+
+{{- define "configmap-attacher.labels" -}}
+helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version | replace "+" "_" | trunc 63 | trimSuffix "-" }}
+{{ include "configmap-attacher.selectorLabels" . }}
+app.kubernetes.io/version: {{ .Chart.AppVersion | quote }}
+app.kubernetes.io/managed-by: {{ .Release.Service }}
+{{- end }}
+
+{{- define "configmap-attacher.serviceAccountName" -}}
+{{- if .Values.serviceAccount.create }}
+{{- default (include "configmap-attacher.fullname" .) .Values.serviceAccount.name }}
+{{- else }}
+{{- required "serviceAccount.name is required when serviceAccount.create is false" .Values.serviceAccount.name }}
+{{- end }}
+{{- end }}
+
+{{- define "configmap-attacher.jobServiceAccountName" -}}
+{{- default (printf "%s-job" (include "configmap-attacher.fullname" .) | trunc 63 | trimSuffix "-") .Values.jobRBAC.serviceAccount.name }}
+{{- end }}
+
+{{- define "configmap-attacher.leaseName" -}}
+{{- default (include "configmap-attacher.fullname" .) .Values.leaderElection.id }}
+{{- end }}
+
+{{- define "configmap-attacher.image" -}}
+{{- if .Values.image.digest }}
+{{- printf "%s@%s" .Values.image.repository .Values.image.digest }}
+{{- else }}
+{{- printf "%s:%s" .Values.image.repository (default .Chart.AppVersion .Values.image.tag) }}
+{{- end }}
+{{- end }}
+
+{{/*
+", delete" when the OwnerReferencesPermissionEnforcement admission plugin is on: it requires delete on
+an object to set its ownerReferences. We never set blockOwnerDeletion, so replicasets/finalizers is not
+needed.
+*/}}
+{{- define "configmap-attacher.ownerRefDelete" -}}
+{{- if .Values.rbac.ownerReferencesPermissionEnforcement }}, delete{{ end }}
+{{- end }}
+
+{{/* Rules of the controller, cluster-wide or per watched namespace. */}}
+{{- define "configmap-attacher.controllerRules" -}}
+# ReplicaSets in full (their pod templates say which config they use).
+- apiGroups: [apps]
+  resources: [replicasets]
+  verbs: [get, list, watch]
+# Deployments and Rollouts metadata only: ReplicaSet owners and the attach-all annotation.
+- apiGroups: [apps]
+  resources: [deployments]
+  verbs: [get, list, watch]
+- apiGroups: [argoproj.io]
+  resources: [rollouts]
+  verbs: [get, list, watch]
+# Metadata-only watch of opted-in objects (label-filtered server-side), and the patch adding the
+# ownerReference. RBAC cannot restrict by label, hence list/watch on all of them.
+- apiGroups: [""]
+  resources: [configmaps, secrets]
+  verbs: [get, list, watch, patch{{ include "configmap-attacher.ownerRefDelete" . }}]
+# "Attached" events; the recorder aggregates repeats with patch.
+- apiGroups: [""]
+  resources: [events]
+  verbs: [create, patch]
+{{- end }}
+
+{{/* Rules of the Job mode: deploy/job/rbac-clusterrole.yaml (namespaced: without namespaces). */}}
+{{- define "configmap-attacher.jobRules" -}}
+# Find the workload's current ReplicaSet and wait (watch) until it uses the named config.
+- apiGroups: [argoproj.io]
+  resources: [rollouts]
+  verbs: [get, list, watch]
+# deployments: -deployment and Rollouts with workloadRef.
+- apiGroups: [apps]
+  resources: [replicasets, deployments]
+  verbs: [get, list, watch]
+# The named objects are read by name and attached; no list/watch needed.
+- apiGroups: [""]
+  resources: {{ if .Values.jobRBAC.secrets }}[configmaps, secrets]{{ else }}[configmaps]{{ end }}
+  verbs: [get, patch{{ include "configmap-attacher.ownerRefDelete" . }}]
+# "Attached to ReplicaSet X (revision N)" events.
+- apiGroups: [""]
+  resources: [events]
+  verbs: [create]
+{{- end }}
