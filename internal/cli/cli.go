@@ -8,6 +8,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"log/slog"
 	"os"
 	"strings"
 
@@ -156,8 +157,9 @@ func parse(fs *flag.FlagSet, args []string, allowArgs bool) error {
 }
 
 // setupLogging builds the logger from LOG_LEVEL, routes client-go's klog output through it, and logs
-// the audit line the original tool's VERSION variable was for.
-func setupLogging(ctx context.Context, env Env, command string) (context.Context, error) {
+// the audit line the original tool's VERSION variable was for, at startLevel: info for the modes that
+// change the cluster, debug for read-only commands whose stderr a person reads.
+func setupLogging(ctx context.Context, env Env, command string, startLevel slog.Level) (context.Context, error) {
 	lvlName, _ := env.Lookup("LOG_LEVEL")
 	lvl, err := logging.ParseLevel(lvlName)
 	if err != nil {
@@ -173,7 +175,7 @@ func setupLogging(ctx context.Context, env Env, command string) (context.Context
 	if !ok || userVersion == "" {
 		userVersion = "(unset)"
 	}
-	log.Info("configmap-attacher starting", "command", command, "version", userVersion, "build", version.Get())
+	log.Log(ctx, startLevel, "configmap-attacher starting", "command", command, "version", userVersion, "build", version.Get())
 	return logging.NewContext(ctx, log), nil
 }
 

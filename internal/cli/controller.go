@@ -1,6 +1,8 @@
 package cli
 
 import (
+	"log/slog"
+
 	"context"
 
 	"github.com/configmap-attacher/configmap-attacher/internal/controller"
@@ -31,7 +33,7 @@ func runController(ctx context.Context, env Env, args []string) error {
 	if err := o.Validate(); err != nil {
 		return usageError{err}
 	}
-	ctx, err := setupLogging(ctx, env, "controller")
+	ctx, err := setupLogging(ctx, env, "controller", slog.LevelInfo)
 	if err != nil {
 		return err
 	}

@@ -3,14 +3,13 @@ package cli
 import (
 	"context"
 	"flag"
-	"fmt"
 	"io"
+	"log/slog"
 	"os"
 	"strings"
 	"time"
 
 	"golang.org/x/term"
-	"k8s.io/client-go/tools/clientcmd"
 
 	"github.com/configmap-attacher/configmap-attacher/internal/history"
 	"github.com/configmap-attacher/configmap-attacher/internal/kube"
@@ -79,7 +78,7 @@ func workloadRef(namespace, arg string) (workload.Ref, error) {
 
 // connect sets up logging and clients and settles the namespace.
 func (f *readFlags) connect(ctx context.Context, env Env, command string) (context.Context, *kube.Clients, error) {
-	ctx, err := setupLogging(ctx, env, command)
+	ctx, err := setupLogging(ctx, env, command, slog.LevelDebug)
 	if err != nil {
 		return nil, nil, err
 	}
@@ -88,26 +87,11 @@ func (f *readFlags) connect(ctx context.Context, env Env, command string) (conte
 		return nil, nil, err
 	}
 	if f.namespace == "" {
-		if f.namespace, err = defaultNamespace(f.client); err != nil {
+		if f.namespace, err = f.client.DefaultNamespace(); err != nil {
 			return nil, nil, err
 		}
 	}
 	return ctx, clients, nil
-}
-
-// defaultNamespace is kubectl's: the kubeconfig context's namespace, in a pod its own, else "default".
-func defaultNamespace(o kube.ClientOptions) (string, error) {
-	rules := clientcmd.NewDefaultClientConfigLoadingRules()
-	rules.ExplicitPath = o.Kubeconfig
-	ns, _, err := clientcmd.NewNonInteractiveDeferredLoadingClientConfig(rules,
-		&clientcmd.ConfigOverrides{CurrentContext: o.Context}).Namespace()
-	if err != nil {
-		return "", fmt.Errorf("finding the default namespace (give -n NAMESPACE): %w", err)
-	}
-	if ns == "" {
-		ns = "default"
-	}
-	return ns, nil
 }
 
 // parseInterspersed lets flags follow positional arguments (`history rollout/demo -n prod`, the way

@@ -1,6 +1,8 @@
 package cli
 
 import (
+	"log/slog"
+
 	"context"
 
 	"github.com/configmap-attacher/configmap-attacher/internal/job"
@@ -42,7 +44,7 @@ func runJob(ctx context.Context, env Env, args []string) error {
 	if err := o.Validate(); err != nil {
 		return usageError{err}
 	}
-	ctx, err := setupLogging(ctx, env, "attach")
+	ctx, err := setupLogging(ctx, env, "attach", slog.LevelInfo)
 	if err != nil {
 		return err
 	}

@@ -1,6 +1,8 @@
 package cli
 
 import (
+	"log/slog"
+
 	"context"
 	"errors"
 	"flag"
@@ -69,7 +71,7 @@ func runRender(ctx context.Context, env Env, args []string) error {
 	if err := o.Validate(); err != nil {
 		return usageError{err}
 	}
-	ctx, err := setupLogging(ctx, env, "render")
+	ctx, err := setupLogging(ctx, env, "render", slog.LevelDebug)
 	if err != nil {
 		return err
 	}

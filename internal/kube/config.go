@@ -62,10 +62,7 @@ func (o *ClientOptions) RESTConfig() (*rest.Config, error) {
 		}
 	}
 	if useKubeconfig {
-		rules := clientcmd.NewDefaultClientConfigLoadingRules()
-		rules.ExplicitPath = o.Kubeconfig
-		cfg, err = clientcmd.NewNonInteractiveDeferredLoadingClientConfig(rules,
-			&clientcmd.ConfigOverrides{CurrentContext: o.Context}).ClientConfig()
+		cfg, err = o.kubeconfig().ClientConfig()
 		if err != nil {
 			return nil, fmt.Errorf("loading kubeconfig: %w", err)
 		}
@@ -84,6 +81,25 @@ func (o *ClientOptions) RESTConfig() (*rest.Config, error) {
 		cfg.Timeout = 30 * time.Second
 	}
 	return cfg, nil
+}
+
+// kubeconfig loads like kubectl: -kubeconfig, else $KUBECONFIG, else ~/.kube/config.
+func (o *ClientOptions) kubeconfig() clientcmd.ClientConfig {
+	rules := clientcmd.NewDefaultClientConfigLoadingRules()
+	rules.ExplicitPath = o.Kubeconfig
+	return clientcmd.NewNonInteractiveDeferredLoadingClientConfig(rules, &clientcmd.ConfigOverrides{CurrentContext: o.Context})
+}
+
+// DefaultNamespace is kubectl's: the kubeconfig context's namespace, in a pod its own, else "default".
+func (o *ClientOptions) DefaultNamespace() (string, error) {
+	ns, _, err := o.kubeconfig().Namespace()
+	if err != nil {
+		return "", fmt.Errorf("finding the default namespace (give -n NAMESPACE): %w", err)
+	}
+	if ns == "" {
+		ns = "default"
+	}
+	return ns, nil
 }
 
 // Clients bundles the clients every mode uses.

@@ -1,0 +1,57 @@
+package cli
+
+import (
+	"bytes"
+	"context"
+	"strings"
+	"testing"
+)
+
+func runMain(env map[string]string, args ...string) (code int, stdout, stderr string) {
+	var out, errOut bytes.Buffer
+	code = Main(context.Background(), Env{
+		Args: args, Stdin: strings.NewReader(""), Stdout: &out, Stderr: &errOut,
+		Lookup: func(k string) (string, bool) { v, ok := env[k]; return v, ok },
+	})
+	return code, out.String(), errOut.String()
+}
+
+func TestExitCodesAndUsage(t *testing.T) {
+	noCluster := map[string]string{"IS_IN_CLUSTER": "false", "KUBECONFIG": "/nonexistent"}
+	tests := []struct {
+		name       string
+		env        map[string]string
+		args       []string
+		code       int
+		stdout     string
+		stderrLine string
+	}{
+		{"no arguments prints the commands", nil, nil, ExitUsage, "", "Commands:"},
+		{"help", nil, []string{"help"}, ExitOK, "Commands:", ""},
+		{"job -h shows an example", nil, []string{"-h"}, ExitOK, "configmap-attacher -rollout demo -namespace devops-apps-01", ""},
+		{"each command has -h", nil, []string{"controller", "-h"}, ExitOK, "Usage:", ""},
+		{"unknown command", nil, []string{"attatch"}, ExitUsage, "", `unknown command "attatch"`},
+		{"unknown flag", nil, []string{"-rollouts", "demo"}, ExitUsage, "", "flag provided but not defined: -rollouts"},
+		{"invalid flags are one line", nil, []string{"-rollout", "demo"}, ExitUsage, "", "-namespace is required; nothing to attach"},
+		{"stray argument", nil, []string{"-rollout", "demo", "-namespace", "ns", "-configmaps", "a", "b"}, ExitUsage, "", `unexpected argument "b"`},
+		{"unknown LOG_LEVEL", map[string]string{"LOG_LEVEL": "verbose"}, []string{"-rollout", "demo", "-namespace", "ns", "-configmaps", "a"}, ExitUsage, "", `LOG_LEVEL "verbose" is not one of`},
+		{"bad IS_IN_CLUSTER", map[string]string{"IS_IN_CLUSTER": "maybe"}, []string{"-rollout", "demo", "-namespace", "ns", "-configmaps", "a"}, ExitUsage, "", `IS_IN_CLUSTER="maybe" is not a boolean`},
+		{"no kubeconfig is a failure, not usage", noCluster, []string{"-rollout", "demo", "-namespace", "ns", "-configmaps", "a"}, ExitFailure, "", "loading kubeconfig"},
+		{"controller validates flags", nil, []string{"controller", "-workers", "0"}, ExitUsage, "", "-workers must be at least 1"},
+		{"version", nil, []string{"version"}, ExitOK, "devel", ""},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			code, stdout, stderr := runMain(tt.env, tt.args...)
+			if code != tt.code {
+				t.Errorf("exit %d, want %d\nstdout: %s\nstderr: %s", code, tt.code, stdout, stderr)
+			}
+			if !strings.Contains(stdout, tt.stdout) {
+				t.Errorf("stdout %q does not contain %q", stdout, tt.stdout)
+			}
+			if !strings.Contains(stderr, tt.stderrLine) {
+				t.Errorf("stderr %q does not contain %q", stderr, tt.stderrLine)
+			}
+		})
+	}
+}
