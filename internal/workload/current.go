@@ -114,8 +114,7 @@ func (r *Resolved) currentForDeployment() (*appsv1.ReplicaSet, error) {
 	// The deployment controller itself identifies its new ReplicaSet by template equality ignoring the
 	// hash label; computing the hash would mean copying its hashing code.
 	for _, rs := range r.Owned { // newest revision first, so a duplicate (which it never makes) loses
-		if equalIgnoreHash(&rs.Spec.Template.ObjectMeta, &d.Spec.Template.ObjectMeta) &&
-			apiequality.Semantic.DeepEqual(rs.Spec.Template.Spec, d.Spec.Template.Spec) {
+		if runsTemplate(rs, d) {
 			return rs, nil
 		}
 	}
@@ -131,6 +130,13 @@ func (r *Resolved) ByHash(hash string) *appsv1.ReplicaSet {
 		}
 	}
 	return nil
+}
+
+// runsTemplate reports whether rs was made from d's current pod template, the way the deployment
+// controller compares them: equal ignoring the pod-template-hash label.
+func runsTemplate(rs *appsv1.ReplicaSet, d *appsv1.Deployment) bool {
+	return equalIgnoreHash(&rs.Spec.Template.ObjectMeta, &d.Spec.Template.ObjectMeta) &&
+		apiequality.Semantic.DeepEqual(rs.Spec.Template.Spec, d.Spec.Template.Spec)
 }
 
 func equalIgnoreHash(rsMeta, templateMeta *metav1.ObjectMeta) bool {

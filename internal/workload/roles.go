@@ -2,7 +2,6 @@ package workload
 
 import (
 	appsv1 "k8s.io/api/apps/v1"
-	apiequality "k8s.io/apimachinery/pkg/api/equality"
 )
 
 // Role is what a ReplicaSet is to its workload right now.
@@ -36,8 +35,7 @@ func (r *Resolved) RoleOf(rs *appsv1.ReplicaSet) Role {
 		}
 		return RoleOld
 	}
-	if d := r.Deployment; d != nil && equalIgnoreHash(&rs.Spec.Template.ObjectMeta, &d.Spec.Template.ObjectMeta) &&
-		apiequality.Semantic.DeepEqual(rs.Spec.Template.Spec, d.Spec.Template.Spec) {
+	if d := r.Deployment; d != nil && runsTemplate(rs, d) {
 		return RoleCurrent
 	}
 	return RoleOld
