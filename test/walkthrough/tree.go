@@ -63,7 +63,7 @@ func Tree(ctx context.Context, c *framework.Cluster, ns, name string) (string, e
 		if i == len(res.Owned)-1 {
 			branch, indent = "└─", "  "
 		}
-		fmt.Fprintf(&b, "%s ReplicaSet %s (rev %d, %s, %s)\n", branch, rs.Name, workload.Revision(rs), role(ro, rs), pods(rs))
+		fmt.Fprintf(&b, "%s ReplicaSet %s (rev %d, %s, %s)\n", branch, rs.Name, workload.Revision(rs), res.RoleOf(rs), pods(rs))
 		cfg := owned[rs.UID]
 		sort.Strings(cfg)
 		for j, label := range cfg {
@@ -79,17 +79,6 @@ func Tree(ctx context.Context, c *framework.Cluster, ns, name string) (string, e
 		fmt.Fprintf(&b, "not attached to anything: %s\n", strings.Join(loose, ", "))
 	}
 	return b.String(), nil
-}
-
-func role(ro *workload.RolloutObject, rs *appsv1.ReplicaSet) string {
-	hash := rs.Labels[workload.RolloutHashLabel]
-	switch {
-	case hash == ro.Status.StableRS:
-		return "stable"
-	case hash == ro.Status.CurrentPodHash:
-		return "canary"
-	}
-	return "old"
 }
 
 func pods(rs *appsv1.ReplicaSet) string {
