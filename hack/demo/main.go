@@ -11,6 +11,7 @@ import (
 	"io"
 	"os"
 	"os/signal"
+	"strings"
 	"syscall"
 	"time"
 
@@ -75,8 +76,9 @@ func run(ctx context.Context, args []string, out, progress io.Writer) error {
 	if err != nil {
 		return err
 	}
+	b := framework.Binary{Path: bin, Kubeconfig: c.Kubeconfig}
 	s := &walkthrough.Story{
-		C: c, Attacher: &walkthrough.Job{Bin: framework.Binary{Path: bin, Kubeconfig: c.Kubeconfig}},
+		C: c, Attacher: &walkthrough.Job{Bin: b},
 		Namespace: *namespace, Rollout: "demo", Out: out, Wait: 2 * time.Minute,
 	}
 	fmt.Fprintln(out, `
@@ -85,6 +87,14 @@ ConfigMap name, the Rollout mounts it, and configmap-attacher (run exactly as th
 ownerReference to the ReplicaSet that uses it. Trees show what the garbage collector sees.`)
 	if err := s.Walkthrough(ctx); err != nil {
 		return err
+	}
+	fmt.Fprintln(out, "\n== Last step: which config did each revision run with, and what changed?")
+	for _, args := range [][]string{{"history", "rollout/demo", "-n", *namespace}, {"diff", "rollout/demo", "-n", *namespace}} {
+		r := b.Run(ctx, nil, args...)
+		fmt.Fprintf(out, "$ configmap-attacher %s\n%s", strings.Join(args, " "), r.Stdout)
+		if r.Code != 0 {
+			return fmt.Errorf("%s", r)
+		}
 	}
 	fmt.Fprintf(out, "\nDone in %s: old config followed its ReplicaSets; the spot-replaced pod read the old config.\n", time.Since(start).Round(time.Second))
 	if *keep {
