@@ -85,16 +85,28 @@ func run(ctx context.Context, args []string, out, progress io.Writer) error {
 The write-up "Revisioned Configmaps for Canary deployments", replayed: every config change gets a new
 ConfigMap name, the Rollout mounts it, and configmap-attacher (run exactly as the original Job) gives it an
 ownerReference to the ReplicaSet that uses it. Trees show what the garbage collector sees.`)
-	if err := s.Walkthrough(ctx); err != nil {
-		return err
-	}
-	fmt.Fprintln(out, "\n== Last step: which config did each revision run with, and what changed?")
-	for _, args := range [][]string{{"history", "rollout/demo", "-n", *namespace}, {"diff", "rollout/demo", "-n", *namespace}} {
+	run := func(ctx context.Context, args ...string) error {
 		r := b.Run(ctx, nil, args...)
-		fmt.Fprintf(out, "$ configmap-attacher %s\n%s", strings.Join(args, " "), r.Stdout)
+		fmt.Fprintf(out, "\n$ configmap-attacher %s\n%s", strings.Join(args, " "), r.Stdout)
 		if r.Code != 0 {
 			return fmt.Errorf("%s", r)
 		}
+		return nil
+	}
+	s.AfterStep = func(ctx context.Context, step int) error {
+		switch step {
+		case 6: // three revisions, before the old ReplicaSets go
+			if err := run(ctx, "history", "rollout/demo", "-n", *namespace); err != nil {
+				return err
+			}
+			return run(ctx, "diff", "rollout/demo", "2", "3", "-n", *namespace)
+		case 7:
+			return run(ctx, "history", "rollout/demo", "-n", *namespace)
+		}
+		return nil
+	}
+	if err := s.Walkthrough(ctx); err != nil {
+		return err
 	}
 	fmt.Fprintf(out, "\nDone in %s: old config followed its ReplicaSets; the spot-replaced pod read the old config.\n", time.Since(start).Round(time.Second))
 	if *keep {

@@ -35,6 +35,8 @@ type Story struct {
 	// SkipAttachChecks skips the ownerReference assertions, so a story without an attacher reaches
 	// the garbage-collection step. Negative control: that step must fail.
 	SkipAttachChecks bool
+	// AfterStep, when set, runs after each step's tree (the demo shows `history` there).
+	AfterStep func(ctx context.Context, step int) error
 
 	step int
 }
@@ -68,6 +70,9 @@ func (s *Story) showTree(ctx context.Context) error {
 		return err
 	}
 	fmt.Fprint(s.Out, t)
+	if s.AfterStep != nil {
+		return s.AfterStep(ctx, s.step)
+	}
 	return nil
 }
 
