@@ -10,20 +10,23 @@ import (
 	"testing"
 )
 
-func TestErrors(t *testing.T) {
+// errorCase is an input the renderer must refuse; the fuzzer starts from these too.
+type errorCase struct {
+	name  string
+	input string
+	opts  func(*Options)
+	want  error
+	msg   []string // substrings of the message
+}
+
+func errorCases() []errorCase {
 	cm := configMap("cm")
 	cmIn := func(ns string) string {
 		return strings.Replace(cm, "  name: cm\n", "  name: cm\n  namespace: "+ns+"\n", 1)
 	}
 	plainCM := "apiVersion: v1\nkind: ConfigMap\nmetadata: {name: cm}\ndata: {k: v}\n"
 	workload := deployment("app", "containers:\n- name: c\n  envFrom: [{configMapRef: {name: cm}}]")
-	tests := []struct {
-		name  string
-		input string
-		opts  func(*Options)
-		want  error
-		msg   []string // substrings of the message
-	}{
+	return []errorCase{
 		{name: "unparsable YAML", input: "kind: [\n", want: ErrInvalidYAML, msg: []string{"stdin: document 1"}},
 		{name: "unparsable third document", input: docs(cm, workload, "a: b: c\n"), want: ErrInvalidYAML, msg: []string{"document 3"}},
 		{name: "tab indentation", input: docs(cm, "apiVersion: v1\nkind: Secret\nmetadata:\n\tname: s\n"), want: ErrInvalidYAML, msg: []string{"document 2"}},
@@ -56,7 +59,10 @@ func TestErrors(t *testing.T) {
 		{name: "template not a mapping", input: docs(cm, "apiVersion: apps/v1\nkind: Deployment\nmetadata: {name: app}\nspec: {template: 5}\n"), want: ErrInvalidObject},
 		{name: "not JSON-representable", input: "apiVersion: v1\nkind: ConfigMap\nmetadata: {name: x}\nspec: {? [a, b] : c}\n", want: ErrInvalidYAML},
 	}
-	for _, tc := range tests {
+}
+
+func TestErrors(t *testing.T) {
+	for _, tc := range errorCases() {
 		t.Run(tc.name, func(t *testing.T) {
 			opts := NewOptions()
 			if tc.opts != nil {

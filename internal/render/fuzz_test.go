@@ -42,6 +42,9 @@ func FuzzRender(f *testing.F) {
 			f.Add(b, mode)
 		}
 	}
+	for _, tc := range errorCases() {
+		f.Add([]byte(tc.input), uint8(0))
+	}
 	f.Add([]byte(docs(configMap("cm"), deployment("app", "containers:\n- name: c\n  envFrom: [{configMapRef: {name: cm}}]"))), uint8(0))
 	f.Fuzz(func(t *testing.T, input []byte, mode uint8) {
 		if len(input) > 1<<16 {
