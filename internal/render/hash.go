@@ -39,6 +39,10 @@ type secretContent struct {
 // canonical JSON (encoding/json sorts map keys and base64-encodes bytes), so equal content gives the
 // same hash on any machine whatever the key order or YAML style of the input. Metadata is not hashed:
 // labels and annotations do not reach the pod, and the renderer adds some of its own.
+//
+// json.Marshal's HTML escaping (< > & as \u003c \u003e \u0026) is part of the scheme: Helm's
+// `toJson | sha256sum | trunc 10` computes the same hash, which is how a chart can name revisions
+// itself and pass through this renderer unchanged (charts/base-app does).
 func contentHash(kind refs.Kind, raw []byte) (string, error) {
 	var canonical any
 	switch kind {

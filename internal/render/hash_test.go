@@ -69,6 +69,9 @@ func TestContentHashIsPinned(t *testing.T) {
 		{refs.ConfigMap, `{"data":{"a":"1"}}`, "3218bc4f76"},                 // sha256 of {"data":{"a":"1"}}
 		{refs.Secret, `{"stringData":{"a":"1"}}`, "a5d27d8008"},              // sha256 of {"type":"Opaque","data":{"a":"MQ=="}}
 		{refs.Secret, `{"type":"Opaque","data":{"a":"MQ=="}}`, "a5d27d8008"}, // the same Secret
+		// encoding/json escapes <, > and & as \u003c, \u003e, \u0026, as Sprig's toJson does: the
+		// base-app chart names ConfigMaps with `toJson | sha256sum | trunc 10` and must agree.
+		{refs.ConfigMap, `{"data":{"a":"<b & c>"}}`, "2c6ab34699"},
 	}
 	for _, tc := range tests {
 		got, err := contentHash(tc.kind, []byte(tc.raw))
