@@ -218,18 +218,36 @@ with_heartbeat() {
   return "$rc"
 }
 
+# up_to_date succeeds when a tool's stamp matches its inputs and all its binaries exist.
+up_to_date() {
+  local tool=$1 stamp=$STAMPS/$1 b
+  [[ ${TOOLS_FORCE:-} != 1 && -f $stamp && $(<"$stamp") == "$(inputs_hash "$tool")" ]] || return 1
+  while read -r b; do
+    [[ -x $BIN/$b ]] || return 1
+  done < <(tool_binaries "$tool")
+}
+
+# prefetch downloads the modules of the given tools in the background: on a fresh machine the
+# downloads of later tools then overlap with compiling earlier ones (compiling is CPU bound,
+# downloading is not). Failures are ignored here; the build itself reports them.
+PREFETCH_PIDS=()
+prefetch() {
+  local tool
+  for tool in "$@"; do
+    (cd "$TOOLS_SRC/$tool" && go_for "$tool" mod download) >"$OUT/prefetch-$tool.log" 2>&1 &
+    PREFETCH_PIDS+=($!)
+  done
+}
+
 build_tool() {
-  local tool=$1 id hash stamp b missing=0 start
+  local tool=$1 id hash stamp b start
   id=$(ident "$tool")
   stamp=$STAMPS/$tool
-  hash=$(inputs_hash "$tool")
-  while read -r b; do
-    [[ -x $BIN/$b ]] || missing=1
-  done < <(tool_binaries "$tool")
-  if [[ ${TOOLS_FORCE:-} != 1 && $missing == 0 && -f $stamp && $(<"$stamp") == "$hash" ]]; then
+  if up_to_date "$tool"; then
     log "$tool: up to date"
     return
   fi
+  hash=$(inputs_hash "$tool")
   log "$tool: building $(tool_binaries "$tool" | tr '\n' ' ')"
   start=$(date +%s)
   rm -f "$stamp"
@@ -256,9 +274,19 @@ main() {
   mkdir -p "$BIN" "$STAMPS"
   total_start=$(date +%s)
   log "building ${tools[*]} into ${BIN#"$ROOT"/} ($(go env GOVERSION), $(nproc) cores)"
+  local stale=()
+  for t in "${tools[@]}"; do
+    up_to_date "$t" || stale+=("$t")
+  done
+  if ((${#stale[@]} > 1)); then
+    prefetch "${stale[@]:1}"
+  fi
   for t in "${tools[@]}"; do
     build_tool "$t"
   done
+  if ((${#PREFETCH_PIDS[@]})); then
+    wait "${PREFETCH_PIDS[@]}" 2>/dev/null || true
+  fi
   log "done in $(( $(date +%s) - total_start ))s"
 }
 
