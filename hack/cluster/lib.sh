@@ -1,0 +1,67 @@
+# Shared settings for hack/cluster/*.sh (sourced, not run). See hack/cluster/README.md.
+
+ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
+# shellcheck source=../tools/versions.env
+source "$ROOT/hack/tools/versions.env"
+
+CLUSTER_NAME=${CLUSTER_NAME:-configmap-attacher}
+# kwokctl keeps every cluster under $KWOK_WORKDIR/clusters/<name>; keep it in the repo's
+# gitignored _output so nothing lands in ~/.kwok and `make clean` removes it.
+export KWOK_WORKDIR=${KWOK_WORKDIR:-$ROOT/_output/kwok}
+TOOLS_BIN=${TOOLS_OUT:-$ROOT/_output/tools}/bin
+CRDS_DIR=${TOOLS_OUT:-$ROOT/_output/tools}/crds/argo-rollouts
+
+CLUSTER_DIR=$KWOK_WORKDIR/clusters/$CLUSTER_NAME
+KUBECONFIG_PATH=$CLUSTER_DIR/kubeconfig.yaml
+LOG_DIR=$CLUSTER_DIR/logs
+ROLLOUTS_PID_FILE=$CLUSTER_DIR/rollouts-controller.pid
+ROLLOUTS_PORTS_FILE=$CLUSTER_DIR/rollouts-controller.ports
+ROLLOUTS_LOG=$LOG_DIR/rollouts-controller.log
+ROLLOUTS_NAMESPACE=argo-rollouts
+ROLLOUTS_CRDS_STAMP=$CLUSTER_DIR/rollouts-crds.sha256
+
+# Our binaries first, so kwokctl (which looks kubectl up on PATH and would otherwise download it)
+# and anything we run use the pinned builds. kubectl in PATH here is ours, never /usr/bin's.
+export PATH=$TOOLS_BIN:$PATH
+# kwokctl would otherwise fetch kubectl from the internet for `kwokctl kubectl` and friends.
+export KWOK_KUBECTL_BINARY=$TOOLS_BIN/kubectl
+
+log() { printf '[cluster %s %s] %s\n' "$CLUSTER_NAME" "$(date +%H:%M:%S)" "$*" >&2; }
+die() { printf '[cluster %s] ERROR: %s\n' "$CLUSTER_NAME" "$*" >&2; exit 1; }
+
+[[ $CLUSTER_NAME =~ ^[a-z0-9]([-a-z0-9]*[a-z0-9])?$ ]] ||
+  die "CLUSTER_NAME '$CLUSTER_NAME' must be a DNS label (lowercase letters, digits, '-')"
+
+kctl() { "$TOOLS_BIN/kubectl" --kubeconfig "$KUBECONFIG_PATH" "$@"; }
+
+# rollouts_pid prints the pid of this cluster's Rollouts controller if it is alive. The command line
+# is checked too, so a recycled pid of another process never counts as our controller.
+rollouts_pid() {
+  local pid
+  [[ -f $ROLLOUTS_PID_FILE ]] || return 1
+  pid=$(<"$ROLLOUTS_PID_FILE")
+  [[ $pid =~ ^[0-9]+$ ]] || return 1
+  kill -0 "$pid" 2>/dev/null || return 1
+  local cmdline
+  cmdline=$(tr '\0' ' ' <"/proc/$pid/cmdline" 2>/dev/null) || return 1
+  [[ $cmdline == *rollouts-controller*" --kubeconfig $KUBECONFIG_PATH "* ]] || return 1
+  echo "$pid"
+}
+
+# stop_rollouts_controller stops this cluster's Rollouts controller, if running.
+stop_rollouts_controller() {
+  local pid i
+  if pid=$(rollouts_pid); then
+    log "stopping rollouts-controller (pid $pid)"
+    kill "$pid" 2>/dev/null || true
+    for ((i = 0; i < 100; i++)); do
+      kill -0 "$pid" 2>/dev/null || break
+      sleep 0.1
+    done
+    if kill -0 "$pid" 2>/dev/null; then
+      log "rollouts-controller did not stop in 10s, killing it"
+      kill -9 "$pid" 2>/dev/null || true
+    fi
+  fi
+  rm -f "$ROLLOUTS_PID_FILE"
+}

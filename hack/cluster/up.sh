@@ -1,0 +1,206 @@
+#!/usr/bin/env bash
+# Starts (or reuses) a local cluster on loopback: etcd, kube-apiserver, kube-controller-manager
+# (garbage collector included), kube-scheduler and kwok (fake nodes that run pods instantly),
+# all from hack/tools builds, plus the Argo Rollouts CRDs and controller.
+#
+# Idempotent: a running cluster and controller are reused, dead components are restarted.
+# Progress goes to stderr; stdout gets exactly one line, the last one: KUBECONFIG=<absolute path>.
+# Contract (env vars, paths, ports, logs): hack/cluster/README.md.
+set -euo pipefail
+source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
+
+CLUSTER_NODES=${CLUSTER_NODES:-3}
+WAIT_TIMEOUT=${WAIT_TIMEOUT:-120}
+
+start=$(date +%s)
+
+build_tools() {
+  if [[ ${SKIP_TOOLS_BUILD:-} == 1 ]]; then
+    log "SKIP_TOOLS_BUILD=1: using tools as they are in $TOOLS_BIN"
+  else
+    "$ROOT/hack/tools/build.sh" >&2
+  fi
+  local b
+  for b in etcd kube-apiserver kube-controller-manager kube-scheduler kubectl kwok kwokctl rollouts-controller; do
+    [[ -x $TOOLS_BIN/$b ]] || die "$TOOLS_BIN/$b is missing: run hack/tools/build.sh"
+  done
+  [[ -f $CRDS_DIR/rollout-crd.yaml ]] || die "Argo Rollouts CRDs missing in $CRDS_DIR: run hack/tools/build.sh argo-rollouts"
+}
+
+# wait_until runs a command every half second until it succeeds or WAIT_TIMEOUT seconds pass.
+wait_until() {
+  local what=$1; shift
+  local deadline=$(( $(date +%s) + WAIT_TIMEOUT ))
+  until "$@" >/dev/null 2>&1; do
+    (( $(date +%s) < deadline )) || die "timed out after ${WAIT_TIMEOUT}s waiting for $what"
+    sleep 0.5
+  done
+}
+
+create_cluster() {
+  # `create cluster` on an existing cluster returns at once if every component runs and restarts
+  # the stopped ones otherwise. Every binary is a local file, so kwokctl never downloads anything
+  # (it would fetch release binaries from the internet for any it is not given).
+  # --kubeconfig= keeps kwokctl away from ~/.kube/config: the cluster's own kubeconfig is
+  # $CLUSTER_DIR/kubeconfig.yaml.
+  log "kwokctl create cluster (workdir $KWOK_WORKDIR)"
+  kwokctl --config "$ROOT/hack/cluster/kwokctl.yaml" create cluster \
+    --name "$CLUSTER_NAME" \
+    --runtime binary \
+    --kubeconfig= \
+    --quiet-pull \
+    --etcd-binary "$TOOLS_BIN/etcd" \
+    --kube-apiserver-binary "$TOOLS_BIN/kube-apiserver" \
+    --kube-controller-manager-binary "$TOOLS_BIN/kube-controller-manager" \
+    --kube-scheduler-binary "$TOOLS_BIN/kube-scheduler" \
+    --kwok-controller-binary "$TOOLS_BIN/kwok" \
+    --wait "${WAIT_TIMEOUT}s" >&2
+  [[ -f $KUBECONFIG_PATH ]] || die "kwokctl did not write $KUBECONFIG_PATH"
+  mkdir -p "$LOG_DIR"
+  wait_until "kube-apiserver /readyz" kctl get --raw /readyz
+  wait_until "the garbage collector of kube-controller-manager (see $LOG_DIR/kube-controller-manager.log)" gc_running
+}
+
+# create_nodes makes CLUSTER_NODES fake nodes. kwok manages nodes annotated kwok.x-k8s.io/node=fake:
+# it marks them Ready, keeps their leases fresh and runs (fakes) every pod bound to them. They
+# carry no taint, so ordinary workloads schedule without tolerations.
+create_nodes() {
+  local i manifest=""
+  for ((i = 0; i < CLUSTER_NODES; i++)); do
+    manifest+="---
+apiVersion: v1
+kind: Node
+metadata:
+  name: kwok-node-$i
+  annotations:
+    kwok.x-k8s.io/node: fake
+    node.alpha.kubernetes.io/ttl: \"0\"
+  labels:
+    kubernetes.io/arch: amd64
+    kubernetes.io/os: linux
+    kubernetes.io/hostname: kwok-node-$i
+    kubernetes.io/role: agent
+    node-role.kubernetes.io/agent: \"\"
+    type: kwok
+status:
+  allocatable: {cpu: \"32\", memory: 256Gi, pods: \"110\"}
+  capacity: {cpu: \"32\", memory: 256Gi, pods: \"110\"}
+"
+  done
+  log "applying $CLUSTER_NODES kwok nodes"
+  kctl apply --server-side --field-manager=hack-cluster -f - <<<"$manifest" >&2
+  wait_until "$CLUSTER_NODES Ready nodes" nodes_ready
+}
+
+nodes_ready() {
+  local ready
+  ready=$(kctl get nodes -o jsonpath='{range .items[*]}{.status.conditions[?(@.type=="Ready")].status}{"\n"}{end}' | grep -c '^True$')
+  (( ready >= CLUSTER_NODES ))
+}
+
+install_rollouts_crds() {
+  local hash names
+  # Applying these large CRDs costs seconds even when nothing changed: skip it when the very
+  # same files were applied to this cluster before and the CRDs are still there.
+  hash=$(cat "$CRDS_DIR"/*.yaml | sha256sum | cut -d' ' -f1)
+  if [[ -f $ROLLOUTS_CRDS_STAMP && $(<"$ROLLOUTS_CRDS_STAMP") == "$hash" ]] &&
+    kctl get crd rollouts.argoproj.io analysisruns.argoproj.io analysistemplates.argoproj.io \
+      clusteranalysistemplates.argoproj.io experiments.argoproj.io >/dev/null 2>&1; then
+    log "Argo Rollouts CRDs already applied"
+  else
+    # Server-side apply: the CRDs are too large for client-side apply's last-applied annotation.
+    log "applying Argo Rollouts CRDs"
+    kctl apply --server-side --force-conflicts --field-manager=hack-cluster -f "$CRDS_DIR" >&2
+    names=$(kctl get crd -o name | grep '\.argoproj\.io$')
+    # shellcheck disable=SC2086 # one argument per CRD
+    kctl wait --for condition=Established --timeout "${WAIT_TIMEOUT}s" $names >/dev/null
+    echo "$hash" >"$ROLLOUTS_CRDS_STAMP"
+  fi
+  kctl get namespace "$ROLLOUTS_NAMESPACE" >/dev/null 2>&1 ||
+    kctl create namespace "$ROLLOUTS_NAMESPACE" >&2
+}
+
+# gc_running succeeds once kube-controller-manager's garbage collector has synced its monitors and
+# collects: the property this project relies on, so fail early and clearly if it is off.
+gc_running() {
+  grep -q 'Proceeding to collect garbage' "$LOG_DIR/kube-controller-manager.log"
+}
+
+# port_free succeeds when nothing accepts connections on 127.0.0.1:$1 (the controller listens on
+# all interfaces, so a listener anywhere shows up on loopback).
+port_free() {
+  ! (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null
+}
+
+# pick_rollouts_ports chooses the controller's metrics and healthz ports: the ones it had before
+# when still free, else the first free pair from a base derived from the cluster name, so two
+# clusters never fight over Argo's defaults (8090/8080).
+pick_rollouts_ports() {
+  local metrics healthz base
+  if [[ -f $ROLLOUTS_PORTS_FILE ]]; then
+    read -r metrics healthz <"$ROLLOUTS_PORTS_FILE" || true
+    if [[ ${metrics:-} =~ ^[0-9]+$ && ${healthz:-} =~ ^[0-9]+$ ]] && port_free "$metrics" && port_free "$healthz"; then
+      echo "$metrics $healthz"
+      return
+    fi
+  fi
+  base=$(( 20000 + ($(cksum <<<"$CLUSTER_NAME" | cut -d' ' -f1) % 4000) * 2 ))
+  for ((metrics = base; metrics < 30000; metrics += 2)); do
+    healthz=$((metrics + 1))
+    if port_free "$metrics" && port_free "$healthz"; then
+      echo "$metrics $healthz" >"$ROLLOUTS_PORTS_FILE"
+      echo "$metrics $healthz"
+      return
+    fi
+  done
+  die "no free port pair for rollouts-controller in $base..30000"
+}
+
+# http_ok succeeds when GET http://127.0.0.1:$1$2 answers 200 (bash only: curl may be absent).
+http_ok() {
+  local status
+  status=$(timeout 2 bash -c '
+    exec 3<>"/dev/tcp/127.0.0.1/$1" || exit 1
+    printf "GET %s HTTP/1.0\r\nHost: 127.0.0.1\r\n\r\n" "$2" >&3
+    head -n1 <&3' _ "$1" "$2" 2>/dev/null) || return 1
+  [[ $status == *" 200"* ]]
+}
+
+start_rollouts_controller() {
+  local pid metrics healthz ports
+  if pid=$(rollouts_pid); then
+    read -r metrics healthz <"$ROLLOUTS_PORTS_FILE"
+    log "rollouts-controller already running (pid $pid, metrics :$metrics, healthz :$healthz)"
+  else
+    ports=$(pick_rollouts_ports)
+    read -r metrics healthz <<<"$ports"
+    log "starting rollouts-controller (metrics :$metrics, healthz :$healthz, log $ROLLOUTS_LOG)"
+    # setsid detaches it from this script's session so it outlives the script and the terminal.
+    # The wrapper records its own pid and then execs, so the pid file is the controller's pid.
+    # One controller per cluster (the pid file guarantees it), so no leader election: it starts
+    # working at once instead of waiting for a lease a dead predecessor may still hold.
+    # POD_NAMESPACE is where it keeps its own config (notifications) as in a real install.
+    echo "--- $(date -u +%FT%TZ) starting" >>"$ROLLOUTS_LOG"
+    POD_NAMESPACE=$ROLLOUTS_NAMESPACE setsid bash -c 'echo $$ >"$0"; exec "$@"' "$ROLLOUTS_PID_FILE" \
+      "$TOOLS_BIN/rollouts-controller" --kubeconfig "$KUBECONFIG_PATH" \
+      --leader-elect=false --metricsPort "$metrics" --healthzPort "$healthz" \
+      --loglevel info --logformat text \
+      </dev/null >>"$ROLLOUTS_LOG" 2>&1 &
+    disown
+    local i
+    for ((i = 0; i < 50; i++)); do
+      [[ -s $ROLLOUTS_PID_FILE ]] && break
+      sleep 0.1
+    done
+  fi
+  wait_until "rollouts-controller healthz on :$healthz" http_ok "$healthz" /healthz
+  rollouts_pid >/dev/null || die "rollouts-controller exited; see $ROLLOUTS_LOG"
+}
+
+build_tools
+create_cluster
+create_nodes
+install_rollouts_crds
+start_rollouts_controller
+log "cluster ready in $(( $(date +%s) - start ))s (logs: $LOG_DIR)"
+echo "KUBECONFIG=$KUBECONFIG_PATH"
