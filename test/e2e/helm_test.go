@@ -100,7 +100,7 @@ func (s *helmStory) run() {
 		s.expectEveryReplicaSetHasItsConfig()
 
 		if i == 1 {
-			s.spotReplacement(prev)
+			s.spotReplacement(prev, cur)
 		}
 
 		t.Log("when: the canary is promoted")
@@ -213,7 +213,7 @@ func (s *helmStory) expectEveryReplicaSetHasItsConfig() {
 
 // spotReplacement deletes a pod of the old ReplicaSet during the canary pause, as a spot interruption
 // would, and checks its replacement mounts the old revision, which still exists.
-func (s *helmStory) spotReplacement(old revisionOf) {
+func (s *helmStory) spotReplacement(old, canary revisionOf) {
 	t, ctx := s.t, context.Background()
 	pods, err := e2e.cluster.PodsOf(ctx, old.rs)
 	must(t, err)
@@ -249,8 +249,8 @@ func (s *helmStory) spotReplacement(old revisionOf) {
 				got[r.Name] = true
 			}
 		}
-		if len(got) != 1 || !got[old.cm] {
-			t.Fatalf("pod %s of the old ReplicaSet mounts %v, want only %s", p.Name, got, old.cm)
+		if !got[old.cm] || got[canary.cm] {
+			t.Fatalf("pod %s of the old ReplicaSet mounts %v, want %s and not the canary's %s", p.Name, got, old.cm, canary.cm)
 		}
 	}
 	if _, err := e2e.cluster.Kube.CoreV1().ConfigMaps(s.ns).Get(ctx, old.cm, metav1.GetOptions{}); err != nil {
@@ -571,7 +571,7 @@ func TestHelmBaseAppTemplate(t *testing.T) {
 		}{
 			{"strategy=manual-canary-1-pod", "maxUnavailable: 1"},
 			{"strategy=manual-canary-20-pct", "setWeight: 20"},
-			{"strategy.canary.steps[0].setWeight=50", "setWeight: 50"},
+			{"strategy=custom,customStrategy.canary.steps[0].setWeight=50", "setWeight: 50"},
 		} {
 			out, err := render("--set", tc.set)
 			must(t, err)
@@ -588,6 +588,7 @@ func TestHelmBaseAppTemplate(t *testing.T) {
 		}{
 			{[]string{"--set", "configmaps.extra.kv_data.key-1=x"}, `both have "key-1"`},
 			{[]string{"--set", "strategy=rolling"}, "strategy"},
+			{[]string{"--set", "strategy=custom"}, "customStrategy"},
 			{[]string{"--set", "attacher=cronjob"}, "attacher"},
 			{[]string{"--set", "appName=Not_A_Name"}, "appName"},
 		} {
