@@ -1,11 +1,10 @@
 package cli
 
 import (
-	"log/slog"
-
 	"context"
 	"errors"
 	"flag"
+	"log/slog"
 
 	"github.com/configmap-attacher/configmap-attacher/internal/render"
 )
