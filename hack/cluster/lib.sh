@@ -7,7 +7,10 @@ source "$ROOT/hack/tools/versions.env"
 CLUSTER_NAME=${CLUSTER_NAME:-configmap-attacher}
 # kwokctl keeps every cluster under $KWOK_WORKDIR/clusters/<name>; keep it in the repo's
 # gitignored _output so nothing lands in ~/.kwok and `make clean` removes it.
-export KWOK_WORKDIR=${KWOK_WORKDIR:-$ROOT/_output/kwok}
+KWOK_WORKDIR=${KWOK_WORKDIR:-$ROOT/_output/kwok}
+# Absolute, so the printed KUBECONFIG path and the pid-file checks hold from any directory.
+mkdir -p "$KWOK_WORKDIR"
+export KWOK_WORKDIR=$(cd "$KWOK_WORKDIR" && pwd)
 TOOLS_BIN=${TOOLS_OUT:-$ROOT/_output/tools}/bin
 CRDS_DIR=${TOOLS_OUT:-$ROOT/_output/tools}/crds/argo-rollouts
 
