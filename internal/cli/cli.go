@@ -144,8 +144,15 @@ func newFlagSet(env Env, name, synopsis string) *flag.FlagSet {
 // parse parses args, maps flag errors to usage errors and refuses stray positional arguments unless
 // allowed.
 func parse(fs *flag.FlagSet, args []string, allowArgs bool) error {
-	if err := fs.Parse(args); err != nil {
+	// The flag package calls Usage on every parse error; we want it for -h only (stdout may be a
+	// post-renderer's manifests), and a one-line error otherwise.
+	printUsage := fs.Usage
+	fs.Usage = func() {}
+	err := fs.Parse(args)
+	fs.Usage = printUsage
+	if err != nil {
 		if errors.Is(err, flag.ErrHelp) {
+			printUsage()
 			return err
 		}
 		return usageError{err}

@@ -13,7 +13,6 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/configmap-attacher/configmap-attacher/internal/refs"
-	"github.com/configmap-attacher/configmap-attacher/internal/render"
 	"github.com/configmap-attacher/configmap-attacher/internal/testutil"
 	"github.com/configmap-attacher/configmap-attacher/internal/workload"
 )
@@ -82,7 +81,7 @@ func ownedBy(rss ...*appsv1.ReplicaSet) []metav1.OwnerReference {
 func meta(name, original string, revisioned bool, owners ...*appsv1.ReplicaSet) metav1.ObjectMeta {
 	m := metav1.ObjectMeta{Name: name, Namespace: testutil.Namespace, OwnerReferences: ownedBy(owners...)}
 	if original != "" {
-		m.Annotations = map[string]string{render.OriginalNameAnnotation: original}
+		m.Annotations = map[string]string{refs.OriginalNameAnnotation: original}
 	}
 	if revisioned {
 		m.Labels = map[string]string{refs.RevisionedLabel: refs.RevisionedValue}

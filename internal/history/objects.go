@@ -8,7 +8,6 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 
 	"github.com/configmap-attacher/configmap-attacher/internal/refs"
-	"github.com/configmap-attacher/configmap-attacher/internal/render"
 )
 
 // Object is a config object as read from the API.
@@ -92,7 +91,7 @@ func (o *Object) Revisioned() bool {
 // does not exist.
 func OriginalName(o *Object, name string) string {
 	if o != nil {
-		if orig := o.Meta.Annotations[render.OriginalNameAnnotation]; orig != "" {
+		if orig := o.Meta.Annotations[refs.OriginalNameAnnotation]; orig != "" {
 			return orig
 		}
 	}

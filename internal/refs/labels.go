@@ -12,3 +12,7 @@ const (
 // ReplicaSets reference, labelled or not. Risky by design: an object shared with another workload gets
 // deleted when the last ReplicaSet of this one goes. Documented in docs/controller.md.
 const AttachAllAnnotation = "configmap-attacher.io/attach-all"
+
+// OriginalNameAnnotation records the name a revisioned object had before `render` gave it its content
+// hash: how a second render recognises its own output and how `diff` pairs revisions of one object.
+const OriginalNameAnnotation = "configmap-attacher.io/name"

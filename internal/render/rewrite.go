@@ -11,10 +11,6 @@ import (
 	"github.com/configmap-attacher/configmap-attacher/internal/refs"
 )
 
-// OriginalNameAnnotation records the name an object had before rendering. It is how a second render
-// recognises its own output (and leaves it alone), and what history and diff show users.
-const OriginalNameAnnotation = "configmap-attacher.io/name"
-
 // HelmResourcePolicyAnnotation with value "keep" stops `helm upgrade` from deleting the previous
 // revision, which pods of the previous ReplicaSet still mount; the garbage collector removes it
 // with that ReplicaSet once the controller has attached it.
@@ -239,7 +235,7 @@ func (p *planner) revision(o *object, kind refs.Kind) (*configObject, error) {
 	if err := utiljson.Unmarshal(o.raw, &rest); err != nil {
 		return nil, o.errorf(ErrInvalidObject, "reading type and immutable: %w", err)
 	}
-	for _, a := range []string{OriginalNameAnnotation, HelmResourcePolicyAnnotation} {
+	for _, a := range []string{refs.OriginalNameAnnotation, HelmResourcePolicyAnnotation} {
 		if v, ok := o.annotations[a]; ok {
 			if _, isString := v.(string); !isString {
 				return nil, o.errorf(ErrInvalidObject, "annotation %s must be a string (quoted in YAML), not %#v", a, v)
@@ -249,7 +245,7 @@ func (p *planner) revision(o *object, kind refs.Kind) (*configObject, error) {
 	c := &configObject{object: o, kind: kind, ns: p.ns(o), base: o.name}
 	// Our own earlier output: keep its original name, so a re-render names it exactly as before (and a
 	// render of edited output names the new content after the same original).
-	if orig, _ := o.annotations[OriginalNameAnnotation].(string); orig != "" && isRevisionOf(o.name, orig) &&
+	if orig, _ := o.annotations[refs.OriginalNameAnnotation].(string); orig != "" && isRevisionOf(o.name, orig) &&
 		len(validation.IsDNS1123Subdomain(orig)) == 0 {
 		c.base = orig
 	}
@@ -270,8 +266,8 @@ func (p *planner) revision(o *object, kind refs.Kind) (*configObject, error) {
 	if o.labels[refs.RevisionedLabel] != refs.RevisionedValue {
 		add(refs.RevisionedValue, "metadata", "labels", refs.RevisionedLabel)
 	}
-	if o.annotations[OriginalNameAnnotation] != c.base {
-		add(c.base, "metadata", "annotations", OriginalNameAnnotation)
+	if o.annotations[refs.OriginalNameAnnotation] != c.base {
+		add(c.base, "metadata", "annotations", refs.OriginalNameAnnotation)
 	}
 	if o.annotations[HelmResourcePolicyAnnotation] != HelmResourcePolicyKeep {
 		add(HelmResourcePolicyKeep, "metadata", "annotations", HelmResourcePolicyAnnotation)
