@@ -78,7 +78,7 @@ type revisionOf struct {
 	cm string
 }
 
-func (s *helmStory) run() {
+func (s *helmStory) run() []revisionOf {
 	t, ctx := s.t, context.Background()
 
 	t.Log("given: the chart installed")
@@ -125,6 +125,7 @@ func (s *helmStory) run() {
 		return slices.Equal(got, slices.Sorted(slices.Values(want))), fmt.Sprint(got), err
 	}))
 	t.Logf("then: only %v are left", want)
+	return revs
 }
 
 // waitNewRevision waits until the Rollout's current ReplicaSet is not prev and runs `ready` ready pods.
@@ -311,7 +312,18 @@ func TestHelmBaseAppWithTheController(t *testing.T) {
 			}
 		},
 	}
-	s.run()
+	revs := s.run()
+
+	// Helm deleted nothing it kept, and re-adopts a kept revision when the release renders it again.
+	back, last := revs[len(revs)-2], revs[len(revs)-1]
+	t.Logf("when: helm upgrade goes back to config change #2, still kept for ReplicaSet %s", back.rs.Name)
+	s.deploy(2)
+	again := s.waitNewRevision(last.rs, 1)
+	if again.rs.UID != back.rs.UID || again.cm != back.cm {
+		t.Fatalf("want the Rollout back on ReplicaSet %s mounting %s, got %s mounting %s", back.rs.Name, back.cm, again.rs.Name, again.cm)
+	}
+	s.expectEveryReplicaSetHasItsConfig()
+	t.Logf("then: Helm adopts %s again and ReplicaSet %s scales up with it", back.cm, back.rs.Name)
 }
 
 // A chart that knows nothing about configmap-attacher, revisioned by the post-renderer.
