@@ -4,6 +4,9 @@ import (
 	"context"
 	"fmt"
 	"slices"
+	"time"
+
+	appsv1 "k8s.io/api/apps/v1"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
@@ -226,6 +229,7 @@ func (s *Story) HistoryLimit(ctx context.Context) error {
 		return err
 	}
 	s.stepf("two config changes, each promoted")
+	afterCreationSecond(v1.RS)
 	v2, err := s.canary(ctx, 1, v1)
 	if err != nil {
 		return err
@@ -233,6 +237,7 @@ func (s *Story) HistoryLimit(ctx context.Context) error {
 	if err := s.promote(ctx, v2, v1); err != nil {
 		return err
 	}
+	afterCreationSecond(v2.RS)
 	v3, err := s.canary(ctx, 2, v2)
 	if err != nil {
 		return err
@@ -257,6 +262,13 @@ func (s *Story) HistoryLimit(ctx context.Context) error {
 		}
 	}
 	return s.showTree(ctx)
+}
+
+// afterCreationSecond waits until the wall clock is past rs's creationTimestamp second. Argo Rollouts
+// prunes the oldest ReplicaSets by creationTimestamp, which has one-second resolution and breaks ties by
+// name; on a fast local cluster two revisions can share a second, and then "oldest" is arbitrary.
+func afterCreationSecond(rs *appsv1.ReplicaSet) {
+	time.Sleep(time.Until(rs.CreationTimestamp.Add(time.Second)))
 }
 
 // Abort: aborting a paused canary scales the stable ReplicaSet back up; its pods keep the old config,
