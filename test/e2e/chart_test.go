@@ -73,17 +73,23 @@ type chartRelease struct {
 func installChart(t *testing.T, name, ns string, sets ...string) *chartRelease {
 	t.Helper()
 	r := &chartRelease{t: t, name: name, ns: ns, helm: helmCLI(t)}
-	args := []string{"upgrade", "--install", name, chartPath("configmap-attacher"), "-n", ns, "--wait", "--timeout", "2m"}
-	for _, s := range sets {
-		args = append(args, "--set", s)
-	}
-	helmRun(t, r.helm, args...)
+	r.upgrade(sets...)
 	t.Cleanup(func() {
 		if _, err := r.helm.Run(context.Background(), "uninstall", name, "-n", ns, "--wait"); err != nil {
 			t.Logf("cleanup: %v", err)
 		}
 	})
 	return r
+}
+
+// upgrade runs helm upgrade --install with these --set values (and no others).
+func (r *chartRelease) upgrade(sets ...string) {
+	r.t.Helper()
+	args := []string{"upgrade", "--install", r.name, chartPath("configmap-attacher"), "-n", r.ns, "--wait", "--timeout", "2m"}
+	for _, s := range sets {
+		args = append(args, "--set", s)
+	}
+	helmRun(r.t, r.helm, args...)
 }
 
 func (r *chartRelease) fullname() string { return r.name + "-configmap-attacher" }
@@ -179,17 +185,22 @@ func (r *chartRelease) expectLeader(p *framework.Process) {
 }
 
 // runJob runs the Job mode as the chart's jobRBAC ServiceAccount, with the original Job's arguments.
-func (r *chartRelease) runJob(rollout, ns, cm string) {
+func (r *chartRelease) runJob(rollout, ns, cm string) framework.Result {
 	t := r.t
 	t.Helper()
 	sa := r.fullname() + "-job"
 	kubeconfig := serviceAccountKubeconfig(t, r.ns, sa)
 	res := framework.Binary{Path: e2e.bin.Path, Kubeconfig: kubeconfig}.Run(context.Background(), nil,
 		"-rollout", rollout, "-namespace", ns, "-configmaps", cm)
+	t.Logf("ran the Job as ServiceAccount %s/%s: exit %d in %s", r.ns, sa, res.Code, res.Duration.Round(time.Millisecond))
+	return res
+}
+
+func mustSucceed(t *testing.T, res framework.Result) {
+	t.Helper()
 	if res.Code != 0 {
-		t.Fatalf("the Job as ServiceAccount %s/%s failed: %s", r.ns, sa, describe(res))
+		t.Fatalf("the Job failed: %s", describe(res))
 	}
-	t.Logf("ran the Job as ServiceAccount %s/%s in %s", r.ns, sa, res.Duration.Round(time.Millisecond))
 }
 
 // serviceAccountKubeconfig authenticates as a ServiceAccount the chart created.
@@ -221,7 +232,7 @@ func givenConfiguredRollout(t *testing.T, ns, name string, optedIn bool, podLabe
 	return cm.Name, s.waitNewRevision(nil, 1).rs
 }
 
-// Default install: ClusterRole and ClusterRoleBinding, Lease Role; plus every optional object.
+// Cluster-wide install (ClusterRole and ClusterRoleBinding, Lease Role), with every optional object.
 func TestChartClusterWideRBACSuffices(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
@@ -233,7 +244,7 @@ func TestChartClusterWideRBACSuffices(t *testing.T) {
 	r := installChart(t, "cma-cluster", ns,
 		"replicaSetSelector="+selector+"=cluster-wide", "jobRBAC.enabled=true", "replicas=2",
 		"podDisruptionBudget.enabled=true", "metrics.service.enabled=true", "rbac.ownerReferencesPermissionEnforcement=true")
-	t.Log("given: the chart installed with its defaults (ClusterRole), 2 replicas, PDB, metrics Service, jobRBAC")
+	t.Log("given: the chart installed cluster-wide (ClusterRole), 2 replicas, PDB, metrics Service, jobRBAC, ownerReference enforcement grants")
 	for _, get := range []func() error{
 		func() error {
 			_, err := e2e.cluster.Kube.RbacV1().ClusterRoles().Get(ctx, r.fullname(), metav1.GetOptions{})
@@ -265,7 +276,7 @@ func TestChartClusterWideRBACSuffices(t *testing.T) {
 
 	t.Log("when: the Job mode runs as the jobRBAC ServiceAccount")
 	jobCM, jobRS := givenConfiguredRollout(t, appNS, "job-demo", false, nil) // not opted in: the controller leaves it
-	r.runJob("job-demo", appNS, jobCM)
+	mustSucceed(t, r.runJob("job-demo", appNS, jobCM))
 	must(t, framework.CheckAttached(configOwners(t, appNS, jobCM), jobRS))
 	t.Logf("then: %s/%s is attached to ReplicaSet %s", appNS, jobCM, jobRS.Name)
 }
@@ -276,8 +287,33 @@ func TestChartNamespacedRBACSuffices(t *testing.T) {
 	ctx := context.Background()
 	ns := givenNamespace(t, "e2e-chart-ns")
 	appNS := givenNamespace(t, "e2e-chart-ns-app")
-	r := installChart(t, "cma-ns", ns, "watchNamespaces={"+appNS+"}", "jobRBAC.enabled=true")
+	sets := []string{"watchNamespaces={" + appNS + "}", "jobRBAC.enabled=true"}
+	r := installChart(t, "cma-ns", ns, sets...)
 	t.Logf("given: the chart installed with watchNamespaces=[%s]", appNS)
+
+	// The local cluster runs OwnerReferencesPermissionEnforcement (hack/cluster/kwokctl.yaml), as
+	// OpenShift does: there, setting an ownerReference needs delete on the object, which the chart
+	// grants only when asked.
+	enforced, err := e2e.cluster.EnforcesOwnerReferencePermissions(ctx, appNS, t.TempDir())
+	must(t, err)
+	jobCM, jobRS := givenConfiguredRollout(t, appNS, "job-demo", false, nil) // not opted in: the controller leaves it
+	if enforced {
+		t.Log("given: the API server enforces OwnerReferencesPermissionEnforcement")
+		t.Log("when: the Job runs with the chart's default RBAC")
+		res := r.runJob("job-demo", appNS, jobCM)
+		if res.Code != 1 || !strings.Contains(res.Stderr, "OwnerReferencesPermissionEnforcement") {
+			t.Fatalf("want exit 1 naming OwnerReferencesPermissionEnforcement, got %s", describe(res))
+		}
+		if owners := configOwners(t, appNS, jobCM); len(owners) != 0 {
+			t.Fatalf("a refused Job wrote ownerReferences: %v", owners)
+		}
+		t.Log("then: it is refused with an error naming the admission plugin, and writes nothing")
+		sets = append(sets, "rbac.ownerReferencesPermissionEnforcement=true")
+		t.Log("when: the chart is upgraded with rbac.ownerReferencesPermissionEnforcement=true")
+		r.upgrade(sets...)
+	} else {
+		t.Log("given: the API server does not enforce OwnerReferencesPermissionEnforcement: the default RBAC suffices")
+	}
 	for _, name := range []string{r.fullname(), r.fullname() + "-job"} {
 		if _, err := e2e.cluster.Kube.RbacV1().ClusterRoles().Get(ctx, name, metav1.GetOptions{}); !apierrors.IsNotFound(err) {
 			t.Fatalf("ClusterRole %s: want none with watchNamespaces, got err=%v", name, err)
@@ -308,8 +344,7 @@ func TestChartNamespacedRBACSuffices(t *testing.T) {
 	}
 
 	t.Log("when: the Job mode runs as the jobRBAC ServiceAccount")
-	jobCM, jobRS := givenConfiguredRollout(t, appNS, "job-demo", false, nil) // not opted in: the controller leaves it
-	r.runJob("job-demo", appNS, jobCM)
+	mustSucceed(t, r.runJob("job-demo", appNS, jobCM))
 	must(t, framework.CheckAttached(configOwners(t, appNS, jobCM), jobRS))
 	t.Logf("then: %s/%s is attached to ReplicaSet %s", appNS, jobCM, jobRS.Name)
 }

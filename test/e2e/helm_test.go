@@ -434,9 +434,15 @@ func TestHelmBaseAppWithTheJob(t *testing.T) {
 	h := helmCLI(t)
 	dir := t.TempDir()
 	s := &helmStory{t: t, ns: ns, rollout: "demo"}
+	// On a cluster enforcing OwnerReferencesPermissionEnforcement (the local one does, as OpenShift),
+	// the Job's Role needs delete on ConfigMaps: the chart's option; elsewhere the default suffices.
+	enforced, err := e2e.cluster.EnforcesOwnerReferencePermissions(ctx, ns, dir)
+	must(t, err)
+	t.Logf("given: OwnerReferencesPermissionEnforcement enforced: %v (job.ownerReferencesPermissionEnforcement=%v)", enforced, enforced)
 	deploy := func(verb string, i int) *batchv1.Job {
 		helmRun(t, h, verb, "demo", chartPath("base-app"), "-n", ns, "-f", testdataPath("base-app-values.yaml"),
-			"--set", "attacher=job", "--set-string", fmt.Sprintf("configmaps.cm.kv_data.revision=%d", i), "--no-hooks")
+			"--set", "attacher=job", "--set-string", fmt.Sprintf("configmaps.cm.kv_data.revision=%d", i),
+			"--set", fmt.Sprintf("job.ownerReferencesPermissionEnforcement=%v", enforced), "--no-hooks")
 		job, err := framework.FindJob(helmRun(t, h, "get", "hooks", "demo", "-n", ns))
 		must(t, err)
 		return job
