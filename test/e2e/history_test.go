@@ -22,7 +22,6 @@ import (
 
 	"github.com/configmap-attacher/configmap-attacher/internal/history"
 	"github.com/configmap-attacher/configmap-attacher/internal/refs"
-	"github.com/configmap-attacher/configmap-attacher/internal/render"
 	"github.com/configmap-attacher/configmap-attacher/internal/workload"
 	"github.com/configmap-attacher/configmap-attacher/test/framework"
 )
@@ -79,7 +78,7 @@ func (s *historyStory) secretRevision(token string) string {
 	_, err := e2e.cluster.Kube.CoreV1().Secrets(s.ns).Create(context.Background(), &corev1.Secret{
 		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: s.ns,
 			Labels:      map[string]string{refs.RevisionedLabel: refs.RevisionedValue},
-			Annotations: map[string]string{render.OriginalNameAnnotation: "demo-env"}},
+			Annotations: map[string]string{refs.OriginalNameAnnotation: "demo-env"}},
 		StringData: map[string]string{"TOKEN": token, "LOG_LEVEL": "info"},
 	}, metav1.CreateOptions{})
 	if err != nil && !apierrors.IsAlreadyExists(err) {
