@@ -37,7 +37,7 @@ type scope struct {
 	start          []func(stop <-chan struct{})
 }
 
-func newScope(clients *kube.Clients, namespace, rsSelector string, withRollouts bool) (*scope, error) {
+func newScope(clients *kube.Clients, namespace, rsSelector string, kinds []refs.Kind, withRollouts bool) (*scope, error) {
 	s := &scope{configs: map[refs.Kind]cache.SharedIndexInformer{}, workloadByKind: map[workload.Kind]cache.GenericLister{}}
 
 	rsFactory := informers.NewSharedInformerFactoryWithOptions(clients.Kube, 0,
@@ -56,7 +56,7 @@ func newScope(clients *kube.Clients, namespace, rsSelector string, withRollouts 
 	optedIn := labels.SelectorFromSet(labels.Set{refs.RevisionedLabel: refs.RevisionedValue}).String()
 	cfgFactory := metadatainformer.NewFilteredSharedInformerFactory(clients.Metadata, 0, namespace,
 		func(o *metav1.ListOptions) { o.LabelSelector = optedIn })
-	for _, kind := range []refs.Kind{refs.ConfigMap, refs.Secret} {
+	for _, kind := range kinds {
 		inf := cfgFactory.ForResource(attach.GVR(kind)).Informer()
 		if err := inf.SetTransform(trimConfig); err != nil {
 			return nil, err
@@ -83,7 +83,10 @@ func newScope(clients *kube.Clients, namespace, rsSelector string, withRollouts 
 }
 
 func (s *scope) informers() []cache.SharedIndexInformer {
-	out := []cache.SharedIndexInformer{s.replicaSets, s.configs[refs.ConfigMap], s.configs[refs.Secret]}
+	out := []cache.SharedIndexInformer{s.replicaSets}
+	for _, inf := range s.configs {
+		out = append(out, inf)
+	}
 	return append(out, s.workloads...)
 }
 

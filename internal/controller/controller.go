@@ -49,8 +49,12 @@ func New(clients *kube.Clients, o *Options, events attach.EventSink, m *Metrics,
 	if len(namespaces) == 0 {
 		namespaces = []string{metav1.NamespaceAll}
 	}
+	kinds := []refs.Kind{refs.ConfigMap}
+	if o.Secrets {
+		kinds = append(kinds, refs.Secret)
+	}
 	for _, ns := range namespaces {
-		s, err := newScope(clients, ns, o.ReplicaSetSelector, withRollouts)
+		s, err := newScope(clients, ns, o.ReplicaSetSelector, kinds, withRollouts)
 		if err != nil {
 			return nil, err
 		}
@@ -64,33 +68,28 @@ func New(clients *kube.Clients, o *Options, events attach.EventSink, m *Metrics,
 }
 
 func (c *Controller) addHandlers(s *scope) error {
-	handlers := []struct {
-		inf cache.SharedIndexInformer
-		h   cache.ResourceEventHandler
-	}{
-		{s.replicaSets, cache.ResourceEventHandlerFuncs{
-			AddFunc: c.enqueueReplicaSet,
-			UpdateFunc: func(old, cur any) {
-				// Status and annotation updates (every scale step) cannot change what to attach; spec
-				// (generation), owner and deletion changes can.
-				o, n := old.(*appsv1.ReplicaSet), cur.(*appsv1.ReplicaSet)
-				if o.ResourceVersion != n.ResourceVersion && (o.UID != n.UID || o.Generation != n.Generation || o.DeletionTimestamp != n.DeletionTimestamp ||
-					!equalOwners(o.OwnerReferences, n.OwnerReferences)) {
-					c.enqueueReplicaSet(cur)
-				}
-			},
-		}},
-		{s.configs[refs.ConfigMap], c.configHandler(s, refs.ConfigMap)},
-		{s.configs[refs.Secret], c.configHandler(s, refs.Secret)},
+	_, err := s.replicaSets.AddEventHandler(cache.ResourceEventHandlerFuncs{
+		AddFunc: c.enqueueReplicaSet,
+		UpdateFunc: func(old, cur any) {
+			// Status and annotation updates (every scale step) cannot change what to attach; spec
+			// (generation), owner and deletion changes can.
+			o, n := old.(*appsv1.ReplicaSet), cur.(*appsv1.ReplicaSet)
+			if o.UID != n.UID || o.Generation != n.Generation || (o.DeletionTimestamp == nil) != (n.DeletionTimestamp == nil) ||
+				!equalOwners(o.OwnerReferences, n.OwnerReferences) {
+				c.enqueueReplicaSet(cur)
+			}
+		},
+	})
+	if err != nil {
+		return err
+	}
+	for kind, inf := range s.configs {
+		if _, err := inf.AddEventHandler(c.configHandler(s, kind)); err != nil {
+			return err
+		}
 	}
 	for _, inf := range s.workloads {
-		handlers = append(handlers, struct {
-			inf cache.SharedIndexInformer
-			h   cache.ResourceEventHandler
-		}{inf, c.workloadHandler(s)})
-	}
-	for _, h := range handlers {
-		if _, err := h.inf.AddEventHandler(h.h); err != nil {
+		if _, err := inf.AddEventHandler(c.workloadHandler(s)); err != nil {
 			return err
 		}
 	}

@@ -20,6 +20,8 @@ import (
 type Options struct {
 	Namespaces         []string // empty: all namespaces
 	ReplicaSetSelector string   // narrows the ReplicaSets watched, for large clusters
+	// Secrets follows Secrets as well as ConfigMaps. Off, the controller needs no access to Secrets.
+	Secrets bool
 	Workers            int
 	MetricsAddr        string
 	ProbeAddr          string
@@ -44,6 +46,7 @@ func NewOptions(lookup func(string) (string, bool)) *Options {
 		ns = "kube-system"
 	}
 	return &Options{
+		Secrets:     true,
 		Workers:     8,
 		MetricsAddr: ":8080",
 		ProbeAddr:   ":8081",
@@ -69,6 +72,7 @@ func (o *Options) AddFlags(fs *flag.FlagSet) {
 		return nil
 	})
 	fs.StringVar(&o.ReplicaSetSelector, "replicaset-selector", o.ReplicaSetSelector, "label selector limiting the ReplicaSets watched, e.g. team=payments (default: all)")
+	fs.BoolVar(&o.Secrets, "secrets", o.Secrets, "follow opted-in Secrets too (needs get/list/watch/patch on secrets); -secrets=false follows ConfigMaps only")
 	fs.IntVar(&o.Workers, "workers", o.Workers, "ReplicaSets synced in parallel")
 	fs.StringVar(&o.MetricsAddr, "metrics-bind-address", o.MetricsAddr, "address serving /metrics (empty disables)")
 	fs.StringVar(&o.ProbeAddr, "health-probe-bind-address", o.ProbeAddr, "address serving /healthz and /readyz (empty disables)")

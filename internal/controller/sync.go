@@ -107,7 +107,11 @@ func (c *Controller) attachAll(s *scope, rs *appsv1.ReplicaSet, kind workload.Ki
 func (c *Controller) usedObjects(ctx context.Context, s *scope, rs *appsv1.ReplicaSet, all bool) ([]attach.Object, error) {
 	var out []attach.Object
 	for _, r := range refs.FromPodSpec(&rs.Spec.Template.Spec).Sorted() {
-		obj, exists, err := s.configs[r.Kind].GetIndexer().GetByKey(rs.Namespace + "/" + r.Name)
+		inf, followed := s.configs[r.Kind]
+		if !followed {
+			continue
+		}
+		obj, exists, err := inf.GetIndexer().GetByKey(rs.Namespace + "/" + r.Name)
 		if err != nil {
 			return nil, err
 		}
