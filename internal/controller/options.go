@@ -21,13 +21,13 @@ type Options struct {
 	Namespaces         []string // empty: all namespaces
 	ReplicaSetSelector string   // narrows the ReplicaSets watched, for large clusters
 	// Secrets follows Secrets as well as ConfigMaps. Off, the controller needs no access to Secrets.
-	Secrets bool
-	Workers            int
-	MetricsAddr        string
-	ProbeAddr          string
-	LeaderElect        bool
-	LeaderElection     LeaderElectionOptions
-	Client             kube.ClientOptions
+	Secrets        bool
+	Workers        int
+	MetricsAddr    string
+	ProbeAddr      string
+	LeaderElect    bool
+	LeaderElection LeaderElectionOptions
+	Client         kube.ClientOptions
 }
 
 // LeaderElectionOptions tune the Lease; defaults match kube-controller-manager's.
