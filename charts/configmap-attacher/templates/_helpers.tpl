@@ -78,7 +78,7 @@ needed.
 # Metadata-only watch of opted-in objects (label-filtered server-side), and the patch adding the
 # ownerReference. RBAC cannot restrict by label, hence list/watch on all of them.
 - apiGroups: [""]
-  resources: [configmaps, secrets]
+  resources: {{ if .Values.secrets }}[configmaps, secrets]{{ else }}[configmaps]{{ end }}
   verbs: [get, list, watch, patch{{ include "configmap-attacher.ownerRefDelete" . }}]
 # "Attached" events; the recorder aggregates repeats with patch.
 - apiGroups: [""]
