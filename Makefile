@@ -5,7 +5,7 @@ GO ?= go
 VERSION ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo devel)
 LDFLAGS := -s -w -X github.com/configmap-attacher/configmap-attacher/internal/version.stamped=$(VERSION)
 
-.PHONY: all build tools cluster-up cluster-down test test-unit test-e2e demo lint clean
+.PHONY: all build tools cluster-up cluster-down test test-unit test-race test-e2e demo clean
 
 all: build
 
@@ -32,6 +32,10 @@ test: test-unit test-e2e
 
 test-unit:
 	$(GO) vet ./...
+	$(GO) test ./...
+
+## test-race: the unit tests under the race detector (slow on a cold cache: client-go is rebuilt).
+test-race:
 	$(GO) test -race ./...
 
 test-e2e: tools
