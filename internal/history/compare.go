@@ -3,7 +3,6 @@ package history
 import (
 	"errors"
 	"fmt"
-	"sort"
 	"strings"
 
 	"github.com/configmap-attacher/configmap-attacher/internal/refs"
@@ -123,43 +122,30 @@ func Compare(h *History, from, to *Revision, objs Objects) *Comparison {
 		From:     Side{Revision: from.Revision, ReplicaSet: from.ReplicaSet, Role: from.Role},
 		To:       Side{Revision: to.Revision, ReplicaSet: to.ReplicaSet, Role: to.Role},
 	}
-	type key struct {
-		kind refs.Kind
-		name string
-	}
-	group := func(r *Revision) map[key][]*Member {
-		out := map[key][]*Member{}
+	// Objects pair up by kind and original name: the revisions of one logical object.
+	group := func(r *Revision) map[refs.Ref][]*Member {
+		out := map[refs.Ref][]*Member{}
 		for _, cfg := range r.Config {
 			o := objs[refs.Ref{Kind: cfg.Kind, Name: cfg.Name}]
-			k := key{cfg.Kind, OriginalName(o, cfg.Name)}
+			k := refs.Ref{Kind: cfg.Kind, Name: OriginalName(o, cfg.Name)}
 			out[k] = append(out[k], &Member{Name: cfg.Name, Object: o, Optional: cfg.Optional})
 		}
 		return out
 	}
 	a, b := group(from), group(to)
-	keys := map[key]bool{}
+	keys := refs.Set{}
 	for k := range a {
-		keys[k] = true
+		keys[k] = struct{}{}
 	}
 	for k := range b {
-		keys[k] = true
+		keys[k] = struct{}{}
 	}
-	sorted := make([]key, 0, len(keys))
-	for k := range keys {
-		sorted = append(sorted, k)
-	}
-	sort.Slice(sorted, func(i, j int) bool {
-		if sorted[i].kind != sorted[j].kind {
-			return sorted[i].kind < sorted[j].kind
-		}
-		return sorted[i].name < sorted[j].name
-	})
-	for _, k := range sorted {
+	for _, k := range keys.Sorted() {
 		// Members are in name order (Config is sorted); two revisions of one object in one pod
 		// template are rare and paired in that order.
 		as, bs := a[k], b[k]
 		for i := 0; i < len(as) || i < len(bs); i++ {
-			p := Pair{Kind: k.kind, OriginalName: k.name}
+			p := Pair{Kind: k.Kind, OriginalName: k.Name}
 			if i < len(as) {
 				p.From = as[i]
 			}
