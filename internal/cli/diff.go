@@ -66,18 +66,7 @@ func runDiff(ctx context.Context, env Env, args []string) error {
 		}
 		revisions = append(revisions, n)
 	}
-	if _, err := workloadRef("", positional[0]); err != nil {
-		return err
-	}
-	ctx, clients, err := f.connect(ctx, env, "diff")
-	if err != nil {
-		return err
-	}
-	ref, err := workloadRef(f.namespace, positional[0])
-	if err != nil {
-		return err
-	}
-	res, err := history.Resolve(ctx, clients, ref)
+	ctx, clients, res, err := f.resolve(ctx, env, "diff", positional[0])
 	if err != nil {
 		return err
 	}
@@ -87,7 +76,7 @@ func runDiff(ctx context.Context, env Env, args []string) error {
 	if err != nil {
 		return err
 	}
-	objs, err := history.Read(ctx, clients, ref.Namespace, history.ConfigRefs(from, to), true)
+	objs, err := history.Read(ctx, clients, res.Ref.Namespace, history.ConfigRefs(from, to), true)
 	if err != nil {
 		return err
 	}

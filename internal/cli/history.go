@@ -76,22 +76,31 @@ func workloadRef(namespace, arg string) (workload.Ref, error) {
 	return workload.ParseRef(namespace, arg)
 }
 
-// connect sets up logging and clients and settles the namespace.
-func (f *readFlags) connect(ctx context.Context, env Env, command string) (context.Context, *kube.Clients, error) {
+// resolve checks the KIND/NAME argument (a malformed one is bad usage before any connection), sets up
+// logging and clients, settles the namespace like kubectl, and reads the workload with its ReplicaSets.
+func (f *readFlags) resolve(ctx context.Context, env Env, command, arg string) (context.Context, *kube.Clients, *workload.Resolved, error) {
+	if _, err := workloadRef("", arg); err != nil {
+		return nil, nil, nil, err
+	}
 	ctx, err := setupLogging(ctx, env, command, slog.LevelDebug)
 	if err != nil {
-		return nil, nil, err
+		return nil, nil, nil, err
 	}
 	clients, err := clientsFrom(env, &f.client)
 	if err != nil {
-		return nil, nil, err
+		return nil, nil, nil, err
 	}
 	if f.namespace == "" {
 		if f.namespace, err = f.client.DefaultNamespace(); err != nil {
-			return nil, nil, err
+			return nil, nil, nil, err
 		}
 	}
-	return ctx, clients, nil
+	ref, err := workloadRef(f.namespace, arg)
+	if err != nil {
+		return nil, nil, nil, err
+	}
+	res, err := history.Resolve(ctx, clients, ref)
+	return ctx, clients, res, err
 }
 
 // parseInterspersed lets flags follow positional arguments (`history rollout/demo -n prod`, the way
@@ -146,22 +155,11 @@ func runHistory(ctx context.Context, env Env, args []string) error {
 	default:
 		return usage("-o %q: use table, json or yaml", output)
 	}
-	if _, err := workloadRef("", positional[0]); err != nil {
-		return err
-	}
-	ctx, clients, err := f.connect(ctx, env, "history")
+	ctx, clients, res, err := f.resolve(ctx, env, "history", positional[0])
 	if err != nil {
 		return err
 	}
-	ref, err := workloadRef(f.namespace, positional[0])
-	if err != nil {
-		return err
-	}
-	res, err := history.Resolve(ctx, clients, ref)
-	if err != nil {
-		return err
-	}
-	objs, err := history.Read(ctx, clients, ref.Namespace, history.AllConfigRefs(res), false)
+	objs, err := history.Read(ctx, clients, res.Ref.Namespace, history.AllConfigRefs(res), false)
 	if err != nil {
 		return err
 	}
