@@ -14,7 +14,6 @@ import (
 
 	appsv1 "k8s.io/api/apps/v1"
 	batchv1 "k8s.io/api/batch/v1"
-	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
@@ -181,7 +180,7 @@ func (s *helmStory) waitNewRevision(prev *appsv1.ReplicaSet, ready int) revision
 			if err != nil {
 				return false, "", err
 			}
-			if n := helmReadyPods(pods); n != ready || len(pods) != ready {
+			if n := framework.ReadyPods(pods); n != ready || len(pods) != ready {
 				return false, fmt.Sprintf("%s has %d pods, %d ready", rs.Name, len(pods), n), nil
 			}
 			cm, err := mountedConfigMap(rs)
@@ -195,18 +194,6 @@ func (s *helmStory) waitNewRevision(prev *appsv1.ReplicaSet, ready int) revision
 		s.check(r.cm)
 	}
 	return r
-}
-
-func helmReadyPods(pods []corev1.Pod) int {
-	n := 0
-	for _, p := range pods {
-		for _, c := range p.Status.Conditions {
-			if c.Type == corev1.PodReady && c.Status == corev1.ConditionTrue {
-				n++
-			}
-		}
-	}
-	return n
 }
 
 // mountedConfigMap is the one ConfigMap a ReplicaSet's pods use (volume and envFrom may both name it).
@@ -271,7 +258,7 @@ func (s *helmStory) spotReplacement(old, canary revisionOf) {
 			}
 		}
 		want := int(*rs.Spec.Replicas)
-		return len(pods) == want && helmReadyPods(pods) == want, fmt.Sprintf("%d pods, %d ready, want %d", len(pods), helmReadyPods(pods), want), nil
+		return len(pods) == want && framework.ReadyPods(pods) == want, fmt.Sprintf("%d pods, %d ready, want %d", len(pods), framework.ReadyPods(pods), want), nil
 	}))
 	pods, err = e2e.cluster.PodsOf(ctx, old.rs)
 	must(t, err)

@@ -123,7 +123,8 @@ func (c *Cluster) PodsOf(ctx context.Context, rs *appsv1.ReplicaSet) ([]corev1.P
 	return out, nil
 }
 
-func readyPods(pods []corev1.Pod) int {
+// ReadyPods counts the pods whose Ready condition is true.
+func ReadyPods(pods []corev1.Pod) int {
 	n := 0
 	for _, p := range pods {
 		for _, c := range p.Status.Conditions {
@@ -145,7 +146,7 @@ func (c *Cluster) WaitPods(ctx context.Context, timeout time.Duration, rs *appsv
 		if err != nil {
 			return false, "", err
 		}
-		r := readyPods(pods)
+		r := ReadyPods(pods)
 		return r == n && len(pods) == n, fmt.Sprintf("%d pods, %d ready", len(pods), r), nil
 	})
 }

@@ -193,7 +193,7 @@ func (s *Story) spotReplacement(ctx context.Context, old revision) error {
 		for _, p := range pods {
 			names = append(names, p.Name)
 		}
-		return len(pods) == replicas-1 && !slices.Contains(names, victim) && readyCount(pods) == replicas-1,
+		return len(pods) == replicas-1 && !slices.Contains(names, victim) && framework.ReadyPods(pods) == replicas-1,
 			fmt.Sprintf("pods %v", names), nil
 	})
 	if err != nil {

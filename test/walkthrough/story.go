@@ -135,22 +135,10 @@ func (s *Story) waitCurrent(ctx context.Context, configMap string, ready int) (*
 				return false, "", err
 			}
 			current = rs
-			n := readyCount(pods)
+			n := framework.ReadyPods(pods)
 			return n == ready && len(pods) == ready, fmt.Sprintf("%s has %d pods, %d ready", rs.Name, len(pods), n), nil
 		})
 	return current, err
-}
-
-func readyCount(pods []corev1.Pod) int {
-	n := 0
-	for _, p := range pods {
-		for _, c := range p.Status.Conditions {
-			if c.Type == corev1.PodReady && c.Status == corev1.ConditionTrue {
-				n++
-			}
-		}
-	}
-	return n
 }
 
 // waitPaused waits for the canary to stop at its pause: {} step.
