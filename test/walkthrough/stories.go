@@ -86,87 +86,77 @@ func (s *Story) promote(ctx context.Context, next revision, old ...revision) err
 	return nil
 }
 
-// Walkthrough is the write-up, step by step.
-func (s *Story) Walkthrough(ctx context.Context) error {
-	s.stepf("deploy the chart: Rollout %s (%d replicas) with a revisioned ConfigMap", s.Rollout, replicas)
-	v1, err := s.start(ctx, framework.RolloutSpec{})
-	if err != nil {
-		return err
-	}
-	if err := s.showTree(ctx); err != nil {
-		return err
-	}
+// step is one numbered step of a story; its tree is drawn after it.
+type step struct {
+	title string
+	do    func(ctx context.Context) error
+}
 
-	s.stepf("change the config: a new ReplicaSet and a new ConfigMap; the canary pauses")
-	v2, err := s.canary(ctx, 1, v1)
-	if err != nil {
-		return err
-	}
-	if err := s.expectMounts(ctx, v1.RS, v1.ConfigMap); err != nil {
-		return err
-	}
-	if err := s.expectMounts(ctx, v2.RS, v2.ConfigMap); err != nil {
-		return err
-	}
-	if err := s.showTree(ctx); err != nil {
-		return err
-	}
-
-	s.stepf("a spot node is replaced: delete an old pod during the pause")
-	if err := s.spotReplacement(ctx, v1); err != nil {
-		return err
-	}
-	if err := s.showTree(ctx); err != nil {
-		return err
-	}
-
-	s.stepf("promote the Rollout")
-	if err := s.promote(ctx, v2, v1); err != nil {
-		return err
-	}
-	if err := s.showTree(ctx); err != nil {
-		return err
-	}
-
-	s.stepf("change the config again")
-	v3, err := s.canary(ctx, 2, v2)
-	if err != nil {
-		return err
-	}
-	if err := s.showTree(ctx); err != nil {
-		return err
-	}
-
-	s.stepf("promote the Rollout")
-	if err := s.promote(ctx, v3, v2); err != nil {
-		return err
-	}
-	if err := s.showTree(ctx); err != nil {
-		return err
-	}
-
-	s.stepf("garbage collection: delete the two old ReplicaSets")
-	if err := s.listConfigMaps(ctx); err != nil {
-		return err
-	}
-	if err := s.deleteReplicaSets(ctx, v1.RS, v2.RS); err != nil {
-		return err
-	}
-	for _, old := range []revision{v1, v2} {
-		if err := s.expectGarbageCollected(ctx, old.ConfigMap); err != nil {
+func (s *Story) run(ctx context.Context, steps ...step) error {
+	for _, st := range steps {
+		s.stepf("%s", st.title)
+		if err := st.do(ctx); err != nil {
+			return err
+		}
+		if err := s.showTree(ctx); err != nil {
 			return err
 		}
 	}
-	if err := s.expectExists(ctx, v3.ConfigMap); err != nil {
-		return err
-	}
-	if err := s.expectAttached(ctx, v3.ConfigMap, v3.RS); err != nil {
-		return err
-	}
-	if err := s.listConfigMaps(ctx); err != nil {
-		return err
-	}
-	return s.showTree(ctx)
+	return nil
+}
+
+// Walkthrough is the write-up, step by step.
+func (s *Story) Walkthrough(ctx context.Context) error {
+	var v1, v2, v3 revision
+	return s.run(ctx,
+		step{fmt.Sprintf("deploy the chart: Rollout %s (%d replicas) with a revisioned ConfigMap", s.Rollout, replicas),
+			func(ctx context.Context) (err error) {
+				v1, err = s.start(ctx, framework.RolloutSpec{})
+				return err
+			}},
+		step{"change the config: a new ReplicaSet and a new ConfigMap; the canary pauses", func(ctx context.Context) (err error) {
+			if v2, err = s.canary(ctx, 1, v1); err != nil {
+				return err
+			}
+			if err := s.expectMounts(ctx, v1.RS, v1.ConfigMap); err != nil {
+				return err
+			}
+			return s.expectMounts(ctx, v2.RS, v2.ConfigMap)
+		}},
+		step{"a spot node is replaced: delete an old pod during the pause", func(ctx context.Context) error {
+			return s.spotReplacement(ctx, v1)
+		}},
+		step{"promote the Rollout", func(ctx context.Context) error {
+			return s.promote(ctx, v2, v1)
+		}},
+		step{"change the config again", func(ctx context.Context) (err error) {
+			v3, err = s.canary(ctx, 2, v2)
+			return err
+		}},
+		step{"promote the Rollout", func(ctx context.Context) error {
+			return s.promote(ctx, v3, v2)
+		}},
+		step{"garbage collection: delete the two old ReplicaSets", func(ctx context.Context) error {
+			if err := s.listConfigMaps(ctx); err != nil {
+				return err
+			}
+			if err := s.deleteReplicaSets(ctx, v1.RS, v2.RS); err != nil {
+				return err
+			}
+			for _, old := range []revision{v1, v2} {
+				if err := s.expectGarbageCollected(ctx, old.ConfigMap); err != nil {
+					return err
+				}
+			}
+			if err := s.expectExists(ctx, v3.ConfigMap); err != nil {
+				return err
+			}
+			if err := s.expectAttached(ctx, v3.ConfigMap, v3.RS); err != nil {
+				return err
+			}
+			return s.listConfigMaps(ctx)
+		}},
+	)
 }
 
 // spotReplacement deletes one pod of the old ReplicaSet and checks its replacement mounts the OLD
