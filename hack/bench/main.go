@@ -64,15 +64,11 @@ func run(ctx context.Context, args []string) error {
 	if c.Owned() && !*keep {
 		defer func() { _ = c.Stop(context.Background(), os.Stderr) }()
 	}
-	dir, err := os.MkdirTemp("", "configmap-attacher-bench")
+	bin, cleanup, err := framework.BuildBinary(ctx, root)
 	if err != nil {
 		return err
 	}
-	defer os.RemoveAll(dir)
-	bin, err := framework.BuildBinary(ctx, root, dir)
-	if err != nil {
-		return err
-	}
+	defer cleanup()
 	e := env{c: c, bin: framework.Binary{Path: bin, Kubeconfig: c.Kubeconfig}}
 	start := time.Now()
 	defer func() { fmt.Printf("\n(%s scenario took %s)\n", scenario, time.Since(start).Round(time.Second)) }()

@@ -67,15 +67,11 @@ func run(ctx context.Context, args []string, out, progress io.Writer) error {
 		defer func() { _ = c.DeleteNamespace(context.Background(), *namespace) }()
 	}
 
-	dir, err := os.MkdirTemp("", "configmap-attacher-demo")
+	bin, cleanup, err := framework.BuildBinary(ctx, root)
 	if err != nil {
 		return err
 	}
-	defer os.RemoveAll(dir)
-	bin, err := framework.BuildBinary(ctx, root, dir)
-	if err != nil {
-		return err
-	}
+	defer cleanup()
 	b := framework.Binary{Path: bin, Kubeconfig: c.Kubeconfig}
 	s := &walkthrough.Story{
 		C: c, Attacher: &walkthrough.Job{Bin: b},

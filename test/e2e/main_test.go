@@ -53,17 +53,12 @@ func run(m *testing.M) int {
 			}
 		}()
 	}
-	dir, err := os.MkdirTemp("", "configmap-attacher-e2e")
-	if err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		return 1
-	}
-	defer os.RemoveAll(dir)
-	bin, err := framework.BuildBinary(ctx, root, dir)
+	bin, cleanup, err := framework.BuildBinary(ctx, root)
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "e2e:", err)
 		return 1
 	}
+	defer cleanup()
 	e2e = env{cluster: c, bin: framework.Binary{Path: bin, Kubeconfig: c.Kubeconfig}, root: root}
 	return m.Run()
 }

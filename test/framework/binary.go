@@ -19,15 +19,21 @@ type Binary struct {
 	Kubeconfig string
 }
 
-// BuildBinary compiles cmd/configmap-attacher into dir.
-func BuildBinary(ctx context.Context, repoRoot, dir string) (string, error) {
-	out := filepath.Join(dir, "configmap-attacher")
-	cmd := exec.CommandContext(ctx, "go", "build", "-o", out, "./cmd/configmap-attacher")
+// BuildBinary compiles cmd/configmap-attacher into a temporary directory; cleanup removes it.
+func BuildBinary(ctx context.Context, repoRoot string) (path string, cleanup func(), err error) {
+	dir, err := os.MkdirTemp("", "configmap-attacher-bin")
+	if err != nil {
+		return "", nil, err
+	}
+	cleanup = func() { os.RemoveAll(dir) }
+	path = filepath.Join(dir, "configmap-attacher")
+	cmd := exec.CommandContext(ctx, "go", "build", "-o", path, "./cmd/configmap-attacher")
 	cmd.Dir = repoRoot
 	if b, err := cmd.CombinedOutput(); err != nil {
-		return "", fmt.Errorf("go build: %w\n%s", err, b)
+		cleanup()
+		return "", nil, fmt.Errorf("go build: %w\n%s", err, b)
 	}
-	return out, nil
+	return path, cleanup, nil
 }
 
 // Result is one finished run.

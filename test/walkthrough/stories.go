@@ -213,45 +213,45 @@ func (s *Story) listConfigMaps(ctx context.Context) error {
 // garbage collector follows with their config, with no manual delete.
 func (s *Story) HistoryLimit(ctx context.Context) error {
 	one := int32(1)
-	s.stepf("Rollout %s with revisionHistoryLimit: 1", s.Rollout)
-	v1, err := s.start(ctx, framework.RolloutSpec{RevisionHistoryLimit: &one})
-	if err != nil {
-		return err
-	}
-	s.stepf("two config changes, each promoted")
-	afterCreationSecond(v1.RS)
-	v2, err := s.canary(ctx, 1, v1)
-	if err != nil {
-		return err
-	}
-	if err := s.promote(ctx, v2, v1); err != nil {
-		return err
-	}
-	afterCreationSecond(v2.RS)
-	v3, err := s.canary(ctx, 2, v2)
-	if err != nil {
-		return err
-	}
-	if err := s.promote(ctx, v3, v2); err != nil {
-		return err
-	}
-	s.stepf("Argo Rollouts prunes revision 1; its ConfigMap follows")
-	if err := s.C.WaitReplicaSetGone(ctx, s.Wait, s.Namespace, v1.RS.Name); err != nil {
-		return err
-	}
-	s.say("✓ Argo Rollouts deleted ReplicaSet %s (revisionHistoryLimit)", v1.RS.Name)
-	if err := s.expectGarbageCollected(ctx, v1.ConfigMap); err != nil {
-		return err
-	}
-	for _, kept := range []revision{v2, v3} {
-		if err := s.expectExists(ctx, kept.ConfigMap); err != nil {
+	var v1, v2, v3 revision
+	return s.run(ctx,
+		step{fmt.Sprintf("Rollout %s with revisionHistoryLimit: 1", s.Rollout), func(ctx context.Context) (err error) {
+			v1, err = s.start(ctx, framework.RolloutSpec{RevisionHistoryLimit: &one})
 			return err
-		}
-		if err := s.expectAttached(ctx, kept.ConfigMap, kept.RS); err != nil {
-			return err
-		}
-	}
-	return s.showTree(ctx)
+		}},
+		step{"two config changes, each promoted", func(ctx context.Context) (err error) {
+			afterCreationSecond(v1.RS)
+			if v2, err = s.canary(ctx, 1, v1); err != nil {
+				return err
+			}
+			if err := s.promote(ctx, v2, v1); err != nil {
+				return err
+			}
+			afterCreationSecond(v2.RS)
+			if v3, err = s.canary(ctx, 2, v2); err != nil {
+				return err
+			}
+			return s.promote(ctx, v3, v2)
+		}},
+		step{"Argo Rollouts prunes revision 1; its ConfigMap follows", func(ctx context.Context) error {
+			if err := s.C.WaitReplicaSetGone(ctx, s.Wait, s.Namespace, v1.RS.Name); err != nil {
+				return err
+			}
+			s.say("✓ Argo Rollouts deleted ReplicaSet %s (revisionHistoryLimit)", v1.RS.Name)
+			if err := s.expectGarbageCollected(ctx, v1.ConfigMap); err != nil {
+				return err
+			}
+			for _, kept := range []revision{v2, v3} {
+				if err := s.expectExists(ctx, kept.ConfigMap); err != nil {
+					return err
+				}
+				if err := s.expectAttached(ctx, kept.ConfigMap, kept.RS); err != nil {
+					return err
+				}
+			}
+			return nil
+		}},
+	)
 }
 
 // afterCreationSecond waits until the wall clock is past rs's creationTimestamp second. Argo Rollouts
@@ -264,75 +264,75 @@ func afterCreationSecond(rs *appsv1.ReplicaSet) {
 // Abort: aborting a paused canary scales the stable ReplicaSet back up; its pods keep the old config,
 // and both revisions' config survive (the canary ReplicaSet still exists).
 func (s *Story) Abort(ctx context.Context) error {
-	s.stepf("Rollout %s, then a faulty config change pauses as a canary", s.Rollout)
-	v1, err := s.start(ctx, framework.RolloutSpec{})
-	if err != nil {
-		return err
-	}
-	v2, err := s.canary(ctx, 1, v1)
-	if err != nil {
-		return err
-	}
-	s.stepf("abort the canary")
-	if err := s.C.Abort(ctx, s.Namespace, s.Rollout); err != nil {
-		return err
-	}
-	s.say("kubectl argo rollouts abort %s", s.Rollout)
-	if err := s.C.WaitPods(ctx, s.Wait, v1.RS, replicas); err != nil {
-		return err
-	}
-	if err := s.C.WaitPods(ctx, s.Wait, v2.RS, 0); err != nil {
-		return err
-	}
-	if err := s.expectReads(ctx, v1.RS, v1); err != nil {
-		return err
-	}
-	for _, r := range []revision{v1, v2} {
-		if err := s.expectAttached(ctx, r.ConfigMap, r.RS); err != nil {
+	var v1, v2 revision
+	return s.run(ctx,
+		step{fmt.Sprintf("Rollout %s, then a faulty config change pauses as a canary", s.Rollout), func(ctx context.Context) (err error) {
+			if v1, err = s.start(ctx, framework.RolloutSpec{}); err != nil {
+				return err
+			}
+			v2, err = s.canary(ctx, 1, v1)
 			return err
-		}
-	}
-	return s.showTree(ctx)
+		}},
+		step{"abort the canary", func(ctx context.Context) error {
+			if err := s.C.Abort(ctx, s.Namespace, s.Rollout); err != nil {
+				return err
+			}
+			s.say("kubectl argo rollouts abort %s", s.Rollout)
+			if err := s.C.WaitPods(ctx, s.Wait, v1.RS, replicas); err != nil {
+				return err
+			}
+			if err := s.C.WaitPods(ctx, s.Wait, v2.RS, 0); err != nil {
+				return err
+			}
+			if err := s.expectReads(ctx, v1.RS, v1); err != nil {
+				return err
+			}
+			for _, r := range []revision{v1, v2} {
+				if err := s.expectAttached(ctx, r.ConfigMap, r.RS); err != nil {
+					return err
+				}
+			}
+			return nil
+		}},
+	)
 }
 
 // Undo: rolling back to revision 1 scales its old ReplicaSet up again, and its config is still there.
 func (s *Story) Undo(ctx context.Context) error {
-	s.stepf("Rollout %s, a config change, promoted", s.Rollout)
-	v1, err := s.start(ctx, framework.RolloutSpec{})
-	if err != nil {
-		return err
-	}
-	v2, err := s.canary(ctx, 1, v1)
-	if err != nil {
-		return err
-	}
-	if err := s.promote(ctx, v2, v1); err != nil {
-		return err
-	}
-	s.stepf("undo to revision 1")
-	if err := s.expectExists(ctx, v1.ConfigMap); err != nil {
-		return err
-	}
-	if err := s.C.Undo(ctx, s.Namespace, s.Rollout, 1); err != nil {
-		return err
-	}
-	s.say("kubectl argo rollouts undo %s --to-revision 1", s.Rollout)
-	if err := s.Attacher.AfterDeploy(ctx, s.Namespace, s.Rollout, []string{v1.ConfigMap}); err != nil {
-		return err
-	}
-	rs, err := s.waitCurrent(ctx, v1.ConfigMap, 1)
-	if err != nil {
-		return err
-	}
-	if rs.UID != v1.RS.UID {
-		return fmt.Errorf("undo created ReplicaSet %s instead of reusing %s", rs.Name, v1.RS.Name)
-	}
-	s.say("✓ ReplicaSet %s (revision 1) scales up again", rs.Name)
-	if err := s.expectReads(ctx, rs, v1); err != nil {
-		return err
-	}
-	if err := s.expectAttached(ctx, v1.ConfigMap, v1.RS); err != nil {
-		return err
-	}
-	return s.showTree(ctx)
+	var v1, v2 revision
+	return s.run(ctx,
+		step{fmt.Sprintf("Rollout %s, a config change, promoted", s.Rollout), func(ctx context.Context) (err error) {
+			if v1, err = s.start(ctx, framework.RolloutSpec{}); err != nil {
+				return err
+			}
+			if v2, err = s.canary(ctx, 1, v1); err != nil {
+				return err
+			}
+			return s.promote(ctx, v2, v1)
+		}},
+		step{"undo to revision 1", func(ctx context.Context) error {
+			if err := s.expectExists(ctx, v1.ConfigMap); err != nil {
+				return err
+			}
+			if err := s.C.Undo(ctx, s.Namespace, s.Rollout, 1); err != nil {
+				return err
+			}
+			s.say("kubectl argo rollouts undo %s --to-revision 1", s.Rollout)
+			if err := s.Attacher.AfterDeploy(ctx, s.Namespace, s.Rollout, []string{v1.ConfigMap}); err != nil {
+				return err
+			}
+			rs, err := s.waitCurrent(ctx, v1.ConfigMap, 1)
+			if err != nil {
+				return err
+			}
+			if rs.UID != v1.RS.UID {
+				return fmt.Errorf("undo created ReplicaSet %s instead of reusing %s", rs.Name, v1.RS.Name)
+			}
+			s.say("✓ ReplicaSet %s (revision 1) scales up again", rs.Name)
+			if err := s.expectReads(ctx, rs, v1); err != nil {
+				return err
+			}
+			return s.expectAttached(ctx, v1.ConfigMap, v1.RS)
+		}},
+	)
 }
