@@ -314,11 +314,7 @@ func TestHelmBaseAppWithTheController(t *testing.T) {
 	h := helmCLI(t)
 	s := &helmStory{t: t, ns: ns, rollout: "demo",
 		deploy: func(i int) {
-			verb := "upgrade"
-			if i == 0 {
-				verb = "install"
-			}
-			helmRun(t, h, verb, "demo", chartPath("base-app"), "-n", ns, "-f", testdataPath("base-app-values.yaml"),
+			helmRun(t, h, "upgrade", "--install", "demo", chartPath("base-app"), "-n", ns, "-f", testdataPath("base-app-values.yaml"),
 				"--set", "attacher=controller", "--set-string", fmt.Sprintf("configmaps.cm.kv_data.revision=%d", i))
 		},
 		check: func(cm string) {
@@ -353,11 +349,7 @@ func TestHelmPostRendererOnAPlainChart(t *testing.T) {
 	h := helmCLI(t)
 	s := &helmStory{t: t, ns: ns, rollout: "app",
 		deploy: func(i int) {
-			verb := "upgrade"
-			if i == 0 {
-				verb = "install"
-			}
-			args := []string{verb, "plain", testdataPath("plain-chart"), "-n", ns,
+			args := []string{"upgrade", "--install", "plain", testdataPath("plain-chart"), "-n", ns,
 				"--set", "revisionHistoryLimit=1", "--set-string", fmt.Sprintf("config.greeting=hello-%d", i)}
 			// The chart does not label its ConfigMap: select it by name.
 			helmRun(t, h, append(args, postRenderer(ns, "-select=configmap/app-config")...)...)
