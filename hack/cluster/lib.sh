@@ -1,3 +1,4 @@
+# shellcheck shell=bash disable=SC2034 # variables used by the scripts that source this file
 # Shared settings for hack/cluster/*.sh (sourced, not run). See hack/cluster/README.md.
 
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
@@ -10,7 +11,8 @@ CLUSTER_NAME=${CLUSTER_NAME:-configmap-attacher}
 KWOK_WORKDIR=${KWOK_WORKDIR:-$ROOT/_output/kwok}
 # Absolute, so the printed KUBECONFIG path and the pid-file checks hold from any directory.
 mkdir -p "$KWOK_WORKDIR"
-export KWOK_WORKDIR=$(cd "$KWOK_WORKDIR" && pwd)
+KWOK_WORKDIR=$(cd "$KWOK_WORKDIR" && pwd)
+export KWOK_WORKDIR
 TOOLS_BIN=${TOOLS_OUT:-$ROOT/_output/tools}/bin
 CRDS_DIR=${TOOLS_OUT:-$ROOT/_output/tools}/crds/argo-rollouts
 

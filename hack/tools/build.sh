@@ -36,17 +36,21 @@ fi
 
 ALL_TOOLS=(kubernetes etcd kwok argo-rollouts helm)
 
-# binaries_<tool> list what a tool installs; vars_<tool> the versions.env keys it depends on.
-binaries_kubernetes=(kube-apiserver kube-controller-manager kube-scheduler kubectl)
-vars_kubernetes=(KUBERNETES_VERSION KUBERNETES_STAGING_VERSION)
-binaries_etcd=(etcd)
-vars_etcd=(ETCD_VERSION)
-binaries_kwok=(kwok kwokctl)
-vars_kwok=(KWOK_VERSION KUBERNETES_VERSION)
-binaries_argo_rollouts=(rollouts-controller kubectl-argo-rollouts)
-vars_argo_rollouts=(ARGO_ROLLOUTS_VERSION ARGO_ROLLOUTS_GOTOOLCHAIN)
-binaries_helm=(helm)
-vars_helm=(HELM_VERSION)
+# binaries_<tool> list what a tool installs; vars_<tool> the versions.env keys it depends on
+# (read through namerefs, hence invisible to shellcheck).
+# shellcheck disable=SC2034
+{
+  binaries_kubernetes=(kube-apiserver kube-controller-manager kube-scheduler kubectl)
+  vars_kubernetes=(KUBERNETES_VERSION KUBERNETES_STAGING_VERSION)
+  binaries_etcd=(etcd)
+  vars_etcd=(ETCD_VERSION)
+  binaries_kwok=(kwok kwokctl)
+  vars_kwok=(KWOK_VERSION KUBERNETES_VERSION)
+  binaries_argo_rollouts=(rollouts-controller kubectl-argo-rollouts)
+  vars_argo_rollouts=(ARGO_ROLLOUTS_VERSION ARGO_ROLLOUTS_GOTOOLCHAIN)
+  binaries_helm=(helm)
+  vars_helm=(HELM_VERSION)
+}
 
 log() { printf '[tools %s] %s\n' "$(date +%H:%M:%S)" "$*"; }
 die() { printf '[tools] ERROR: %s\n' "$*" >&2; exit 1; }
@@ -56,6 +60,7 @@ ident() { printf '%s' "${1//-/_}"; }
 
 # tool_binaries prints a tool's binaries, one per line.
 tool_binaries() {
+  # shellcheck disable=SC2155
   local -n _bins="binaries_$(ident "$1")"
   printf '%s\n' "${_bins[@]}"
 }
