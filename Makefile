@@ -41,5 +41,7 @@ test-race:
 test-e2e: tools
 	$(GO) test -tags e2e -count=1 -timeout 45m -v ./test/e2e/ 2>&1 | hack/test-summary.sh
 
+## clean: delete every local cluster first (their processes would outlive _output), then the builds.
 clean:
+	for d in _output/kwok/clusters/*/; do [ -d "$$d" ] && CLUSTER_NAME=$$(basename "$$d") hack/cluster/down.sh || true; done
 	rm -rf bin _output
