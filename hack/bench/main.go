@@ -14,6 +14,7 @@ import (
 	"fmt"
 	"os"
 	"os/signal"
+	"strings"
 	"syscall"
 	"time"
 
@@ -31,8 +32,11 @@ func main() {
 }
 
 type env struct {
-	c   *framework.Cluster
-	bin framework.Binary
+	c                  *framework.Cluster
+	bin                framework.Binary
+	controllerFlags    []string
+	controllerLog      string
+	controllerLogLevel string
 }
 
 func run(ctx context.Context, args []string) error {
@@ -42,6 +46,9 @@ func run(ctx context.Context, args []string) error {
 	configMaps := fs.Int("configmaps", 10000, "memory: number of ConfigMaps")
 	size := fs.Int("size", 64*1024, "memory: bytes of data per ConfigMap")
 	keep := fs.Bool("keep", false, "keep the cluster and namespaces afterwards")
+	controllerLog := fs.String("controller-log", "", "controller scenario: write the controller's logs to this file")
+	controllerLogLevel := fs.String("controller-log-level", "warn", "LOG_LEVEL of the controller")
+	controllerFlags := fs.String("controller-flags", "", "extra flags for the controller, space-separated (e.g. \"-workers=16 -kube-api-qps=300\")")
 	if len(args) == 0 {
 		return fmt.Errorf("usage: bench job|controller|memory [flags]")
 	}
@@ -69,7 +76,8 @@ func run(ctx context.Context, args []string) error {
 		return err
 	}
 	defer cleanup()
-	e := env{c: c, bin: framework.Binary{Path: bin, Kubeconfig: c.Kubeconfig}}
+	e := env{c: c, bin: framework.Binary{Path: bin, Kubeconfig: c.Kubeconfig}, controllerFlags: strings.Fields(*controllerFlags),
+		controllerLog: *controllerLog, controllerLogLevel: *controllerLogLevel}
 	start := time.Now()
 	defer func() { fmt.Printf("\n(%s scenario took %s)\n", scenario, time.Since(start).Round(time.Second)) }()
 	switch scenario {

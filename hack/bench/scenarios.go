@@ -3,6 +3,8 @@ package main
 import (
 	"context"
 	"fmt"
+	"io"
+	"math"
 	"net"
 	"net/http"
 	"os"
@@ -86,12 +88,18 @@ func (e env) controller(ctx context.Context, n int, keep bool) error {
 	if err != nil {
 		return err
 	}
-	p, err := e.bin.Start(ctx, []string{"LOG_LEVEL=warn"}, "controller", "-namespaces", ns, "-leader-elect=false",
-		"-metrics-bind-address", metricsAddr, "-health-probe-bind-address", "")
+	args := append([]string{"controller", "-namespaces", ns, "-leader-elect=false",
+		"-metrics-bind-address", metricsAddr, "-health-probe-bind-address", ""}, e.controllerFlags...)
+	p, err := e.bin.Start(ctx, []string{"LOG_LEVEL=" + e.controllerLogLevel}, args...)
 	if err != nil {
 		return err
 	}
-	defer p.Stop()
+	defer func() {
+		_ = p.Stop()
+		if e.controllerLog != "" {
+			_ = os.WriteFile(e.controllerLog, []byte(p.Logs()), 0o644)
+		}
+	}()
 	w, err := newWatch(ctx, e, ns)
 	if err != nil {
 		return err
@@ -149,6 +157,10 @@ func (e env) controller(ctx context.Context, n int, keep bool) error {
 	if err != nil {
 		return err
 	}
+	syncs, err := histogramQuantiles("http://"+metricsAddr+"/metrics", "configmap_attacher_reconcile_duration_seconds", 0.5, 0.99)
+	if err != nil {
+		return err
+	}
 	fmt.Printf("\n%d Rollouts x 2 ConfigMaps changed at once; all %d new ReplicaSets attached %s after the first update\n", n, n, elapsed.Round(time.Millisecond))
 	fmt.Printf("ReplicaSet created -> ownerReference present (%d pairs): p50 %s  p95 %s  p99 %s  max %s\n",
 		len(lat), pct(0.50), pct(0.95), pct(0.99), lat[len(lat)-1].Round(100*time.Microsecond))
@@ -158,8 +170,54 @@ func (e env) controller(ctx context.Context, n int, keep bool) error {
 			fmt.Printf("apiserver PATCH configmaps, code %s: %+.0f (%.3f per new (ConfigMap, ReplicaSet) pair)\n", code, d, d/float64(2*n))
 		}
 	}
+	fmt.Printf("controller sync of one ReplicaSet, whole run (its histogram, bucket upper bounds): p50 <= %s, p99 <= %s\n", syncs[0], syncs[1])
 	fmt.Printf("controller peak RSS (VmHWM): %.1f MiB\n", float64(rss)/(1<<20))
 	return nil
+}
+
+// histogramQuantiles reads a Prometheus histogram from url and returns, for each q, the upper bound of
+// the first bucket holding at least that fraction of observations.
+func histogramQuantiles(url, name string, qs ...float64) ([]time.Duration, error) {
+	resp, err := http.Get(url)
+	if err != nil {
+		return nil, err
+	}
+	defer resp.Body.Close()
+	body, err := io.ReadAll(resp.Body)
+	if err != nil {
+		return nil, err
+	}
+	type bucket struct{ le, count float64 }
+	var buckets []bucket
+	for _, line := range strings.Split(string(body), "\n") {
+		if !strings.HasPrefix(line, name+"_bucket{") {
+			continue
+		}
+		le := between(line, `le="`, `"`)
+		count, err := strconv.ParseFloat(line[strings.LastIndex(line, " ")+1:], 64)
+		if err != nil {
+			return nil, err
+		}
+		bound, err := strconv.ParseFloat(le, 64)
+		if err != nil {
+			bound = math.Inf(1)
+		}
+		buckets = append(buckets, bucket{bound, count})
+	}
+	if len(buckets) == 0 {
+		return nil, fmt.Errorf("no histogram %s at %s", name, url)
+	}
+	total := buckets[len(buckets)-1].count
+	out := make([]time.Duration, len(qs))
+	for i, q := range qs {
+		for _, b := range buckets {
+			if b.count >= q*total {
+				out[i] = time.Duration(b.le * float64(time.Second)).Round(100 * time.Microsecond)
+				break
+			}
+		}
+	}
+	return out, nil
 }
 
 // memory: the controller's RSS with many large opted-in ConfigMaps, when they arrive through the watch
@@ -174,8 +232,9 @@ func (e env) memory(ctx context.Context, count, size int, keep bool) error {
 		if err != nil {
 			return nil, err
 		}
-		p, err := e.bin.Start(ctx, []string{"LOG_LEVEL=warn"}, "controller", "-leader-elect=false",
-			"-metrics-bind-address", "", "-health-probe-bind-address", probe)
+		args := append([]string{"controller", "-leader-elect=false", "-metrics-bind-address", "",
+			"-health-probe-bind-address", probe}, e.controllerFlags...)
+		p, err := e.bin.Start(ctx, []string{"LOG_LEVEL=warn"}, args...)
 		if err != nil {
 			return nil, err
 		}

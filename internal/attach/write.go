@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"log/slog"
+	"sync"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -50,20 +51,37 @@ func (w *Writer) Validate(ctx context.Context, changes []Change) error {
 	return nil
 }
 
-// Apply writes the changes in order, stopping at the first error, and returns those it actually
-// wrote. A change whose object gained the reference meanwhile (another attacher) costs no write.
+// Apply writes the changes, several at once (one ReplicaSet's objects are independent writes, and
+// under load each PATCH waits on the API server), and returns those it actually wrote plus the first
+// error. A change whose object gained the reference meanwhile (another attacher) costs no write.
 func (w *Writer) Apply(ctx context.Context, changes []Change) ([]Change, error) {
-	var written []Change
+	const parallel = 4
+	var (
+		mu       sync.Mutex
+		written  []Change
+		firstErr error
+		wg       sync.WaitGroup
+		slots    = make(chan struct{}, parallel)
+	)
 	for _, c := range changes {
-		wrote, err := w.apply(ctx, c)
-		if err != nil {
-			return written, err
-		}
-		if wrote {
-			written = append(written, c)
-		}
+		wg.Add(1)
+		slots <- struct{}{}
+		go func() {
+			defer wg.Done()
+			defer func() { <-slots }()
+			wrote, err := w.apply(ctx, c)
+			mu.Lock()
+			defer mu.Unlock()
+			switch {
+			case err != nil && firstErr == nil:
+				firstErr = err
+			case wrote:
+				written = append(written, c)
+			}
+		}()
 	}
-	return written, nil
+	wg.Wait()
+	return written, firstErr
 }
 
 func (w *Writer) apply(ctx context.Context, c Change) (bool, error) {
