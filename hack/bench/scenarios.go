@@ -252,7 +252,7 @@ func (e env) memory(ctx context.Context, count, size int, keep bool) error {
 		return err
 	}
 	base, _ := peakRSS(p.Pid())
-	fmt.Printf("controller peak RSS, empty cluster: %.1f MiB\n", float64(base)/(1<<20))
+	fmt.Printf("controller peak RSS before the ConfigMaps exist: %.1f MiB\n", float64(base)/(1<<20))
 
 	payload := strings.Repeat("x", size)
 	fmt.Printf("creating %d labelled ConfigMaps of %d KiB (%d MiB in all)...\n", count, size/1024, count*size>>20)
