@@ -16,6 +16,7 @@ import (
 	"github.com/configmap-attacher/configmap-attacher/internal/kube"
 	"github.com/configmap-attacher/configmap-attacher/internal/logging"
 	"github.com/configmap-attacher/configmap-attacher/internal/refs"
+	"github.com/configmap-attacher/configmap-attacher/internal/workload"
 )
 
 // ErrTimeout means the workload's current ReplicaSet never came to reference every named object.
@@ -85,7 +86,11 @@ func Run(ctx context.Context, o *Options, clients *kube.Clients, stdout io.Write
 
 func attachAll(ctx context.Context, o *Options, clients *kube.Clients, r *readiness, stdout io.Writer) error {
 	log := logging.FromContext(ctx).With("replicaSet", r.ReplicaSet.Name)
-	log.Info("resolved current ReplicaSet", "uid", r.ReplicaSet.UID, "objects", len(r.Objects))
+	names := make([]string, len(r.Objects))
+	for i, o := range r.Objects {
+		names[i] = o.String()
+	}
+	log.Info("resolved current ReplicaSet", "uid", r.ReplicaSet.UID, "revision", workload.Revision(r.ReplicaSet), "objects", names)
 	changes, err := attach.Plan(r.ReplicaSet, r.Objects)
 	if err != nil {
 		return err

@@ -191,6 +191,14 @@ func TestJobKeepsForeignOwnerReferencesAndReRunWritesNothing(t *testing.T) {
 		}
 	}
 
+	// And the attach is visible in `kubectl describe configmap`.
+	events, err := e2e.cluster.Kube.CoreV1().Events(ns).List(ctx, metav1.ListOptions{FieldSelector: "involvedObject.name=" + cm})
+	must(t, err)
+	if len(events.Items) != 1 || events.Items[0].Reason != "Attached" ||
+		!strings.Contains(events.Items[0].Message, "Attached to ReplicaSet "+rs.Name+" (revision 1)") {
+		t.Fatalf("want one Attached event on %s, got %+v", cm, events.Items)
+	}
+
 	// And running the Job again writes nothing.
 	rv := resourceVersion(t, ns, cm)
 	r := attachJob(t, e2e.bin, "-rollout", "demo", "-namespace", ns, "-configmaps", cm)
