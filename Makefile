@@ -25,7 +25,7 @@ cluster-down:
 
 ## demo: the write-up replayed on the local control plane (or DEMO_KUBECONFIG=<path>), narrated.
 demo:
-	$(GO) run ./hack/demo
+	$(GO) run ./hack/demo $(if $(DEMO_KUBECONFIG),-kubeconfig $(DEMO_KUBECONFIG))
 
 ## test: unit tests, then the e2e tests on a local control plane (or the cluster KUBECONFIG names).
 test: test-unit test-e2e
