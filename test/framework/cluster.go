@@ -97,8 +97,8 @@ func lastKubeconfigLine(out []byte) (string, error) {
 
 func (c *Cluster) checkRollouts() error {
 	if _, err := c.Kube.Discovery().ServerResourcesForGroupVersion("argoproj.io/v1alpha1"); err != nil {
-		return fmt.Errorf("the cluster at %s has no Argo Rollouts API (install its CRDs and controller, or let the "+
-			"tests start a local cluster by leaving KUBECONFIG unset): %w", c.Kubeconfig, err)
+		return fmt.Errorf("the cluster at %s has no Argo Rollouts API: install Argo Rollouts there (CRDs and "+
+			"controller), or name no kubeconfig to get a local cluster with it: %w", c.Kubeconfig, err)
 	}
 	return nil
 }
