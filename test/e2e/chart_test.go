@@ -199,7 +199,7 @@ func (r *chartRelease) runJob(rollout, ns, cm string) framework.Result {
 func mustSucceed(t *testing.T, res framework.Result) {
 	t.Helper()
 	if res.Code != 0 {
-		t.Fatalf("the Job failed: %s", describe(res))
+		t.Fatalf("the Job failed: %s", res)
 	}
 }
 
@@ -302,7 +302,7 @@ func TestChartNamespacedRBACSuffices(t *testing.T) {
 		t.Log("when: the Job runs with the chart's default RBAC")
 		res := r.runJob("job-demo", appNS, jobCM)
 		if res.Code != 1 || !strings.Contains(res.Stderr, "OwnerReferencesPermissionEnforcement") {
-			t.Fatalf("want exit 1 naming OwnerReferencesPermissionEnforcement, got %s", describe(res))
+			t.Fatalf("want exit 1 naming OwnerReferencesPermissionEnforcement, got %s", res)
 		}
 		if owners := configOwners(t, appNS, jobCM); len(owners) != 0 {
 			t.Fatalf("a refused Job wrote ownerReferences: %v", owners)

@@ -442,7 +442,7 @@ func TestHelmBaseAppWithTheJob(t *testing.T) {
 		r := framework.Binary{Path: e2e.bin.Path, Kubeconfig: kubeconfig}.Run(ctx, env, append(c.Command, c.Args...)...)
 		t.Logf("ran the hook Job as ServiceAccount %s: configmap-attacher %s: exit %d in %s", sa, strings.Join(c.Args, " "), r.Code, r.Duration.Round(time.Millisecond))
 		if r.Code != 0 {
-			t.Fatalf("the hook Job failed: %s", describe(r))
+			t.Fatalf("the hook Job failed: %s", r)
 		}
 		return r
 	}
@@ -562,7 +562,7 @@ func TestHelmBaseAppTemplate(t *testing.T) {
 		must(t, err)
 		r := e2e.bin.Run(ctx, []string{"LOG_LEVEL=debug"}, "render", "-namespace=prod", helmTempFile(t, out))
 		if r.Code != 0 {
-			t.Fatal(describe(r))
+			t.Fatal(r)
 		}
 		if got, want := configMapNames(r.Stdout), configMapNames(out); !slices.Equal(got, want) {
 			t.Fatalf("render renamed %v to %v: the chart's hash must be the renderer's", want, got)

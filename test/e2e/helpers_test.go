@@ -4,10 +4,12 @@ package e2e
 
 import (
 	"context"
-	"fmt"
 	"strings"
 	"testing"
 	"time"
+
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/configmap-attacher/configmap-attacher/test/framework"
 	"github.com/configmap-attacher/configmap-attacher/test/walkthrough"
@@ -31,8 +33,8 @@ func givenNamespace(t *testing.T, ns string) string {
 		t.Fatal(err)
 	}
 	if err := framework.Eventually(ctx, 2*time.Minute, "namespace "+ns+" to be gone", func(ctx context.Context) (bool, string, error) {
-		_, err := e2e.cluster.Kube.CoreV1().Namespaces().Get(ctx, ns, metav1GetOptions)
-		return isNotFound(err), "terminating", nil
+		_, err := e2e.cluster.Kube.CoreV1().Namespaces().Get(ctx, ns, metav1.GetOptions{})
+		return apierrors.IsNotFound(err), "terminating", nil
 	}); err != nil {
 		t.Fatal(err)
 	}
@@ -81,5 +83,3 @@ func must(t *testing.T, err error) {
 		t.Fatal(err)
 	}
 }
-
-func describe(r framework.Result) string { return fmt.Sprint(r) }

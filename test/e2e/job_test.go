@@ -26,7 +26,6 @@ type app struct {
 	t    *testing.T
 	ns   string
 	name string
-	rev  int
 }
 
 // givenRollout creates a Rollout running its first config revision (names) and waits until it is

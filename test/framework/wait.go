@@ -2,7 +2,6 @@ package framework
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"time"
 
@@ -135,9 +134,6 @@ func ReadyPods(pods []corev1.Pod) int {
 	}
 	return n
 }
-
-// ErrAborted is returned by waits that see the Rollout aborted when they expected progress.
-var ErrAborted = errors.New("rollout aborted")
 
 // WaitPods waits until rs has exactly n ready pods and no others.
 func (c *Cluster) WaitPods(ctx context.Context, timeout time.Duration, rs *appsv1.ReplicaSet, n int) error {
