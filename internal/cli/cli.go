@@ -186,17 +186,23 @@ func setupLogging(ctx context.Context, env Env, command string, startLevel slog.
 	return logging.NewContext(ctx, log), nil
 }
 
-// clientsFrom builds clients from the common client options and IS_IN_CLUSTER.
-func clientsFrom(env Env, o *kube.ClientOptions) (*kube.Clients, error) {
+// connect sets up logging (see setupLogging) and builds clients from the client options and
+// IS_IN_CLUSTER: the common start of every command that talks to a cluster.
+func connect(ctx context.Context, env Env, command string, startLevel slog.Level, o *kube.ClientOptions) (context.Context, *kube.Clients, error) {
+	ctx, err := setupLogging(ctx, env, command, startLevel)
+	if err != nil {
+		return nil, nil, err
+	}
 	if err := o.LoadEnv(env.Lookup); err != nil {
-		return nil, usageError{err}
+		return nil, nil, usageError{err}
 	}
 	o.UserAgent = "configmap-attacher/" + version.Get()
 	cfg, err := o.RESTConfig()
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
-	return kube.NewClients(cfg)
+	clients, err := kube.NewClients(cfg)
+	return ctx, clients, err
 }
 
 func runVersion(_ context.Context, env Env, _ []string) error {

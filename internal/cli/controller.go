@@ -33,11 +33,7 @@ func runController(ctx context.Context, env Env, args []string) error {
 	if err := o.Validate(); err != nil {
 		return usageError{err}
 	}
-	ctx, err := setupLogging(ctx, env, "controller", slog.LevelInfo)
-	if err != nil {
-		return err
-	}
-	clients, err := clientsFrom(env, &o.Client)
+	ctx, clients, err := connect(ctx, env, "controller", slog.LevelInfo, &o.Client)
 	if err != nil {
 		return err
 	}

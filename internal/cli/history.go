@@ -82,11 +82,7 @@ func (f *readFlags) resolve(ctx context.Context, env Env, command, arg string) (
 	if _, err := workloadRef("", arg); err != nil {
 		return nil, nil, nil, err
 	}
-	ctx, err := setupLogging(ctx, env, command, slog.LevelDebug)
-	if err != nil {
-		return nil, nil, nil, err
-	}
-	clients, err := clientsFrom(env, &f.client)
+	ctx, clients, err := connect(ctx, env, command, slog.LevelDebug, &f.client)
 	if err != nil {
 		return nil, nil, nil, err
 	}

@@ -44,11 +44,7 @@ func runJob(ctx context.Context, env Env, args []string) error {
 	if err := o.Validate(); err != nil {
 		return usageError{err}
 	}
-	ctx, err := setupLogging(ctx, env, "attach", slog.LevelInfo)
-	if err != nil {
-		return err
-	}
-	clients, err := clientsFrom(env, &o.Client)
+	ctx, clients, err := connect(ctx, env, "attach", slog.LevelInfo, &o.Client)
 	if err != nil {
 		return err
 	}
