@@ -21,7 +21,7 @@ import (
 	"k8s.io/client-go/informers"
 	"k8s.io/client-go/tools/cache"
 
-	"github.com/configmap-attacher/configmap-attacher/internal/refs"
+	"github.com/configmap-attacher/configmap-attacher/internal/api"
 	"github.com/configmap-attacher/configmap-attacher/test/framework"
 )
 
@@ -260,7 +260,7 @@ func (e env) memory(ctx context.Context, count, size int, keep bool) error {
 	if err := parallel(count, 32, func(i int) error {
 		cm := &corev1.ConfigMap{
 			ObjectMeta: metav1.ObjectMeta{Name: fmt.Sprintf("big-%05d", i), Namespace: ns,
-				Labels: map[string]string{refs.RevisionedLabel: refs.RevisionedValue}},
+				Labels: map[string]string{api.RevisionedLabel: api.RevisionedValue}},
 			Data: map[string]string{"data": payload},
 		}
 		_, err := e.c.Kube.CoreV1().ConfigMaps(ns).Create(ctx, cm, metav1.CreateOptions{})

@@ -5,25 +5,28 @@ import (
 	"errors"
 	"reflect"
 	"sort"
+	"strings"
 	"testing"
 	"time"
 
-	appsv1 "k8s.io/api/apps/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/metadata"
 	metafake "k8s.io/client-go/metadata/fake"
 	clienttesting "k8s.io/client-go/testing"
 
 	"github.com/configmap-attacher/configmap-attacher/internal/attach"
 	"github.com/configmap-attacher/configmap-attacher/internal/refs"
+	"github.com/configmap-attacher/configmap-attacher/internal/revision"
 	"github.com/configmap-attacher/configmap-attacher/internal/testutil"
 	"github.com/configmap-attacher/configmap-attacher/internal/workload"
 )
 
-func rs(hash string) *appsv1.ReplicaSet {
-	return testutil.ReplicaSet(testutil.Rollout("demo", "ro-uid", hash), workload.Rollout, hash, 1, testutil.PodSpec(nil))
+func rev(hash string) *revision.Revision {
+	return revision.FromReplicaSet(testutil.ReplicaSet(testutil.Rollout("demo", "ro-uid", hash), workload.Rollout, hash, 1, testutil.PodSpec(nil)))
 }
 
 func foreignOwner() metav1.OwnerReference {
@@ -31,11 +34,15 @@ func foreignOwner() metav1.OwnerReference {
 	return metav1.OwnerReference{APIVersion: "example.com/v1", Kind: "App", Name: "mine", UID: "foreign-uid", Controller: &yes}
 }
 
-func TestOwnerReferenceFollowsTheSafetyRules(t *testing.T) {
-	got := attach.OwnerReference(rs("aaa"))
+// ownerRef is what the safety rules allow, spelled out here rather than taken from the code under test.
+func ownerRef(hash string) metav1.OwnerReference {
 	no := false
-	want := metav1.OwnerReference{APIVersion: "apps/v1", Kind: "ReplicaSet", Name: "demo-aaa", UID: "rs-aaa", Controller: &no}
-	if !reflect.DeepEqual(got, want) {
+	return metav1.OwnerReference{APIVersion: "apps/v1", Kind: "ReplicaSet", Name: "demo-" + hash, UID: types.UID("rs-" + hash), Controller: &no}
+}
+
+func TestOwnerReferenceFollowsTheSafetyRules(t *testing.T) {
+	got := rev("aaa").OwnerReference()
+	if want := ownerRef("aaa"); !reflect.DeepEqual(got, want) {
 		t.Fatalf("OwnerReference = %+v, want %+v", got, want)
 	}
 	if got.BlockOwnerDeletion != nil {
@@ -43,40 +50,42 @@ func TestOwnerReferenceFollowsTheSafetyRules(t *testing.T) {
 	}
 }
 
+func object(name string, owners ...metav1.OwnerReference) attach.Object {
+	return attach.Object{Kind: refs.ConfigMap, Meta: testutil.ConfigMeta(refs.ConfigMap, name, true, owners...)}
+}
+
 func TestPlan(t *testing.T) {
-	current := rs("bbb")
-	obj := func(name string, owners ...metav1.OwnerReference) attach.Object {
-		return attach.Object{Kind: refs.ConfigMap, Meta: testutil.ConfigMeta(refs.ConfigMap, name, true, owners...)}
-	}
-	otherNS := obj("elsewhere")
+	current := rev("bbb")
+	otherNS := object("elsewhere")
 	otherNS.Meta.Namespace = "other"
-	deleting := rs("ccc")
-	deleting.DeletionTimestamp = &metav1.Time{Time: time.Now()}
-	noUID := rs("ddd")
+	deleting := rev("ccc")
+	deleting.Deleting = true
+	noUID := rev("ddd")
 	noUID.UID = ""
 
 	tests := []struct {
-		name    string
-		rs      *appsv1.ReplicaSet
-		objects []attach.Object
-		want    []string
-		wantErr bool
+		name      string
+		rev       *revision.Revision
+		objects   []attach.Object
+		want      []string
+		wantOwned []string
+		wantErr   bool
 	}{
-		{name: "fresh object", rs: current, objects: []attach.Object{obj("a")}, want: []string{"ConfigMap devops-apps-01/a"}},
-		{name: "already owned: no change", rs: current, objects: []attach.Object{obj("a", attach.OwnerReference(current))}},
-		{name: "owned by an older ReplicaSet: add, keep the old one", rs: current,
-			objects: []attach.Object{obj("a", attach.OwnerReference(rs("aaa")))}, want: []string{"ConfigMap devops-apps-01/a"}},
-		{name: "same name, other uid (recreated ReplicaSet) is not ours", rs: current,
-			objects: []attach.Object{obj("a", metav1.OwnerReference{APIVersion: "apps/v1", Kind: "ReplicaSet", Name: "demo-bbb", UID: "old-uid"})},
+		{name: "fresh object", rev: current, objects: []attach.Object{object("a")}, want: []string{"ConfigMap devops-apps-01/a"}},
+		{name: "already owned: no change", rev: current, objects: []attach.Object{object("a", ownerRef("bbb"))}, wantOwned: []string{"ConfigMap devops-apps-01/a"}},
+		{name: "owned by an older ReplicaSet: add, keep the old one", rev: current,
+			objects: []attach.Object{object("a", ownerRef("aaa"))}, want: []string{"ConfigMap devops-apps-01/a"}},
+		{name: "same name, other uid (recreated ReplicaSet) is not ours", rev: current,
+			objects: []attach.Object{object("a", metav1.OwnerReference{APIVersion: "apps/v1", Kind: "ReplicaSet", Name: "demo-bbb", UID: "old-uid"})},
 			want:    []string{"ConfigMap devops-apps-01/a"}},
-		{name: "foreign owner kept, we still add", rs: current, objects: []attach.Object{obj("a", foreignOwner())}, want: []string{"ConfigMap devops-apps-01/a"}},
-		{name: "other namespace refused", rs: current, objects: []attach.Object{otherNS}, wantErr: true},
-		{name: "ReplicaSet being deleted refused", rs: deleting, objects: []attach.Object{obj("a")}, wantErr: true},
-		{name: "ReplicaSet without uid refused", rs: noUID, objects: []attach.Object{obj("a")}, wantErr: true},
+		{name: "foreign owner kept, we still add", rev: current, objects: []attach.Object{object("a", foreignOwner())}, want: []string{"ConfigMap devops-apps-01/a"}},
+		{name: "other namespace refused", rev: current, objects: []attach.Object{otherNS}, wantErr: true},
+		{name: "revision being deleted refused", rev: deleting, objects: []attach.Object{object("a")}, wantErr: true},
+		{name: "revision without uid refused", rev: noUID, objects: []attach.Object{object("a")}, wantErr: true},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			changes, err := attach.Plan(tt.rs, tt.objects)
+			changes, owned, err := attach.Plan(tt.rev, tt.objects)
 			if tt.wantErr {
 				if !errors.Is(err, attach.ErrInvalid) {
 					t.Fatalf("err = %v, want ErrInvalid", err)
@@ -86,12 +95,15 @@ func TestPlan(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			var got []string
+			var got, gotOwned []string
 			for _, c := range changes {
 				got = append(got, c.Object.String())
 			}
-			if !reflect.DeepEqual(got, tt.want) {
-				t.Errorf("changes = %v, want %v", got, tt.want)
+			for _, o := range owned {
+				gotOwned = append(gotOwned, o.String())
+			}
+			if !reflect.DeepEqual(got, tt.want) || !reflect.DeepEqual(gotOwned, tt.wantOwned) {
+				t.Errorf("changes = %v, owned = %v; want %v, %v", got, gotOwned, tt.want, tt.wantOwned)
 			}
 		})
 	}
@@ -99,8 +111,8 @@ func TestPlan(t *testing.T) {
 
 type recordedEvents []string
 
-func (r *recordedEvents) Attached(_ context.Context, obj *metav1.PartialObjectMetadata, _ refs.Kind, msg string) {
-	*r = append(*r, obj.Name+": "+msg)
+func (r *recordedEvents) Attached(_ context.Context, obj attach.Object, msg string) {
+	*r = append(*r, obj.Meta.Name+": "+msg)
 }
 
 func newFakeMetadata(objs ...runtime.Object) *metafake.FakeMetadataClient {
@@ -109,31 +121,63 @@ func newFakeMetadata(objs ...runtime.Object) *metafake.FakeMetadataClient {
 	return metafake.NewSimpleMetadataClient(scheme, objs...)
 }
 
-func TestWriterMergesByUIDAndKeepsForeignOwners(t *testing.T) {
+// dryRunRecorder passes every call to the fake, which ignores PatchOptions (it would apply a dry run
+// for real), and records which patches were dry runs.
+type dryRunRecorder struct {
+	metadata.Interface
+	real, dry *[]string
+}
+
+func (r dryRunRecorder) Resource(gvr schema.GroupVersionResource) metadata.Getter {
+	return recordingGetter{r.Interface.Resource(gvr), r}
+}
+
+type recordingGetter struct {
+	metadata.Getter
+	r dryRunRecorder
+}
+
+func (g recordingGetter) Namespace(ns string) metadata.ResourceInterface {
+	return recordingResource{g.Getter.Namespace(ns), g.r}
+}
+
+type recordingResource struct {
+	metadata.ResourceInterface
+	r dryRunRecorder
+}
+
+func (c recordingResource) Patch(ctx context.Context, name string, pt types.PatchType, data []byte, opts metav1.PatchOptions, sub ...string) (*metav1.PartialObjectMetadata, error) {
+	if len(opts.DryRun) > 0 {
+		*c.r.dry = append(*c.r.dry, name)
+		return c.Get(ctx, name, metav1.GetOptions{})
+	}
+	*c.r.real = append(*c.r.real, name)
+	return c.ResourceInterface.Patch(ctx, name, pt, data, opts, sub...)
+}
+
+func recording(client metadata.Interface) (w *attach.Writer, real, dry *[]string) {
+	real, dry = &[]string{}, &[]string{}
+	return &attach.Writer{Client: dryRunRecorder{client, real, dry}}, real, dry
+}
+
+func TestAttachMergesByUIDAndKeepsForeignOwners(t *testing.T) {
 	ctx := context.Background()
-	oldRS, newRS := rs("aaa"), rs("bbb")
-	meta := testutil.ConfigMeta(refs.ConfigMap, "demo-cm-1", true, foreignOwner(), attach.OwnerReference(oldRS))
+	meta := testutil.ConfigMeta(refs.ConfigMap, "demo-cm-1", true, foreignOwner(), ownerRef("aaa"))
 	client := newFakeMetadata(meta)
 	var events recordedEvents
-	w := &attach.Writer{Client: client, Events: &events}
+	w, real, dry := recording(client)
+	w.Events = &events
 
-	changes, err := attach.Plan(newRS, []attach.Object{{Kind: refs.ConfigMap, Meta: meta}})
-	if err != nil {
-		t.Fatal(err)
+	res, err := w.Attach(ctx, rev("bbb"), []attach.Object{{Kind: refs.ConfigMap, Meta: meta}}, attach.Options{Validate: true})
+	if err != nil || len(res.Written) != 1 {
+		t.Fatalf("Attach = %+v, %v", res, err)
 	}
-	if err := w.Validate(ctx, changes); err != nil {
-		t.Fatal(err)
-	}
-	written, err := w.Apply(ctx, changes)
-	if err != nil || len(written) != 1 {
-		t.Fatalf("Apply = %v, %v", written, err)
-	}
-	got, err := client.Resource(attach.GVR(refs.ConfigMap)).Namespace(testutil.Namespace).Get(ctx, "demo-cm-1", metav1.GetOptions{})
+	got, err := client.Resource(refs.ConfigMap.GVR()).Namespace(testutil.Namespace).Get(ctx, "demo-cm-1", metav1.GetOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}
 	// Order carries no meaning for the garbage collector; content does.
-	want := []metav1.OwnerReference{foreignOwner(), attach.OwnerReference(oldRS), attach.OwnerReference(newRS)}
+	want := []metav1.OwnerReference{foreignOwner(), ownerRef("aaa"), ownerRef("bbb")}
 	sortByUID(got.OwnerReferences)
 	sortByUID(want)
 	if !reflect.DeepEqual(got.OwnerReferences, want) {
@@ -142,6 +186,9 @@ func TestWriterMergesByUIDAndKeepsForeignOwners(t *testing.T) {
 	if len(events) != 1 || events[0] != "demo-cm-1: Attached to ReplicaSet demo-bbb (revision 1)" {
 		t.Errorf("events = %q", events)
 	}
+	if len(*dry) != 1 || len(*real) != 1 {
+		t.Errorf("dry-run patches %v, patches %v; want one of each (validate, then write)", *dry, *real)
+	}
 	for _, a := range client.Actions() {
 		if p, ok := a.(clienttesting.PatchAction); ok && p.GetPatchType() != "application/strategic-merge-patch+json" {
 			t.Errorf("patch type %s: only strategic merge patches may touch ownerReferences", p.GetPatchType())
@@ -149,26 +196,69 @@ func TestWriterMergesByUIDAndKeepsForeignOwners(t *testing.T) {
 	}
 }
 
-func sortByUID(refs []metav1.OwnerReference) {
-	sort.Slice(refs, func(i, j int) bool { return refs[i].UID < refs[j].UID })
+func TestAttachDryRunAndInFlightWriteNothing(t *testing.T) {
+	ctx := context.Background()
+	a, b := testutil.ConfigMeta(refs.ConfigMap, "a", true), testutil.ConfigMeta(refs.ConfigMap, "b", true, ownerRef("bbb"))
+	objects := []attach.Object{{Kind: refs.ConfigMap, Meta: a}, {Kind: refs.ConfigMap, Meta: b}}
+
+	w, real, dry := recording(newFakeMetadata(a, b))
+	res, err := w.Attach(ctx, rev("bbb"), objects, attach.Options{DryRun: true})
+	if err != nil || len(res.Planned) != 1 || len(res.Owned) != 1 || len(res.Written) != 0 {
+		t.Fatalf("dry run: %+v, %v; want 1 planned, 1 owned, none written", res, err)
+	}
+	if len(*real) != 0 || len(*dry) != 1 {
+		t.Fatalf("dry run sent patches %v (dry %v); want only the dry run", *real, *dry)
+	}
+
+	client := newFakeMetadata(a, b)
+	inFlight := func(attach.Change) bool { return true }
+	res, err = (&attach.Writer{Client: client}).Attach(ctx, rev("bbb"), objects, attach.Options{InFlight: inFlight})
+	if err != nil || len(res.Skipped) != 1 || len(client.Actions()) != 0 {
+		t.Fatalf("in flight: %+v, %v, actions %v; want the change skipped and no request", res, err, client.Actions())
+	}
 }
 
-func TestWriterRereadsOnConflict(t *testing.T) {
+func TestAttachRereadsOnConflict(t *testing.T) {
 	ctx := context.Background()
-	newRS := rs("bbb")
 	stale := testutil.ConfigMeta(refs.ConfigMap, "demo-cm-1", true) // what we planned from
 	// Meanwhile a concurrent attacher added the same reference.
-	current := testutil.ConfigMeta(refs.ConfigMap, "demo-cm-1", true, attach.OwnerReference(newRS))
+	current := testutil.ConfigMeta(refs.ConfigMap, "demo-cm-1", true, ownerRef("bbb"))
 	current.ResourceVersion = "2"
 	client := newFakeMetadata(current)
 	conflicts := 0
-	client.PrependReactor("patch", "configmaps", func(a clienttesting.Action) (bool, runtime.Object, error) {
+	client.PrependReactor("patch", "configmaps", func(clienttesting.Action) (bool, runtime.Object, error) {
 		conflicts++
 		return true, nil, apierrors.NewConflict(schema.GroupResource{Resource: "configmaps"}, "demo-cm-1", nil)
 	})
-	changes, _ := attach.Plan(newRS, []attach.Object{{Kind: refs.ConfigMap, Meta: stale}})
-	written, err := (&attach.Writer{Client: client}).Apply(ctx, changes)
-	if err != nil || len(written) != 0 || conflicts != 1 {
-		t.Fatalf("Apply = %v, %v after %d conflicts; want no writes, no error, one conflict", written, err, conflicts)
+	res, err := (&attach.Writer{Client: client}).Attach(ctx, rev("bbb"), []attach.Object{{Kind: refs.ConfigMap, Meta: stale}}, attach.Options{})
+	if err != nil || len(res.Written) != 0 || conflicts != 1 {
+		t.Fatalf("Attach = %+v, %v after %d conflicts; want no writes, no error, one conflict", res, err, conflicts)
 	}
+}
+
+// A deleted object is nothing left to attach, but it must not hide another object's failure: the
+// controller retries on the error, and with resync off nothing else would.
+func TestAttachReportsEveryFailureNotJustTheFirst(t *testing.T) {
+	ctx := context.Background()
+	gone, flaky, fine := testutil.ConfigMeta(refs.ConfigMap, "gone", true), testutil.ConfigMeta(refs.ConfigMap, "flaky", true), testutil.ConfigMeta(refs.ConfigMap, "fine", true)
+	client := newFakeMetadata(flaky, fine) // "gone" was deleted after it was planned
+	client.PrependReactor("patch", "configmaps", func(a clienttesting.Action) (bool, runtime.Object, error) {
+		if a.(clienttesting.PatchAction).GetName() == "flaky" {
+			time.Sleep(20 * time.Millisecond) // fail last, after the NotFound
+			return true, nil, apierrors.NewServiceUnavailable("etcd leader changed")
+		}
+		return false, nil, nil
+	})
+	objects := []attach.Object{{Kind: refs.ConfigMap, Meta: gone}, {Kind: refs.ConfigMap, Meta: flaky}, {Kind: refs.ConfigMap, Meta: fine}}
+	res, err := (&attach.Writer{Client: client}).Attach(ctx, rev("bbb"), objects, attach.Options{})
+	if err == nil || !strings.Contains(err.Error(), "etcd leader changed") || apierrors.IsNotFound(err) {
+		t.Fatalf("err = %v; want the transient failure of flaky, not the disappearance of gone", err)
+	}
+	if len(res.Gone) != 1 || res.Gone[0].Object.Meta.Name != "gone" || len(res.Written) != 1 || res.Written[0].Object.Meta.Name != "fine" {
+		t.Fatalf("result = %+v; want gone reported as gone and fine written", res)
+	}
+}
+
+func sortByUID(refs []metav1.OwnerReference) {
+	sort.Slice(refs, func(i, j int) bool { return refs[i].UID < refs[j].UID })
 }

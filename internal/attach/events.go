@@ -10,15 +10,34 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/kubernetes/scheme"
+	typedcorev1 "k8s.io/client-go/kubernetes/typed/core/v1"
+	"k8s.io/client-go/tools/record"
 
+	"github.com/configmap-attacher/configmap-attacher/internal/api"
 	"github.com/configmap-attacher/configmap-attacher/internal/logging"
-	"github.com/configmap-attacher/configmap-attacher/internal/refs"
 )
 
-// APIEvents writes one core/v1 Event per attach, synchronously: a Job exits right after attaching, and
+// EventSink records that an object was attached; a failure there never fails an attach. The Job mode
+// and the controller differ only in how they deliver events: SyncEvents and RecorderEvents.
+type EventSink interface {
+	Attached(ctx context.Context, obj Object, message string)
+}
+
+// Reason is the Event reason of an attach.
+const Reason = "Attached"
+
+func involved(obj Object) *corev1.ObjectReference {
+	return &corev1.ObjectReference{
+		APIVersion: "v1", Kind: string(obj.Kind), Namespace: obj.Meta.Namespace, Name: obj.Meta.Name,
+		UID: obj.Meta.UID, ResourceVersion: obj.Meta.ResourceVersion,
+	}
+}
+
+// SyncEvents writes one core/v1 Event per attach, synchronously: a Job exits right after attaching, and
 // an asynchronous recorder would drop its last events. Events are best effort: without RBAC for them we
 // warn once and carry on, because the original tool's RBAC (which users keep) does not grant them.
-type APIEvents struct {
+type SyncEvents struct {
 	Client   kubernetes.Interface
 	Instance string // reportingInstance: pod or host name
 
@@ -27,7 +46,7 @@ type APIEvents struct {
 }
 
 // Attached implements EventSink.
-func (e *APIEvents) Attached(ctx context.Context, obj *metav1.PartialObjectMetadata, kind refs.Kind, message string) {
+func (e *SyncEvents) Attached(ctx context.Context, obj Object, message string) {
 	e.mu.Lock()
 	disabled := e.disabled
 	e.mu.Unlock()
@@ -36,25 +55,19 @@ func (e *APIEvents) Attached(ctx context.Context, obj *metav1.PartialObjectMetad
 	}
 	now := metav1.NewTime(time.Now())
 	ev := &corev1.Event{
-		ObjectMeta: metav1.ObjectMeta{
-			Name:      fmt.Sprintf("%s.%x", obj.Name, now.UnixNano()),
-			Namespace: obj.Namespace,
-		},
-		InvolvedObject: corev1.ObjectReference{
-			APIVersion: "v1", Kind: string(kind), Namespace: obj.Namespace, Name: obj.Name,
-			UID: obj.UID, ResourceVersion: obj.ResourceVersion,
-		},
-		Reason:              "Attached",
+		ObjectMeta:          metav1.ObjectMeta{Name: fmt.Sprintf("%s.%x", obj.Meta.Name, now.UnixNano()), Namespace: obj.Meta.Namespace},
+		InvolvedObject:      *involved(obj),
+		Reason:              Reason,
 		Message:             message,
 		Type:                corev1.EventTypeNormal,
-		Source:              corev1.EventSource{Component: FieldManager},
+		Source:              corev1.EventSource{Component: api.FieldManager},
 		FirstTimestamp:      now,
 		LastTimestamp:       now,
 		Count:               1,
 		ReportingController: "configmap-attacher.io/attacher",
 		ReportingInstance:   e.Instance,
 	}
-	_, err := e.Client.CoreV1().Events(obj.Namespace).Create(ctx, ev, metav1.CreateOptions{})
+	_, err := e.Client.CoreV1().Events(obj.Meta.Namespace).Create(ctx, ev, metav1.CreateOptions{})
 	if err == nil {
 		return
 	}
@@ -66,5 +79,23 @@ func (e *APIEvents) Attached(ctx context.Context, obj *metav1.PartialObjectMetad
 		log.Warn("cannot record events; grant create on events to see attachments in kubectl describe", "err", err)
 		return
 	}
-	log.Warn("recording event failed", "object", obj.Name, "err", err)
+	log.Warn("recording event failed", "object", obj.Meta.Name, "err", err)
+}
+
+// RecorderEvents sends events through client-go's asynchronous, rate-limited recorder: a controller
+// worker must not wait on an Event write between two attaches.
+type RecorderEvents struct {
+	Recorder record.EventRecorder
+}
+
+// NewRecorderEvents starts a broadcaster writing to the API; stop flushes and ends it.
+func NewRecorderEvents(ctx context.Context, kc kubernetes.Interface) (events *RecorderEvents, stop func()) {
+	b := record.NewBroadcaster(record.WithContext(ctx))
+	b.StartRecordingToSink(&typedcorev1.EventSinkImpl{Interface: kc.CoreV1().Events("")})
+	return &RecorderEvents{Recorder: b.NewRecorder(scheme.Scheme, corev1.EventSource{Component: api.FieldManager})}, b.Shutdown
+}
+
+// Attached implements EventSink.
+func (e *RecorderEvents) Attached(_ context.Context, obj Object, message string) {
+	e.Recorder.Event(involved(obj), corev1.EventTypeNormal, Reason, message)
 }

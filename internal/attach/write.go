@@ -3,39 +3,26 @@ package attach
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"log/slog"
 	"sync"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/metadata"
 	"k8s.io/client-go/util/retry"
 
+	"github.com/configmap-attacher/configmap-attacher/internal/api"
 	"github.com/configmap-attacher/configmap-attacher/internal/logging"
-	"github.com/configmap-attacher/configmap-attacher/internal/refs"
-	"github.com/configmap-attacher/configmap-attacher/internal/workload"
+	"github.com/configmap-attacher/configmap-attacher/internal/revision"
 )
-
-// FieldManager names our writes in managedFields and audit logs.
-const FieldManager = "configmap-attacher"
-
-// EventSink records that an object was attached; failures there never fail an attach.
-type EventSink interface {
-	Attached(ctx context.Context, obj *metav1.PartialObjectMetadata, kind refs.Kind, message string)
-}
 
 // Writer writes changes through the metadata client: we never need, and never send, config data.
 type Writer struct {
 	Client metadata.Interface
 	Events EventSink // optional
-}
-
-// GVR returns the API resource of a config kind.
-func GVR(kind refs.Kind) schema.GroupVersionResource {
-	return schema.GroupVersionResource{Version: "v1", Resource: kind.Resource()}
 }
 
 // Validate sends every change as a server-side dry run, so RBAC, admission plugins (e.g.
@@ -51,18 +38,21 @@ func (w *Writer) Validate(ctx context.Context, changes []Change) error {
 	return nil
 }
 
-// Apply writes the changes, several at once (one ReplicaSet's objects are independent writes, and
-// under load each PATCH waits on the API server), and returns those it actually wrote plus the first
-// error. A change whose object gained the reference meanwhile (another attacher) costs no write.
-func (w *Writer) Apply(ctx context.Context, changes []Change) ([]Change, error) {
-	const parallel = 4
+// applyParallelism bounds the PATCHes in flight for one revision: its objects are independent writes,
+// and under load each waits on the API server.
+const applyParallelism = 4
+
+// Apply writes the changes and returns those it wrote and those whose object was deleted meanwhile
+// (nothing left to attach). Every other failure is returned, joined: one object's transient error must
+// not hide behind another's success or disappearance. A change whose object gained the reference
+// meanwhile (another attacher) costs no write and is in neither list.
+func (w *Writer) Apply(ctx context.Context, changes []Change) (written, gone []Change, err error) {
 	var (
-		mu       sync.Mutex
-		written  []Change
-		firstErr error
-		wg       sync.WaitGroup
-		slots    = make(chan struct{}, parallel)
+		mu   sync.Mutex
+		errs []error
+		wg   sync.WaitGroup
 	)
+	slots := make(chan struct{}, applyParallelism)
 	for _, c := range changes {
 		wg.Add(1)
 		slots <- struct{}{}
@@ -73,31 +63,33 @@ func (w *Writer) Apply(ctx context.Context, changes []Change) ([]Change, error) 
 			mu.Lock()
 			defer mu.Unlock()
 			switch {
-			case err != nil && firstErr == nil:
-				firstErr = err
+			case apierrors.IsNotFound(err):
+				gone = append(gone, c)
+			case err != nil:
+				errs = append(errs, err)
 			case wrote:
 				written = append(written, c)
 			}
 		}()
 	}
 	wg.Wait()
-	return written, firstErr
+	return written, gone, errors.Join(errs...)
 }
 
 func (w *Writer) apply(ctx context.Context, c Change) (bool, error) {
-	log := logging.FromContext(ctx).With("object", c.Object.String(), "replicaSet", c.ReplicaSet.Name)
+	log := logging.FromContext(ctx).With("object", c.Object.String(), "revision", c.Revision.String())
 	rv := c.Object.Meta.ResourceVersion
 	wrote := false
 	err := retry.RetryOnConflict(retry.DefaultRetry, func() error {
 		if rv == "" {
 			// Our view was stale: re-read and decide again rather than risk merging into an
 			// ownerReference someone else wrote with the same uid.
-			fresh, err := w.Client.Resource(GVR(c.Object.Kind)).Namespace(c.Object.Meta.Namespace).
+			fresh, err := w.Client.Resource(c.Object.Kind.GVR()).Namespace(c.Object.Meta.Namespace).
 				Get(ctx, c.Object.Meta.Name, metav1.GetOptions{})
 			if err != nil {
 				return err
 			}
-			if Owns(&fresh.ObjectMeta, c.ReplicaSet) {
+			if revision.OwnedBy(&fresh.ObjectMeta, c.Revision.UID) {
 				log.Debug("already attached by someone else")
 				return nil
 			}
@@ -118,10 +110,9 @@ func (w *Writer) apply(ctx context.Context, c Change) (bool, error) {
 		return false, err
 	}
 	if wrote {
-		log.Info("attached", "uid", c.ReplicaSet.UID, "revision", workload.Revision(c.ReplicaSet))
+		log.Info("attached", "uid", c.Revision.UID, "revisionNumber", c.Revision.Number)
 		if w.Events != nil {
-			w.Events.Attached(ctx, c.Object.Meta, c.Object.Kind, fmt.Sprintf("Attached to ReplicaSet %s (revision %d)",
-				c.ReplicaSet.Name, workload.Revision(c.ReplicaSet)))
+			w.Events.Attached(ctx, c.Object, "Attached to "+c.Revision.Describe())
 		}
 	}
 	return wrote, nil
@@ -131,7 +122,7 @@ func (w *Writer) apply(ctx context.Context, c Change) (bool, error) {
 // resourceVersion makes it conditional: we only add a reference we saw absent at that version, which
 // guarantees we never rewrite an existing entry with the same uid.
 func (w *Writer) patch(ctx context.Context, c Change, rv string, dryRun bool) (*metav1.PartialObjectMetadata, error) {
-	meta := map[string]any{"ownerReferences": []metav1.OwnerReference{OwnerReference(c.ReplicaSet)}}
+	meta := map[string]any{"ownerReferences": []metav1.OwnerReference{c.Revision.OwnerReference()}}
 	if rv != "" {
 		meta["resourceVersion"] = rv
 	}
@@ -139,11 +130,11 @@ func (w *Writer) patch(ctx context.Context, c Change, rv string, dryRun bool) (*
 	if err != nil {
 		return nil, err
 	}
-	opts := metav1.PatchOptions{FieldManager: FieldManager}
+	opts := metav1.PatchOptions{FieldManager: api.FieldManager}
 	if dryRun {
 		opts.DryRun = []string{metav1.DryRunAll}
 	}
-	out, err := w.Client.Resource(GVR(c.Object.Kind)).Namespace(c.Object.Meta.Namespace).
+	out, err := w.Client.Resource(c.Object.Kind.GVR()).Namespace(c.Object.Meta.Namespace).
 		Patch(ctx, c.Object.Meta.Name, types.StrategicMergePatchType, body, opts)
 	if err != nil {
 		return nil, fmt.Errorf("patching %s: %w", c.Object, err)

@@ -172,9 +172,10 @@ func setupLogging(ctx context.Context, env Env, command string, startLevel slog.
 	if err != nil {
 		return nil, usageError{err}
 	}
-	format := logging.FormatAuto
-	if f, _ := env.Lookup("LOG_FORMAT"); f != "" {
-		format = logging.Format(f)
+	fmtName, _ := env.Lookup("LOG_FORMAT")
+	format, err := logging.ParseFormat(fmtName)
+	if err != nil {
+		return nil, usageError{err}
 	}
 	log := logging.New(env.Stderr, lvl, format)
 	klog.SetSlogLogger(log.With("source", "client-go"))

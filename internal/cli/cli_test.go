@@ -35,6 +35,8 @@ func TestExitCodesAndUsage(t *testing.T) {
 		{"invalid flags are one line", nil, []string{"-rollout", "demo"}, ExitUsage, "", "-namespace is required; nothing to attach"},
 		{"stray argument", nil, []string{"-rollout", "demo", "-namespace", "ns", "-configmaps", "a", "b"}, ExitUsage, "", `unexpected argument "b"`},
 		{"unknown LOG_LEVEL", map[string]string{"LOG_LEVEL": "verbose"}, []string{"-rollout", "demo", "-namespace", "ns", "-configmaps", "a"}, ExitUsage, "", `LOG_LEVEL "verbose" is not one of`},
+		{"unknown LOG_FORMAT", map[string]string{"LOG_FORMAT": "yaml"}, []string{"-rollout", "demo", "-namespace", "ns", "-configmaps", "a"}, ExitUsage, "", `LOG_FORMAT "yaml" is not json or text`},
+		{"empty -namespaces is not all namespaces", nil, []string{"controller", "-namespaces="}, ExitUsage, "", "-namespaces is empty"},
 		{"bad IS_IN_CLUSTER", map[string]string{"IS_IN_CLUSTER": "maybe"}, []string{"-rollout", "demo", "-namespace", "ns", "-configmaps", "a"}, ExitUsage, "", `IS_IN_CLUSTER="maybe" is not a boolean`},
 		{"no kubeconfig is a failure, not usage", noCluster, []string{"-rollout", "demo", "-namespace", "ns", "-configmaps", "a"}, ExitFailure, "", "loading kubeconfig"},
 		{"controller validates flags", nil, []string{"controller", "-workers", "0"}, ExitUsage, "", "-workers must be at least 1"},

@@ -1,11 +1,10 @@
 package cli
 
 import (
+	"context"
 	"log/slog"
 
-	"context"
-
-	"github.com/configmap-attacher/configmap-attacher/internal/controller"
+	"github.com/configmap-attacher/configmap-attacher/internal/manager"
 )
 
 const controllerSynopsis = `Run in the cluster and keep, for every ReplicaSet owned by an Argo Rollout or a Deployment, an
@@ -24,7 +23,7 @@ default namespace of the leader Lease.
 `
 
 func runController(ctx context.Context, env Env, args []string) error {
-	o := controller.NewOptions(env.Lookup)
+	o := manager.NewOptions(env.Lookup)
 	fs := newFlagSet(env, "controller", controllerSynopsis)
 	o.AddFlags(fs)
 	if err := parse(fs, args, false); err != nil {
@@ -37,5 +36,5 @@ func runController(ctx context.Context, env Env, args []string) error {
 	if err != nil {
 		return err
 	}
-	return controller.Run(ctx, o, clients)
+	return manager.Run(ctx, o, clients)
 }

@@ -1,11 +1,10 @@
 package cli
 
 import (
+	"context"
 	"log/slog"
 
-	"context"
-
-	"github.com/configmap-attacher/configmap-attacher/internal/job"
+	"github.com/configmap-attacher/configmap-attacher/internal/oneshot"
 )
 
 const jobSynopsis = `Attach named ConfigMaps and Secrets to the current ReplicaSet of an Argo Rollout or a Deployment,
@@ -35,7 +34,7 @@ Other commands: controller, render, history, diff, version ('configmap-attacher 
 `
 
 func runJob(ctx context.Context, env Env, args []string) error {
-	o := job.NewOptions()
+	o := oneshot.NewOptions()
 	fs := newFlagSet(env, "attach", jobSynopsis)
 	o.AddFlags(fs)
 	if err := parse(fs, args, false); err != nil {
@@ -48,5 +47,5 @@ func runJob(ctx context.Context, env Env, args []string) error {
 	if err != nil {
 		return err
 	}
-	return job.Run(ctx, o, clients, env.Stdout)
+	return oneshot.Run(ctx, o, clients, env.Stdout)
 }

@@ -1,99 +1,100 @@
+// Package controller is the attach controller: it keeps every opted-in ConfigMap and Secret attached to
+// every revision (ReplicaSet of a Rollout or Deployment) whose pod template uses it, level-triggered,
+// from informer caches, through the same attach step as the Job mode (attach.Writer.Attach).
+//
+// It is built like kubernetes/sample-controller: New receives the caches (built and started by
+// internal/manager, filled directly by unit tests), event handlers turn changes into revision keys,
+// and sync reads only caches before writing what is missing.
 package controller
 
 import (
-	"context"
 	"errors"
-	"fmt"
-	"sync"
 	"time"
 
-	appsv1 "k8s.io/api/apps/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/labels"
 	utilruntime "k8s.io/apimachinery/pkg/util/runtime"
-	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/tools/cache"
-	"k8s.io/client-go/util/workqueue"
 
+	"github.com/configmap-attacher/configmap-attacher/internal/api"
 	"github.com/configmap-attacher/configmap-attacher/internal/attach"
-	"github.com/configmap-attacher/configmap-attacher/internal/kube"
-	"github.com/configmap-attacher/configmap-attacher/internal/logging"
+	"github.com/configmap-attacher/configmap-attacher/internal/caches"
+	"github.com/configmap-attacher/configmap-attacher/internal/metrics"
+	"github.com/configmap-attacher/configmap-attacher/internal/reconcile"
 	"github.com/configmap-attacher/configmap-attacher/internal/refs"
 )
 
-// Controller syncs ReplicaSets, keyed "namespace/name". Config and workload events are mapped to the
-// ReplicaSets they concern through informer indexes; the queue never holds object snapshots.
+// Name names the controller in logs and metrics.
+const Name = "attach"
+
+// expectationsTTL bounds how long a write we made may go unseen in the cache before we write again.
+const expectationsTTL = time.Minute
+
+// Controller syncs revisions, keyed "Kind/namespace/name" (caches.Key).
 type Controller struct {
-	clients *kube.Clients
-	scopes  map[string]*scope // by namespace; a single "" entry when watching all namespaces
-	queue   workqueue.TypedRateLimitingInterface[string]
-	writer  *attach.Writer
-	metrics *Metrics
-	pending *expectations
-	synced  chan struct{}
-	ready   sync.Once
+	caches   *caches.Caches
+	writer   *attach.Writer
+	metrics  *metrics.Metrics
+	selector labels.Selector
+	pending  *expectations
+	loop     *reconcile.Loop
 }
 
-// New builds the controller and its informers; nothing runs until Run.
-func New(clients *kube.Clients, o *Options, events attach.EventSink, m *Metrics, withRollouts bool) (*Controller, error) {
-	c := &Controller{
-		clients: clients,
-		scopes:  map[string]*scope{},
-		queue: workqueue.NewTypedRateLimitingQueueWithConfig(workqueue.DefaultTypedControllerRateLimiter[string](),
-			workqueue.TypedRateLimitingQueueConfig[string]{Name: "replicasets"}),
-		writer:  &attach.Writer{Client: clients.Metadata, Events: events},
-		metrics: m,
-		pending: newExpectations(time.Minute),
-		synced:  make(chan struct{}),
+// New wires the controller to its caches; nothing runs until Run. selector narrows the ReplicaSets
+// attached (nil: all).
+func New(c *caches.Caches, writer *attach.Writer, m *metrics.Metrics, selector labels.Selector) (*Controller, error) {
+	if selector == nil {
+		selector = labels.Everything()
 	}
-	namespaces := o.Namespaces
-	if len(namespaces) == 0 {
-		namespaces = []string{metav1.NamespaceAll}
-	}
-	kinds := []refs.Kind{refs.ConfigMap}
-	if o.Secrets {
-		kinds = append(kinds, refs.Secret)
-	}
-	for _, ns := range namespaces {
-		s, err := newScope(clients, ns, o.ReplicaSetSelector, kinds, withRollouts)
-		if err != nil {
+	ctl := &Controller{caches: c, writer: writer, metrics: m, selector: selector, pending: newExpectations(expectationsTTL)}
+	ctl.loop = &reconcile.Loop{Name: Name, Queue: reconcile.NewQueue(Name), Sync: ctl.sync, Metrics: m,
+		Permanent: func(err error) bool { return errors.Is(err, attach.ErrInvalid) }}
+	if rs, ok := c.Users[caches.ReplicaSet]; ok {
+		if err := rs.AddEventHandler(ctl.revisionHandler()); err != nil {
 			return nil, err
 		}
-		if err := c.addHandlers(s); err != nil {
+	}
+	for kind, inf := range c.Configs {
+		if err := inf.AddEventHandler(ctl.configHandler(kind)); err != nil {
 			return nil, err
 		}
-		c.scopes[ns] = s
 	}
-	m.queueDepth(c.queue.Len)
-	return c, nil
+	for _, kind := range []caches.Kind{caches.Deployment, caches.Rollout} {
+		if inf, ok := c.Users[kind]; ok {
+			if err := inf.AddEventHandler(ctl.workloadHandler()); err != nil {
+				return nil, err
+			}
+		}
+	}
+	if m != nil {
+		m.Gauge("configmap_attacher_queue_depth", "Revision keys waiting to be synced.", func() float64 { return float64(ctl.loop.Queue.Len()) })
+	}
+	return ctl, nil
 }
 
-func (c *Controller) addHandlers(s *scope) error {
-	_, err := s.replicaSets.AddEventHandler(cache.ResourceEventHandlerFuncs{
-		AddFunc: c.enqueueReplicaSet,
+// Loop is the controller's queue and workers.
+func (c *Controller) Loop() *reconcile.Loop { return c.loop }
+
+func (c *Controller) enqueue(u *caches.User) { c.loop.Queue.Add(u.Key()) }
+
+func (c *Controller) revisionHandler() cache.ResourceEventHandler {
+	return cache.ResourceEventHandlerFuncs{
+		AddFunc: func(obj any) {
+			if u, ok := caches.UserOf(obj); ok {
+				c.enqueue(u)
+			}
+		},
 		UpdateFunc: func(old, cur any) {
 			// Status and annotation updates (every scale step) cannot change what to attach; spec
 			// (generation), owner and deletion changes can.
-			o, n := old.(*appsv1.ReplicaSet), cur.(*appsv1.ReplicaSet)
-			if o.UID != n.UID || o.Generation != n.Generation || (o.DeletionTimestamp == nil) != (n.DeletionTimestamp == nil) ||
-				!equalOwners(o.OwnerReferences, n.OwnerReferences) {
-				c.enqueueReplicaSet(cur)
+			o, okO := caches.UserOf(old)
+			n, okN := caches.UserOf(cur)
+			if okO && okN && (o.UID != n.UID || o.Generation != n.Generation || (o.DeletionTimestamp == nil) != (n.DeletionTimestamp == nil) ||
+				!equalOwners(o.OwnerReferences, n.OwnerReferences) || !labels.Equals(o.Labels, n.Labels)) {
+				c.enqueue(n)
 			}
 		},
-	})
-	if err != nil {
-		return err
 	}
-	for kind, inf := range s.configs {
-		if _, err := inf.AddEventHandler(c.configHandler(s, kind)); err != nil {
-			return err
-		}
-	}
-	for _, inf := range s.workloads {
-		if _, err := inf.AddEventHandler(c.workloadHandler(s)); err != nil {
-			return err
-		}
-	}
-	return nil
 }
 
 func equalOwners(a, b []metav1.OwnerReference) bool {
@@ -108,25 +109,16 @@ func equalOwners(a, b []metav1.OwnerReference) bool {
 	return true
 }
 
-func (c *Controller) enqueueReplicaSet(obj any) {
-	key, err := cache.MetaNamespaceKeyFunc(obj)
-	if err != nil {
-		utilruntime.HandleError(err)
-		return
-	}
-	c.queue.Add(key)
-}
-
-// configHandler enqueues the ReplicaSets that use a config object whenever it appears, changes (for
+// configHandler enqueues the revisions that use a config object whenever it appears, changes (for
 // example someone removed our ownerReference) or goes away.
-func (c *Controller) configHandler(s *scope, kind refs.Kind) cache.ResourceEventHandler {
+func (c *Controller) configHandler(kind refs.Kind) cache.ResourceEventHandler {
 	enqueue := func(obj any) {
-		m, ok := metaOf(obj)
+		m, ok := caches.MetaOf(obj)
 		if !ok {
 			return
 		}
 		c.pending.observe(m)
-		c.enqueueIndexed(s, byConfigIndex, configKey(m.Namespace, kind, m.Name))
+		c.enqueueUsers(caches.ByConfig, caches.ConfigKey(m.Namespace, refs.Ref{Kind: kind, Name: m.Name}))
 	}
 	return cache.ResourceEventHandlerFuncs{
 		AddFunc:    enqueue,
@@ -135,125 +127,35 @@ func (c *Controller) configHandler(s *scope, kind refs.Kind) cache.ResourceEvent
 	}
 }
 
-// workloadHandler enqueues a workload's ReplicaSets, e.g. when its attach-all annotation changes.
-func (c *Controller) workloadHandler(s *scope) cache.ResourceEventHandler {
-	enqueue := func(obj any) {
-		if m, ok := metaOf(obj); ok {
-			c.enqueueIndexed(s, byOwnerIndex, string(m.UID))
-		}
-	}
+// workloadHandler enqueues a workload's revisions when its attach-all annotation changes.
+func (c *Controller) workloadHandler() cache.ResourceEventHandler {
 	return cache.ResourceEventHandlerFuncs{
-		AddFunc: enqueue,
+		AddFunc: func(obj any) {
+			if u, ok := caches.UserOf(obj); ok {
+				c.enqueueUsers(caches.ByOwner, string(u.UID))
+			}
+		},
 		UpdateFunc: func(old, cur any) {
-			o, okO := metaOf(old)
-			n, okN := metaOf(cur)
-			if okO && okN && o.Annotations[refs.AttachAllAnnotation] != n.Annotations[refs.AttachAllAnnotation] {
-				enqueue(cur)
+			o, okO := caches.UserOf(old)
+			n, okN := caches.UserOf(cur)
+			if okO && okN && o.Annotations[api.AttachAllAnnotation] != n.Annotations[api.AttachAllAnnotation] {
+				c.enqueueUsers(caches.ByOwner, string(n.UID))
 			}
 		},
 	}
 }
 
-func (c *Controller) enqueueIndexed(s *scope, index, value string) {
-	objs, err := s.replicaSets.GetIndexer().ByIndex(index, value)
-	if err != nil {
-		utilruntime.HandleError(err)
+// enqueueUsers enqueues the revisions whose index has value.
+func (c *Controller) enqueueUsers(index, value string) {
+	rs, ok := c.caches.Users[caches.ReplicaSet]
+	if !ok {
 		return
 	}
-	for _, o := range objs {
-		c.enqueueReplicaSet(o)
+	users, err := rs.ByIndex(index, value)
+	if err != nil {
+		utilruntime.HandleError(err)
 	}
-}
-
-func metaOf(obj any) (*metav1.PartialObjectMetadata, bool) {
-	if d, ok := obj.(cache.DeletedFinalStateUnknown); ok {
-		obj = d.Obj
+	for _, u := range users {
+		c.enqueue(u)
 	}
-	m, ok := obj.(*metav1.PartialObjectMetadata)
-	return m, ok
-}
-
-// Run starts the informers, waits for their caches, and runs workers until ctx ends.
-func (c *Controller) Run(ctx context.Context, workers int) error {
-	defer utilruntime.HandleCrash()
-	defer c.queue.ShutDown()
-	log := logging.FromContext(ctx)
-
-	var synced []cache.InformerSynced
-	for ns, s := range c.scopes {
-		for _, start := range s.start {
-			start(ctx.Done())
-		}
-		for _, inf := range s.informers() {
-			synced = append(synced, inf.HasSynced)
-		}
-		log.Info("watching", "namespace", displayNamespace(ns))
-	}
-	if !cache.WaitForCacheSync(ctx.Done(), synced...) {
-		return errors.New("informer caches did not sync before shutdown")
-	}
-	c.ready.Do(func() { close(c.synced) })
-	log.Info("caches synced; reconciling every existing ReplicaSet", "workers", workers)
-
-	var wg sync.WaitGroup
-	for i := 0; i < workers; i++ {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			wait.UntilWithContext(ctx, c.runWorker, time.Second)
-		}()
-	}
-	<-ctx.Done()
-	c.queue.ShutDown()
-	wg.Wait()
-	log.Info("workers stopped")
-	return nil
-}
-
-// Synced is closed once the caches have synced (readiness).
-func (c *Controller) Synced() <-chan struct{} { return c.synced }
-
-func (c *Controller) runWorker(ctx context.Context) {
-	for c.processNext(ctx) {
-	}
-}
-
-func (c *Controller) processNext(ctx context.Context) bool {
-	key, quit := c.queue.Get()
-	if quit {
-		return false
-	}
-	defer c.queue.Done(key)
-	start := time.Now()
-	err := c.sync(ctx, key)
-	c.metrics.observeSync(time.Since(start), err)
-	switch {
-	case err == nil:
-		c.queue.Forget(key)
-	case errors.Is(err, attach.ErrInvalid):
-		// Retrying cannot fix it; the next change to the ReplicaSet or its config will requeue it.
-		logging.FromContext(ctx).Error("not attaching", "replicaSet", key, "err", err)
-		c.queue.Forget(key)
-	default:
-		logging.FromContext(ctx).Warn("sync failed, will retry", "replicaSet", key, "err", err)
-		c.queue.AddRateLimited(key)
-	}
-	return true
-}
-
-func displayNamespace(ns string) string {
-	if ns == "" {
-		return "(all)"
-	}
-	return ns
-}
-
-func (c *Controller) scopeFor(namespace string) (*scope, error) {
-	if s, ok := c.scopes[metav1.NamespaceAll]; ok {
-		return s, nil
-	}
-	if s, ok := c.scopes[namespace]; ok {
-		return s, nil
-	}
-	return nil, fmt.Errorf("namespace %s is not watched", namespace)
 }

@@ -3,127 +3,131 @@ package controller
 import (
 	"context"
 	"fmt"
+	"strings"
 	"time"
 
-	appsv1 "k8s.io/api/apps/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/runtime/schema"
-	"k8s.io/client-go/tools/cache"
 
+	"github.com/configmap-attacher/configmap-attacher/internal/api"
 	"github.com/configmap-attacher/configmap-attacher/internal/attach"
+	"github.com/configmap-attacher/configmap-attacher/internal/caches"
 	"github.com/configmap-attacher/configmap-attacher/internal/logging"
-	"github.com/configmap-attacher/configmap-attacher/internal/refs"
+	"github.com/configmap-attacher/configmap-attacher/internal/reconcile"
 	"github.com/configmap-attacher/configmap-attacher/internal/workload"
 )
 
-// sync makes every opted-in config object used by one ReplicaSet carry an ownerReference to it. It
+// sync makes every opted-in config object used by one revision carry an ownerReference to it. It
 // reads only caches (and, for attach-all workloads, the few objects not in them) and writes only what
 // is missing.
-func (c *Controller) sync(ctx context.Context, key string) error {
-	namespace, name, err := cache.SplitMetaNamespaceKey(key)
+func (c *Controller) sync(ctx context.Context, key string) (reconcile.Result, error) {
+	kind, namespace, name, err := splitKey(key)
 	if err != nil {
-		return fmt.Errorf("bad key %q: %w", key, attach.ErrInvalid)
+		return reconcile.Result{}, err
 	}
-	s, err := c.scopeFor(namespace)
-	if err != nil {
-		return nil
+	inf, ok := c.caches.Users[kind]
+	if !ok {
+		return reconcile.Result{}, nil
 	}
-	rs, err := s.rsLister.ReplicaSets(namespace).Get(name)
-	if apierrors.IsNotFound(err) {
-		return nil // gone: the garbage collector takes it from here
+	u, exists, err := inf.Get(namespace, name)
+	if err != nil || !exists {
+		return reconcile.Result{}, err // gone: the garbage collector takes it from here
 	}
-	if err != nil {
-		return err
+	owner, follows := c.follows(u)
+	if !follows || u.DeletionTimestamp != nil {
+		return reconcile.Result{}, nil
 	}
-	ownerKind, ok := workloadKind(rs)
-	if !ok || rs.DeletionTimestamp != nil {
-		return nil
-	}
-	ctx = logging.NewContext(ctx, logging.FromContext(ctx).With("replicaSet", key))
-
-	objects, err := c.usedObjects(ctx, s, rs, c.attachAll(s, rs, ownerKind))
+	ctx = logging.NewContext(ctx, logging.FromContext(ctx).With("revision", key))
+	objects, err := c.usedObjects(ctx, u, c.attachAll(u, owner))
 	if err != nil || len(objects) == 0 {
-		return err
+		return reconcile.Result{}, err
 	}
-	changes, err := attach.Plan(rs, objects)
-	if err != nil {
-		return err
+	res, err := c.writer.Attach(ctx, u.Revision(), objects, attach.Options{
+		// Our own recent writes may not have reached the cache yet; writing again would cost a conflict.
+		InFlight: func(ch attach.Change) bool { return c.pending.has(ch.Object.Meta.UID, u.UID) },
+	})
+	if res == nil {
+		return reconcile.Result{}, err
 	}
-	// Our own recent writes may not have reached the cache yet; writing again would cost a conflict.
-	todo := changes[:0:0]
-	for _, ch := range changes {
-		if !c.pending.has(ch.Object.Meta.UID, rs.UID) {
-			todo = append(todo, ch)
+	for _, ch := range res.Written {
+		c.pending.expect(ch.Object.Meta.UID, u.UID)
+		if c.metrics != nil {
+			c.metrics.Attached(ch.Object.Kind, time.Since(u.CreationTimestamp.Time))
 		}
 	}
-	written, err := c.writer.Apply(ctx, todo)
-	for _, ch := range written {
-		c.pending.expect(ch.Object.Meta.UID, rs.UID)
-		c.metrics.attached(ch.Object.Kind, time.Since(rs.CreationTimestamp.Time))
+	var result reconcile.Result
+	if len(res.Skipped) > 0 {
+		// If the watch event showing our write never comes, nothing else would bring this key back
+		// (there is no resync): look again once the expectation has expired.
+		result.RequeueAfter = c.pending.ttl
 	}
-	if apierrors.IsNotFound(err) {
-		return nil // the object was deleted meanwhile: nothing left to attach
-	}
-	return err
+	return result, err
 }
 
-// workloadKind returns the kind of the ReplicaSet's controller, if it is one we follow.
-func workloadKind(rs *appsv1.ReplicaSet) (workload.Kind, bool) {
-	owner := metav1.GetControllerOf(rs)
+func splitKey(key string) (caches.Kind, string, string, error) {
+	parts := strings.SplitN(key, "/", 3)
+	if len(parts) != 3 || parts[0] == "" || parts[2] == "" {
+		return "", "", "", fmt.Errorf("bad key %q: %w", key, reconcile.ErrPermanent)
+	}
+	return caches.Kind(parts[0]), parts[1], parts[2], nil
+}
+
+// follows reports whether the revision is one we attach to, and returns its workload's controller
+// reference: a ReplicaSet controlled by a Deployment or a Rollout, matching -replicaset-selector.
+func (c *Controller) follows(u *caches.User) (*metav1.OwnerReference, bool) {
+	if u.Kind() != caches.ReplicaSet || !c.selector.Matches(labels.Set(u.Labels)) {
+		return nil, false
+	}
+	owner := metav1.GetControllerOfNoCopy(u)
 	if owner == nil {
-		return "", false
+		return nil, false
 	}
 	gv, err := schema.ParseGroupVersion(owner.APIVersion)
 	if err != nil {
-		return "", false
+		return nil, false
 	}
 	switch {
-	case gv.Group == workload.RolloutGVR.Group && owner.Kind == string(workload.Rollout):
-		return workload.Rollout, true
-	case gv.Group == appsv1.GroupName && owner.Kind == string(workload.Deployment):
-		return workload.Deployment, true
+	case gv.Group == workload.RolloutGVR.Group && owner.Kind == string(workload.Rollout),
+		gv.Group == "apps" && owner.Kind == string(workload.Deployment):
+		return owner, true
 	}
-	return "", false
+	return nil, false
 }
 
-// attachAll reports whether the ReplicaSet's workload opts in everything it references.
-func (c *Controller) attachAll(s *scope, rs *appsv1.ReplicaSet, kind workload.Kind) bool {
-	lister, ok := s.workloadByKind[kind]
-	owner := metav1.GetControllerOf(rs)
-	if !ok || owner == nil {
+// attachAll reports whether the revision's workload opts in everything it references.
+func (c *Controller) attachAll(u *caches.User, owner *metav1.OwnerReference) bool {
+	inf, ok := c.caches.Users[caches.Kind(owner.Kind)]
+	if !ok {
 		return false
 	}
-	obj, err := lister.ByNamespace(rs.Namespace).Get(owner.Name)
-	if err != nil {
-		return false
-	}
-	m, ok := obj.(*metav1.PartialObjectMetadata)
-	return ok && m.UID == owner.UID && m.Annotations[refs.AttachAllAnnotation] == "true"
+	w, exists, err := inf.Get(u.Namespace, owner.Name)
+	return err == nil && exists && w.UID == owner.UID && w.Annotations[api.AttachAllAnnotation] == "true"
 }
 
-// usedObjects returns the opted-in config objects the ReplicaSet's pod template references. Objects
-// that do not exist (yet) are skipped: their creation event requeues this ReplicaSet.
-func (c *Controller) usedObjects(ctx context.Context, s *scope, rs *appsv1.ReplicaSet, all bool) ([]attach.Object, error) {
+// usedObjects returns the opted-in config objects the revision's pod template references. Objects
+// that do not exist (yet) are skipped: their creation event requeues this revision.
+func (c *Controller) usedObjects(ctx context.Context, u *caches.User, all bool) ([]attach.Object, error) {
 	var out []attach.Object
-	for _, r := range refs.FromPodSpec(&rs.Spec.Template.Spec).Sorted() {
-		inf, followed := s.configs[r.Kind]
+	for _, r := range u.Refs {
+		inf, followed := c.caches.Configs[r.Kind]
 		if !followed {
 			continue
 		}
-		obj, exists, err := inf.GetIndexer().GetByKey(rs.Namespace + "/" + r.Name)
+		m, exists, err := inf.Get(u.Namespace, r.Name)
 		if err != nil {
 			return nil, err
 		}
 		if exists {
-			out = append(out, attach.Object{Kind: r.Kind, Meta: obj.(*metav1.PartialObjectMetadata)})
+			out = append(out, attach.Object{Kind: r.Kind, Meta: m})
 			continue
 		}
 		if !all {
 			continue
 		}
 		// Not labelled, but the workload opts in everything: read it directly. Rare, so not cached.
-		m, err := c.clients.Metadata.Resource(attach.GVR(r.Kind)).Namespace(rs.Namespace).Get(ctx, r.Name, metav1.GetOptions{})
+		m, err = c.writer.Client.Resource(r.Kind.GVR()).Namespace(u.Namespace).Get(ctx, r.Name, metav1.GetOptions{})
 		if apierrors.IsNotFound(err) {
 			continue
 		}

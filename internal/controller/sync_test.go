@@ -9,54 +9,82 @@ import (
 
 	appsv1 "k8s.io/api/apps/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/runtime"
-	kubefake "k8s.io/client-go/kubernetes/fake"
 	metafake "k8s.io/client-go/metadata/fake"
 	clienttesting "k8s.io/client-go/testing"
-	"k8s.io/client-go/tools/cache"
 
+	"github.com/configmap-attacher/configmap-attacher/internal/api"
 	"github.com/configmap-attacher/configmap-attacher/internal/attach"
-	"github.com/configmap-attacher/configmap-attacher/internal/kube"
+	"github.com/configmap-attacher/configmap-attacher/internal/caches"
+	"github.com/configmap-attacher/configmap-attacher/internal/reconcile"
 	"github.com/configmap-attacher/configmap-attacher/internal/refs"
+	"github.com/configmap-attacher/configmap-attacher/internal/revision"
 	"github.com/configmap-attacher/configmap-attacher/internal/testutil"
 	"github.com/configmap-attacher/configmap-attacher/internal/workload"
 )
 
 type fixture struct {
 	t    *testing.T
-	kube *kubefake.Clientset
 	meta *metafake.FakeMetadataClient
 	c    *Controller
 }
 
-func newFixture(t *testing.T, rss []*appsv1.ReplicaSet, metas ...runtime.Object) *fixture {
-	t.Helper()
-	var kobjs []runtime.Object
-	for _, rs := range rss {
-		kobjs = append(kobjs, rs)
+// user reduces a ReplicaSet the way the production cache does.
+func user(rs *appsv1.ReplicaSet) *caches.User {
+	u, err := caches.Reduce(rs)
+	if err != nil {
+		panic(err)
 	}
+	return u
+}
+
+// newFixture fills the controller's caches directly; the metadata client holds what the API server has.
+func newFixture(t *testing.T, users []*caches.User, configs []*metav1.PartialObjectMetadata, extra ...runtime.Object) *fixture {
+	t.Helper()
 	scheme := metafake.NewTestScheme()
 	_ = metav1.AddMetaToScheme(scheme)
-	f := &fixture{t: t, kube: kubefake.NewSimpleClientset(kobjs...), meta: metafake.NewSimpleMetadataClient(scheme, metas...)}
-	o := NewOptions(func(string) (string, bool) { return "", false })
-	c, err := New(&kube.Clients{Kube: f.kube, Metadata: f.meta}, o, nil, NewMetrics(), true)
+	var objs []runtime.Object
+	var optedIn []*metav1.PartialObjectMetadata
+	for _, m := range configs {
+		objs = append(objs, m)
+		if api.OptedIn(m.Labels) {
+			optedIn = append(optedIn, m)
+		}
+	}
+	f := &fixture{t: t, meta: metafake.NewSimpleMetadataClient(scheme, append(objs, extra...)...)}
+	byKind := map[caches.Kind][]*caches.User{}
+	for _, u := range users {
+		byKind[u.Kind()] = append(byKind[u.Kind()], u)
+	}
+	cs := &caches.Caches{Users: map[caches.Kind]*caches.Informer[*caches.User]{}, Configs: map[refs.Kind]*caches.Informer[*metav1.PartialObjectMetadata]{}}
+	for _, k := range []caches.Kind{caches.ReplicaSet, caches.Deployment, caches.Rollout} {
+		cs.Users[k] = caches.NewUserInformerForTest(byKind[k]...)
+	}
+	for _, k := range refs.Kinds() {
+		var ofKind []*metav1.PartialObjectMetadata
+		for _, m := range optedIn {
+			if m.Kind == string(k) {
+				ofKind = append(ofKind, m)
+			}
+		}
+		cs.Configs[k] = caches.NewConfigInformerForTest(ofKind...)
+	}
+	c, err := New(cs, &attach.Writer{Client: f.meta}, nil, labels.Everything())
 	if err != nil {
 		t.Fatal(err)
 	}
 	f.c = c
-	ctx, cancel := context.WithCancel(context.Background())
-	t.Cleanup(cancel)
-	for _, s := range c.scopes {
-		for _, start := range s.start {
-			start(ctx.Done())
-		}
-		for _, inf := range s.informers() {
-			if !cache.WaitForCacheSync(ctx.Done(), inf.HasSynced) {
-				t.Fatal("caches did not sync")
-			}
-		}
-	}
 	return f
+}
+
+func (f *fixture) sync(key string) reconcile.Result {
+	f.t.Helper()
+	res, err := f.c.sync(context.Background(), key)
+	if err != nil {
+		f.t.Fatalf("sync %s: %v", key, err)
+	}
+	return res
 }
 
 // patched returns "resource/name" for every PATCH sent.
@@ -71,13 +99,15 @@ func (f *fixture) patched() []string {
 	return out
 }
 
-func configMaps(optedIn bool, names ...string) []runtime.Object {
-	var out []runtime.Object
+func configMaps(optedIn bool, names ...string) []*metav1.PartialObjectMetadata {
+	var out []*metav1.PartialObjectMetadata
 	for _, n := range names {
 		out = append(out, testutil.ConfigMeta(refs.ConfigMap, n, optedIn))
 	}
 	return out
 }
+
+func key(rs *appsv1.ReplicaSet) string { return caches.Key(caches.ReplicaSet, rs.Namespace, rs.Name) }
 
 func TestSyncAttachesOnlyOptedInObjects(t *testing.T) {
 	ro := testutil.Rollout("demo", "ro-uid", "bbb")
@@ -85,22 +115,24 @@ func TestSyncAttachesOnlyOptedInObjects(t *testing.T) {
 	rs := testutil.ReplicaSet(ro, workload.Rollout, "bbb", 2, spec)
 	objs := append(configMaps(true, "demo-cm-2"), configMaps(false, "hand-made")...)
 	objs = append(objs, testutil.ConfigMeta(refs.Secret, "demo-secret-2", true))
-	f := newFixture(t, []*appsv1.ReplicaSet{rs}, objs...)
+	f := newFixture(t, []*caches.User{user(rs)}, objs)
 
-	if err := f.c.sync(context.Background(), testutil.Namespace+"/demo-bbb"); err != nil {
-		t.Fatal(err)
+	if r := f.sync(key(rs)); r.RequeueAfter != 0 {
+		t.Errorf("requeue after %s, want none", r.RequeueAfter)
 	}
 	want := []string{"configmaps/demo-cm-2", "secrets/demo-secret-2"}
 	if got := f.patched(); !slices.Equal(got, want) {
 		t.Fatalf("patched %v, want %v (hand-made must never be touched)", got, want)
 	}
-	// A second sync before the informer catches up must not write again.
+	// A second sync before the informer catches up must not write again, and must come back later in
+	// case the watch event never arrives (there is no resync).
 	f.meta.ClearActions()
-	if err := f.c.sync(context.Background(), testutil.Namespace+"/demo-bbb"); err != nil {
-		t.Fatal(err)
-	}
+	r := f.sync(key(rs))
 	if got := f.patched(); len(got) != 0 {
 		t.Fatalf("second sync patched %v, want nothing", got)
+	}
+	if r.RequeueAfter != expectationsTTL {
+		t.Fatalf("second sync: requeue after %s, want %s (the expectation's TTL)", r.RequeueAfter, expectationsTTL)
 	}
 }
 
@@ -112,32 +144,51 @@ func TestSyncSkipsWhatItMustNotAttach(t *testing.T) {
 	orphan.OwnerReferences = nil // a bare ReplicaSet: not a workload revision
 	deleting := testutil.ReplicaSet(ro, workload.Rollout, "ccc", 3, spec)
 	deleting.DeletionTimestamp = &metav1.Time{Time: time.Now()}
-	cm := testutil.ConfigMeta(refs.ConfigMap, "cm", true, attach.OwnerReference(alreadyOwned))
-	f := newFixture(t, []*appsv1.ReplicaSet{alreadyOwned, orphan, deleting}, cm)
+	cm := testutil.ConfigMeta(refs.ConfigMap, "cm", true, revision.FromReplicaSet(alreadyOwned).OwnerReference())
+	f := newFixture(t, []*caches.User{user(alreadyOwned), user(orphan), user(deleting)}, []*metav1.PartialObjectMetadata{cm})
 
-	for _, key := range []string{"demo-aaa", "demo-bbb", "demo-ccc", "does-not-exist"} {
-		if err := f.c.sync(context.Background(), testutil.Namespace+"/"+key); err != nil {
-			t.Fatalf("%s: %v", key, err)
-		}
+	for _, name := range []string{"demo-aaa", "demo-bbb", "demo-ccc", "does-not-exist"} {
+		f.sync(caches.Key(caches.ReplicaSet, testutil.Namespace, name))
 	}
 	if got := f.patched(); len(got) != 0 {
 		t.Fatalf("patched %v, want nothing", got)
 	}
 }
 
+func TestSyncFollowsRolloutReplicaSetsWithoutTheRolloutsCache(t *testing.T) {
+	ro := testutil.Rollout("demo", "ro-uid", "aaa")
+	rs := testutil.ReplicaSet(ro, workload.Rollout, "aaa", 1, testutil.PodSpec([]string{"cm"}))
+	f := newFixture(t, []*caches.User{user(rs)}, configMaps(true, "cm"))
+	delete(f.c.caches.Users, caches.Rollout) // the Argo Rollouts CRD is not installed
+	f.sync(key(rs))
+	if got := f.patched(); !slices.Equal(got, []string{"configmaps/cm"}) {
+		t.Fatalf("patched %v: a Rollout's ReplicaSet is attached whether or not Rollouts are watched", got)
+	}
+}
+
 func TestSyncAttachAllAnnotation(t *testing.T) {
 	d := testutil.Deployment("web", "d-uid", testutil.PodSpec([]string{"plain-cm"}))
+	d.Annotations = map[string]string{api.AttachAllAnnotation: "true"}
 	rs := testutil.ReplicaSet(d, workload.Deployment, "aaa", 1, d.Spec.Template.Spec)
-	dmeta := &metav1.PartialObjectMetadata{
-		TypeMeta:   metav1.TypeMeta{APIVersion: "apps/v1", Kind: "Deployment"},
-		ObjectMeta: metav1.ObjectMeta{Name: "web", Namespace: testutil.Namespace, UID: "d-uid", Annotations: map[string]string{refs.AttachAllAnnotation: "true"}},
-	}
-	f := newFixture(t, []*appsv1.ReplicaSet{rs}, append(configMaps(false, "plain-cm"), dmeta)...)
-	if err := f.c.sync(context.Background(), testutil.Namespace+"/web-aaa"); err != nil {
+	dep, err := caches.Reduce(d)
+	if err != nil {
 		t.Fatal(err)
 	}
+	f := newFixture(t, []*caches.User{user(rs), dep}, configMaps(false, "plain-cm"))
+	f.sync(key(rs))
 	if got := f.patched(); !slices.Equal(got, []string{"configmaps/plain-cm"}) {
 		t.Fatalf("patched %v, want the unlabelled ConfigMap of an attach-all Deployment", got)
+	}
+}
+
+func TestSyncHonoursTheReplicaSetSelector(t *testing.T) {
+	d := testutil.Deployment("web", "d-uid", testutil.PodSpec([]string{"cm"}))
+	rs := testutil.ReplicaSet(d, workload.Deployment, "aaa", 1, d.Spec.Template.Spec)
+	f := newFixture(t, []*caches.User{user(rs)}, configMaps(true, "cm"))
+	f.c.selector = labels.SelectorFromSet(labels.Set{"team": "payments"})
+	f.sync(key(rs))
+	if got := f.patched(); len(got) != 0 {
+		t.Fatalf("patched %v for a ReplicaSet outside -replicaset-selector", got)
 	}
 }
 
@@ -146,22 +197,16 @@ func TestConfigEventEnqueuesItsReplicaSets(t *testing.T) {
 	rs1 := testutil.ReplicaSet(ro, workload.Rollout, "aaa", 1, testutil.PodSpec([]string{"shared"}))
 	rs2 := testutil.ReplicaSet(ro, workload.Rollout, "bbb", 2, testutil.PodSpec([]string{"shared", "other"}))
 	rs3 := testutil.ReplicaSet(ro, workload.Rollout, "ccc", 3, testutil.PodSpec([]string{"other"}))
-	f := newFixture(t, []*appsv1.ReplicaSet{rs1, rs2, rs3})
-	for f.c.queue.Len() > 0 { // drop the initial adds
-		k, _ := f.c.queue.Get()
-		f.c.queue.Done(k)
-		f.c.queue.Forget(k)
-	}
-	s := f.c.scopes[""]
-	f.c.configHandler(s, refs.ConfigMap).OnAdd(testutil.ConfigMeta(refs.ConfigMap, "shared", true), false)
+	f := newFixture(t, []*caches.User{user(rs1), user(rs2), user(rs3)}, nil)
+	f.c.configHandler(refs.ConfigMap).OnAdd(testutil.ConfigMeta(refs.ConfigMap, "shared", true), false)
 	var got []string
-	for f.c.queue.Len() > 0 {
-		k, _ := f.c.queue.Get()
+	for f.c.loop.Queue.Len() > 0 {
+		k, _ := f.c.loop.Queue.Get()
 		got = append(got, k)
-		f.c.queue.Done(k)
+		f.c.loop.Queue.Done(k)
 	}
 	sort.Strings(got)
-	if want := []string{testutil.Namespace + "/demo-aaa", testutil.Namespace + "/demo-bbb"}; !slices.Equal(got, want) {
+	if want := []string{key(rs1), key(rs2)}; !slices.Equal(got, want) {
 		t.Fatalf("enqueued %v, want %v", got, want)
 	}
 }

@@ -12,6 +12,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
+	"github.com/configmap-attacher/configmap-attacher/internal/api"
 	"github.com/configmap-attacher/configmap-attacher/internal/refs"
 	"github.com/configmap-attacher/configmap-attacher/internal/testutil"
 	"github.com/configmap-attacher/configmap-attacher/internal/workload"
@@ -81,10 +82,10 @@ func ownedBy(rss ...*appsv1.ReplicaSet) []metav1.OwnerReference {
 func meta(name, original string, revisioned bool, owners ...*appsv1.ReplicaSet) metav1.ObjectMeta {
 	m := metav1.ObjectMeta{Name: name, Namespace: testutil.Namespace, OwnerReferences: ownedBy(owners...)}
 	if original != "" {
-		m.Annotations = map[string]string{refs.OriginalNameAnnotation: original}
+		m.Annotations = map[string]string{api.OriginalNameAnnotation: original}
 	}
 	if revisioned {
-		m.Labels = map[string]string{refs.RevisionedLabel: refs.RevisionedValue}
+		m.Labels = map[string]string{api.RevisionedLabel: api.RevisionedValue}
 	}
 	return m
 }

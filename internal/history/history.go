@@ -12,6 +12,7 @@ import (
 	"k8s.io/apimachinery/pkg/runtime"
 
 	"github.com/configmap-attacher/configmap-attacher/internal/refs"
+	"github.com/configmap-attacher/configmap-attacher/internal/revision"
 	"github.com/configmap-attacher/configmap-attacher/internal/workload"
 )
 
@@ -86,7 +87,7 @@ func Build(res *workload.Resolved, objs Objects) *History {
 			desired = *rs.Spec.Replicas
 		}
 		r := Revision{
-			Revision:          workload.Revision(rs),
+			Revision:          revision.Number(rs.Annotations),
 			ReplicaSet:        rs.Name,
 			PodTemplateHash:   rs.Labels[res.Ref.Kind.HashLabel()],
 			Role:              res.RoleOf(rs),

@@ -16,7 +16,7 @@ import (
 
 // Resolve reads the workload and its ReplicaSets straight from the API server.
 func Resolve(ctx context.Context, c *kube.Clients, ref workload.Ref) (*workload.Resolved, error) {
-	res, err := workload.Resolve(workload.ClientSource{Ctx: ctx, Kube: c.Kube, Dynamic: c.Dynamic}, ref)
+	res, err := workload.Resolve(ctx, workload.ClientSource{Kube: c.Kube, Dynamic: c.Dynamic}, ref)
 	if errors.Is(err, workload.ErrNotFound) {
 		return nil, fmt.Errorf("%w (check the name and the namespace, -n)", err)
 	}

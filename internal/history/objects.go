@@ -7,6 +7,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 
+	"github.com/configmap-attacher/configmap-attacher/internal/api"
 	"github.com/configmap-attacher/configmap-attacher/internal/refs"
 )
 
@@ -83,7 +84,7 @@ func (o *Object) AttachedTo(uid types.UID) bool {
 
 // Revisioned reports whether the object is opted in to revisions (our label).
 func (o *Object) Revisioned() bool {
-	return o.Meta.Labels[refs.RevisionedLabel] == refs.RevisionedValue
+	return o.Meta.Labels[api.RevisionedLabel] == api.RevisionedValue
 }
 
 // OriginalName is the name a config object had before it was given a revision name: the renderer's
@@ -91,7 +92,7 @@ func (o *Object) Revisioned() bool {
 // does not exist.
 func OriginalName(o *Object, name string) string {
 	if o != nil {
-		if orig := o.Meta.Annotations[refs.OriginalNameAnnotation]; orig != "" {
+		if orig := o.Meta.Annotations[api.OriginalNameAnnotation]; orig != "" {
 			return orig
 		}
 	}

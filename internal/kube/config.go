@@ -3,8 +3,11 @@
 package kube
 
 import (
+	"context"
 	"flag"
 	"fmt"
+	"io"
+	"net/http"
 	"strconv"
 	"time"
 
@@ -24,6 +27,8 @@ type ClientOptions struct {
 	QPS       float64
 	Burst     int
 	UserAgent string
+	// RequestTimeout bounds each request but watches; zero means DefaultRequestTimeout.
+	RequestTimeout time.Duration
 }
 
 // AddFlags registers -kubeconfig and -context.
@@ -76,11 +81,52 @@ func (o *ClientOptions) RESTConfig() (*rest.Config, error) {
 	if o.UserAgent != "" {
 		cfg.UserAgent = o.UserAgent
 	}
-	// A hung connection must not outlive the Job's own timeout; watches are not affected.
-	if cfg.Timeout == 0 {
-		cfg.Timeout = 30 * time.Second
+	timeout := o.RequestTimeout
+	if timeout == 0 {
+		timeout = DefaultRequestTimeout
 	}
+	cfg.Wrap(boundRequests(timeout))
 	return cfg, nil
+}
+
+// DefaultRequestTimeout bounds one API request that is not a watch: a hung connection must not outlive
+// a Job's own timeout, nor hold a controller worker forever.
+const DefaultRequestTimeout = 30 * time.Second
+
+// boundRequests gives every request but a watch its own deadline. rest.Config.Timeout cannot do this:
+// it is an http.Client timeout, so it also ends every watch after that long and informers re-list
+// over and over.
+func boundRequests(d time.Duration) func(http.RoundTripper) http.RoundTripper {
+	return func(rt http.RoundTripper) http.RoundTripper {
+		return roundTripperFunc(func(req *http.Request) (*http.Response, error) {
+			if req.URL.Query().Get("watch") == "true" {
+				return rt.RoundTrip(req)
+			}
+			ctx, cancel := context.WithTimeout(req.Context(), d)
+			resp, err := rt.RoundTrip(req.WithContext(ctx))
+			if err != nil {
+				cancel()
+				return nil, err
+			}
+			// The deadline also covers reading the body; it ends when the caller closes it.
+			resp.Body = &cancelOnClose{ReadCloser: resp.Body, cancel: cancel}
+			return resp, nil
+		})
+	}
+}
+
+type roundTripperFunc func(*http.Request) (*http.Response, error)
+
+func (f roundTripperFunc) RoundTrip(req *http.Request) (*http.Response, error) { return f(req) }
+
+type cancelOnClose struct {
+	io.ReadCloser
+	cancel context.CancelFunc
+}
+
+func (c *cancelOnClose) Close() error {
+	defer c.cancel()
+	return c.ReadCloser.Close()
 }
 
 // kubeconfig loads like kubectl: -kubeconfig, else $KUBECONFIG, else ~/.kube/config.

@@ -50,6 +50,15 @@ const (
 	FormatText Format = "text"
 )
 
+// ParseFormat reads LOG_FORMAT: json, text, or empty for FormatAuto.
+func ParseFormat(s string) (Format, error) {
+	switch f := Format(strings.ToLower(strings.TrimSpace(s))); f {
+	case FormatAuto, FormatJSON, FormatText:
+		return f, nil
+	}
+	return "", fmt.Errorf("LOG_FORMAT %q is not json or text (or empty: text on a terminal, json elsewhere)", s)
+}
+
 // New returns a logger writing to w. With FormatAuto it writes text to a terminal and JSON elsewhere.
 func New(w io.Writer, level slog.Level, format Format) *slog.Logger {
 	if format == FormatAuto {

@@ -11,6 +11,7 @@ import (
 	"strings"
 
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/runtime/schema"
 )
 
 // Kind is the kind of a config object a pod spec can reference.
@@ -21,6 +22,9 @@ const (
 	Secret    Kind = "Secret"
 )
 
+// Kinds returns the config kinds, in the order output lists them.
+func Kinds() []Kind { return []Kind{ConfigMap, Secret} }
+
 // Resource is the lower-case plural used by the API and RBAC.
 func (k Kind) Resource() string {
 	switch k {
@@ -30,6 +34,11 @@ func (k Kind) Resource() string {
 		return "secrets"
 	}
 	return strings.ToLower(string(k)) + "s"
+}
+
+// GVR is the API resource of a config kind: the one place it is spelled out.
+func (k Kind) GVR() schema.GroupVersionResource {
+	return schema.GroupVersionResource{Version: "v1", Resource: k.Resource()}
 }
 
 // Ref names a config object in the pod's own namespace (pod specs cannot reach across namespaces).

@@ -8,6 +8,7 @@ import (
 
 	"k8s.io/apimachinery/pkg/util/validation"
 
+	"github.com/configmap-attacher/configmap-attacher/internal/api"
 	"github.com/configmap-attacher/configmap-attacher/internal/refs"
 )
 
@@ -32,8 +33,8 @@ func NewOptions() *Options { return &Options{} }
 func (o *Options) AddFlags(fs *flag.FlagSet) {
 	fs.StringVar(&o.Namespace, "namespace", o.Namespace, "namespace of objects that have no metadata.namespace (Helm's release namespace); without it they only match each other")
 	fs.Var(&o.Select, "select", "comma-separated kind/name of extra objects to revision although unlabelled, e.g. configmap/app-config,secret/app-env (kinds: configmap, cm, secret)")
-	fs.BoolVar(&o.AllConfigMaps, "all-configmaps", o.AllConfigMaps, "revision every ConfigMap in the input except those labelled "+refs.RevisionedLabel+`: "false"`)
-	fs.BoolVar(&o.AllSecrets, "all-secrets", o.AllSecrets, "revision every Secret in the input except those labelled "+refs.RevisionedLabel+`: "false"`)
+	fs.BoolVar(&o.AllConfigMaps, "all-configmaps", o.AllConfigMaps, "revision every ConfigMap in the input except those labelled "+api.RevisionedLabel+`: "false"`)
+	fs.BoolVar(&o.AllSecrets, "all-secrets", o.AllSecrets, "revision every Secret in the input except those labelled "+api.RevisionedLabel+`: "false"`)
 }
 
 // Validate checks the flags alone, before any input is read.

@@ -8,6 +8,7 @@ import (
 	utiljson "k8s.io/apimachinery/pkg/util/json"
 	"k8s.io/apimachinery/pkg/util/validation"
 
+	"github.com/configmap-attacher/configmap-attacher/internal/api"
 	"github.com/configmap-attacher/configmap-attacher/internal/refs"
 )
 
@@ -201,9 +202,9 @@ func (k key) String() string {
 // isOptedIn reads the label, which wins over flags both ways: "false" keeps an object out of
 // -all-configmaps, so a chart can protect an object shared with other releases.
 func (p *planner) isOptedIn(o *object, kind refs.Kind) (bool, error) {
-	if v, ok := o.labels[refs.RevisionedLabel]; ok {
+	if v, ok := o.labels[api.RevisionedLabel]; ok {
 		switch v {
-		case refs.RevisionedValue:
+		case api.RevisionedValue:
 			return true, nil
 		case "false":
 			if p.opts.Select.has(refs.Ref{Kind: kind, Name: o.name}) {
@@ -211,7 +212,7 @@ func (p *planner) isOptedIn(o *object, kind refs.Kind) (bool, error) {
 			}
 			return false, nil
 		}
-		return false, o.errorf(ErrInvalidObject, "label %s must be the string \"true\" or \"false\" (quoted in YAML), not %#v", refs.RevisionedLabel, v)
+		return false, o.errorf(ErrInvalidObject, "label %s must be the string \"true\" or \"false\" (quoted in YAML), not %#v", api.RevisionedLabel, v)
 	}
 	return p.opts.selects(kind, o.name), nil
 }
@@ -235,7 +236,7 @@ func (p *planner) revision(o *object, kind refs.Kind) (*configObject, error) {
 	if err := utiljson.Unmarshal(o.raw, &rest); err != nil {
 		return nil, o.errorf(ErrInvalidObject, "reading type and immutable: %w", err)
 	}
-	for _, a := range []string{refs.OriginalNameAnnotation, HelmResourcePolicyAnnotation} {
+	for _, a := range []string{api.OriginalNameAnnotation, HelmResourcePolicyAnnotation} {
 		if v, ok := o.annotations[a]; ok {
 			if _, isString := v.(string); !isString {
 				return nil, o.errorf(ErrInvalidObject, "annotation %s must be a string (quoted in YAML), not %#v", a, v)
@@ -245,7 +246,7 @@ func (p *planner) revision(o *object, kind refs.Kind) (*configObject, error) {
 	c := &configObject{object: o, kind: kind, ns: p.ns(o), base: o.name}
 	// Our own earlier output: keep its original name, so a re-render names it exactly as before (and a
 	// render of edited output names the new content after the same original).
-	if orig, _ := o.annotations[refs.OriginalNameAnnotation].(string); orig != "" && isRevisionOf(o.name, orig) &&
+	if orig, _ := o.annotations[api.OriginalNameAnnotation].(string); orig != "" && isRevisionOf(o.name, orig) &&
 		len(validation.IsDNS1123Subdomain(orig)) == 0 {
 		c.base = orig
 	}
@@ -263,11 +264,11 @@ func (p *planner) revision(o *object, kind refs.Kind) (*configObject, error) {
 		p.renames = append(p.renames, Rename{Kind: kind, Namespace: o.namespace, From: o.name, To: c.newName})
 		p.log.Debug("renaming", "object", o.String(), "to", c.newName, "document", o.doc.index, "source", o.doc.source)
 	}
-	if o.labels[refs.RevisionedLabel] != refs.RevisionedValue {
-		add(refs.RevisionedValue, "metadata", "labels", refs.RevisionedLabel)
+	if o.labels[api.RevisionedLabel] != api.RevisionedValue {
+		add(api.RevisionedValue, "metadata", "labels", api.RevisionedLabel)
 	}
-	if o.annotations[refs.OriginalNameAnnotation] != c.base {
-		add(c.base, "metadata", "annotations", refs.OriginalNameAnnotation)
+	if o.annotations[api.OriginalNameAnnotation] != c.base {
+		add(c.base, "metadata", "annotations", api.OriginalNameAnnotation)
 	}
 	if o.annotations[HelmResourcePolicyAnnotation] != HelmResourcePolicyKeep {
 		add(HelmResourcePolicyKeep, "metadata", "annotations", HelmResourcePolicyAnnotation)

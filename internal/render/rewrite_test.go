@@ -8,6 +8,7 @@ import (
 
 	yaml "go.yaml.in/yaml/v3"
 
+	"github.com/configmap-attacher/configmap-attacher/internal/api"
 	"github.com/configmap-attacher/configmap-attacher/internal/refs"
 )
 
@@ -256,7 +257,7 @@ func TestAddedMetadata(t *testing.T) {
 			if o.name != "cm-8338386bc0" {
 				t.Errorf("name %q", o.name)
 			}
-			if o.labels[refs.RevisionedLabel] != "true" || o.annotations[refs.OriginalNameAnnotation] != "cm" || o.annotations[HelmResourcePolicyAnnotation] != "keep" {
+			if o.labels[api.RevisionedLabel] != "true" || o.annotations[api.OriginalNameAnnotation] != "cm" || o.annotations[HelmResourcePolicyAnnotation] != "keep" {
 				t.Errorf("labels %v annotations %v", o.labels, o.annotations)
 			}
 			var v struct{ Immutable bool }
@@ -296,7 +297,7 @@ func TestRerender(t *testing.T) {
 		if len(res.rewrites) != 1 || res.rewrites[0].From != renderedName || res.rewrites[0].To != res.renames[0].To {
 			t.Errorf("rewrites %v", res.rewrites)
 		}
-		if o := parseOutput(t, res.out)[0]; o.annotations[refs.OriginalNameAnnotation] != "app" {
+		if o := parseOutput(t, res.out)[0]; o.annotations[api.OriginalNameAnnotation] != "app" {
 			t.Errorf("original name annotation %v", o.annotations)
 		}
 	})

@@ -9,7 +9,9 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 
+	"github.com/configmap-attacher/configmap-attacher/internal/api"
 	"github.com/configmap-attacher/configmap-attacher/internal/refs"
+	"github.com/configmap-attacher/configmap-attacher/internal/revision"
 	"github.com/configmap-attacher/configmap-attacher/internal/workload"
 )
 
@@ -58,15 +60,15 @@ func Deployment(name, uid string, spec corev1.PodSpec) *appsv1.Deployment {
 }
 
 // ReplicaSet builds a ReplicaSet controlled by owner, with the hash label of owner's kind.
-func ReplicaSet(owner metav1.Object, kind workload.Kind, hash string, revision int, spec corev1.PodSpec) *appsv1.ReplicaSet {
+func ReplicaSet(owner metav1.Object, kind workload.Kind, hash string, number int, spec corev1.PodSpec) *appsv1.ReplicaSet {
 	yes := true
 	apiVersion := "apps/v1"
 	if kind == workload.Rollout {
 		apiVersion = "argoproj.io/v1alpha1"
 	}
-	revKey := workload.DeploymentRevisionAnnotation
+	revKey := revision.DeploymentAnnotation
 	if kind == workload.Rollout {
-		revKey = workload.RolloutRevisionAnnotation
+		revKey = revision.RolloutAnnotation
 	}
 	labels := map[string]string{"app": owner.GetName(), kind.HashLabel(): hash}
 	return &appsv1.ReplicaSet{
@@ -74,7 +76,7 @@ func ReplicaSet(owner metav1.Object, kind workload.Kind, hash string, revision i
 			Name: owner.GetName() + "-" + hash, Namespace: owner.GetNamespace(),
 			UID:         types.UID("rs-" + hash),
 			Labels:      labels,
-			Annotations: map[string]string{revKey: strconv.Itoa(revision)},
+			Annotations: map[string]string{revKey: strconv.Itoa(number)},
 			OwnerReferences: []metav1.OwnerReference{{
 				APIVersion: apiVersion, Kind: string(kind), Name: owner.GetName(), UID: owner.GetUID(), Controller: &yes,
 			}},
@@ -96,7 +98,7 @@ func ConfigMeta(kind refs.Kind, name string, optedIn bool, owners ...metav1.Owne
 		},
 	}
 	if optedIn {
-		m.Labels = map[string]string{refs.RevisionedLabel: refs.RevisionedValue}
+		m.Labels = map[string]string{api.RevisionedLabel: api.RevisionedValue}
 	}
 	return m
 }

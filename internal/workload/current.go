@@ -1,6 +1,7 @@
 package workload
 
 import (
+	"context"
 	"fmt"
 	"sort"
 	"strconv"
@@ -8,15 +9,17 @@ import (
 	appsv1 "k8s.io/api/apps/v1"
 	apiequality "k8s.io/apimachinery/pkg/api/equality"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/configmap-attacher/configmap-attacher/internal/revision"
 )
 
 // Source reads workloads and ReplicaSets. Informer listers back it where we watch (Job wait,
 // controller); plain GETs back it for one-shot commands. Implementations return errors satisfying
 // apierrors.IsNotFound for absent objects, and never expect callers to mutate what they return.
 type Source interface {
-	Rollout(namespace, name string) (*RolloutObject, error)
-	Deployment(namespace, name string) (*appsv1.Deployment, error)
-	ReplicaSets(namespace string) ([]*appsv1.ReplicaSet, error)
+	Rollout(ctx context.Context, namespace, name string) (*RolloutObject, error)
+	Deployment(ctx context.Context, namespace, name string) (*appsv1.Deployment, error)
+	ReplicaSets(ctx context.Context, namespace string) ([]*appsv1.ReplicaSet, error)
 }
 
 // Resolved is a workload with its ReplicaSets.
@@ -31,24 +34,24 @@ type Resolved struct {
 
 // Resolve reads the workload and the ReplicaSets it controls (by owner uid, so a same-named workload
 // recreated under a new uid does not claim its predecessor's ReplicaSets).
-func Resolve(src Source, ref Ref) (*Resolved, error) {
+func Resolve(ctx context.Context, src Source, ref Ref) (*Resolved, error) {
 	res := &Resolved{Ref: ref}
 	switch ref.Kind {
 	case Rollout:
-		ro, err := src.Rollout(ref.Namespace, ref.Name)
+		ro, err := src.Rollout(ctx, ref.Namespace, ref.Name)
 		if err != nil {
 			return nil, notFound(err, ref.String())
 		}
 		res.Rollout, res.Owner = ro, ro
 		if w := ro.Spec.WorkloadRef; w != nil && w.Kind == "Deployment" {
-			d, err := src.Deployment(ref.Namespace, w.Name)
+			d, err := src.Deployment(ctx, ref.Namespace, w.Name)
 			if err != nil {
 				return nil, notFound(err, fmt.Sprintf("Deployment %s/%s (workloadRef of %s)", ref.Namespace, w.Name, ref))
 			}
 			res.Deployment = d
 		}
 	case Deployment:
-		d, err := src.Deployment(ref.Namespace, ref.Name)
+		d, err := src.Deployment(ctx, ref.Namespace, ref.Name)
 		if err != nil {
 			return nil, notFound(err, ref.String())
 		}
@@ -56,7 +59,7 @@ func Resolve(src Source, ref Ref) (*Resolved, error) {
 	default:
 		return nil, fmt.Errorf("unsupported workload kind %q", ref.Kind)
 	}
-	all, err := src.ReplicaSets(ref.Namespace)
+	all, err := src.ReplicaSets(ctx, ref.Namespace)
 	if err != nil {
 		return nil, fmt.Errorf("listing ReplicaSets in namespace %s: %w", ref.Namespace, err)
 	}
@@ -66,7 +69,7 @@ func Resolve(src Source, ref Ref) (*Resolved, error) {
 		}
 	}
 	sort.SliceStable(res.Owned, func(i, j int) bool {
-		ri, rj := Revision(res.Owned[i]), Revision(res.Owned[j])
+		ri, rj := revision.Number(res.Owned[i].Annotations), revision.Number(res.Owned[j].Annotations)
 		if ri != rj {
 			return ri > rj
 		}

@@ -1,6 +1,7 @@
 package workload_test
 
 import (
+	"context"
 	"errors"
 	"testing"
 
@@ -42,7 +43,7 @@ func TestCurrentRollout(t *testing.T) {
 			if tt.ro != nil {
 				src.Rollouts["demo"] = tt.ro
 			}
-			res, err := workload.Resolve(src, workload.Ref{Kind: workload.Rollout, Namespace: testutil.Namespace, Name: "demo"})
+			res, err := workload.Resolve(context.Background(), src, workload.Ref{Kind: workload.Rollout, Namespace: testutil.Namespace, Name: "demo"})
 			var rs *appsv1.ReplicaSet
 			if err == nil {
 				rs, err = res.Current()
@@ -78,7 +79,7 @@ func TestCurrentRolloutWithWorkloadRef(t *testing.T) {
 	ref := workload.Ref{Kind: workload.Rollout, Namespace: testutil.Namespace, Name: "demo"}
 
 	ro.Status.WorkloadObservedGeneration = "2" // the Deployment changed; the Rollout has not seen it
-	res, err := workload.Resolve(src, ref)
+	res, err := workload.Resolve(context.Background(), src, ref)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -123,7 +124,7 @@ func TestCurrentDeployment(t *testing.T) {
 				tt.mutate(dd)
 			}
 			src := testutil.Source{Deployments: map[string]*appsv1.Deployment{"web": dd}, RSs: tt.rss}
-			res, err := workload.Resolve(src, ref)
+			res, err := workload.Resolve(context.Background(), src, ref)
 			if err != nil {
 				t.Fatal(err)
 			}

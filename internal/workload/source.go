@@ -11,25 +11,24 @@ import (
 
 // ClientSource reads straight from the API server, for one-shot commands.
 type ClientSource struct {
-	Ctx     context.Context
 	Kube    kubernetes.Interface
 	Dynamic dynamic.Interface
 }
 
-func (s ClientSource) Rollout(namespace, name string) (*RolloutObject, error) {
-	u, err := s.Dynamic.Resource(RolloutGVR).Namespace(namespace).Get(s.Ctx, name, metav1.GetOptions{})
+func (s ClientSource) Rollout(ctx context.Context, namespace, name string) (*RolloutObject, error) {
+	u, err := s.Dynamic.Resource(RolloutGVR).Namespace(namespace).Get(ctx, name, metav1.GetOptions{})
 	if err != nil {
 		return nil, err
 	}
 	return RolloutFromUnstructured(u)
 }
 
-func (s ClientSource) Deployment(namespace, name string) (*appsv1.Deployment, error) {
-	return s.Kube.AppsV1().Deployments(namespace).Get(s.Ctx, name, metav1.GetOptions{})
+func (s ClientSource) Deployment(ctx context.Context, namespace, name string) (*appsv1.Deployment, error) {
+	return s.Kube.AppsV1().Deployments(namespace).Get(ctx, name, metav1.GetOptions{})
 }
 
-func (s ClientSource) ReplicaSets(namespace string) ([]*appsv1.ReplicaSet, error) {
-	list, err := s.Kube.AppsV1().ReplicaSets(namespace).List(s.Ctx, metav1.ListOptions{})
+func (s ClientSource) ReplicaSets(ctx context.Context, namespace string) ([]*appsv1.ReplicaSet, error) {
+	list, err := s.Kube.AppsV1().ReplicaSets(namespace).List(ctx, metav1.ListOptions{})
 	if err != nil {
 		return nil, err
 	}

@@ -8,7 +8,6 @@ package workload
 import (
 	"errors"
 	"fmt"
-	"strconv"
 	"strings"
 
 	appsv1 "k8s.io/api/apps/v1"
@@ -23,12 +22,10 @@ const (
 	Deployment Kind = "Deployment"
 )
 
-// Labels and annotations the owning controllers put on ReplicaSets.
+// Labels the owning controllers put on ReplicaSets (their revision numbers: package revision).
 const (
-	RolloutHashLabel             = "rollouts-pod-template-hash"
-	DeploymentHashLabel          = appsv1.DefaultDeploymentUniqueLabelKey
-	RolloutRevisionAnnotation    = "rollout.argoproj.io/revision"
-	DeploymentRevisionAnnotation = "deployment.kubernetes.io/revision"
+	RolloutHashLabel    = "rollouts-pod-template-hash"
+	DeploymentHashLabel = appsv1.DefaultDeploymentUniqueLabelKey
 )
 
 // RolloutGVR is the Argo Rollouts resource; we read it through the dynamic client so the main module
@@ -81,17 +78,4 @@ func (k Kind) HashLabel() string {
 		return RolloutHashLabel
 	}
 	return DeploymentHashLabel
-}
-
-// Revision returns a ReplicaSet's revision number as its owner recorded it, 0 when absent.
-func Revision(rs *appsv1.ReplicaSet) int64 {
-	for _, key := range []string{RolloutRevisionAnnotation, DeploymentRevisionAnnotation} {
-		if v, ok := rs.Annotations[key]; ok {
-			n, err := strconv.ParseInt(v, 10, 64)
-			if err == nil {
-				return n
-			}
-		}
-	}
-	return 0
 }

@@ -13,6 +13,7 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
+	"github.com/configmap-attacher/configmap-attacher/internal/api"
 	"github.com/configmap-attacher/configmap-attacher/internal/refs"
 	"github.com/configmap-attacher/configmap-attacher/internal/workload"
 	"github.com/configmap-attacher/configmap-attacher/test/framework"
@@ -200,7 +201,7 @@ func configRevisionLabelled(t *testing.T, ns, name string, optedIn bool) string 
 	t.Helper()
 	cm := &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: ns}, Data: map[string]string{"k": "v"}}
 	if optedIn {
-		cm.Labels = map[string]string{refs.RevisionedLabel: refs.RevisionedValue}
+		cm.Labels = map[string]string{api.RevisionedLabel: api.RevisionedValue}
 	}
 	_, err := e2e.cluster.Kube.CoreV1().ConfigMaps(ns).Create(context.Background(), cm, metav1.CreateOptions{})
 	if err != nil && !apierrors.IsAlreadyExists(err) {

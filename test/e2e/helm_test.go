@@ -17,6 +17,7 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
+	"github.com/configmap-attacher/configmap-attacher/internal/api"
 	"github.com/configmap-attacher/configmap-attacher/internal/refs"
 	"github.com/configmap-attacher/configmap-attacher/test/framework"
 )
@@ -280,7 +281,7 @@ func (s *helmStory) spotReplacement(old, canary revisionOf) {
 }
 
 func (s *helmStory) revisionedConfigMaps(ctx context.Context) ([]string, error) {
-	list, err := e2e.cluster.Kube.CoreV1().ConfigMaps(s.ns).List(ctx, metav1.ListOptions{LabelSelector: refs.RevisionedLabel + "=" + refs.RevisionedValue})
+	list, err := e2e.cluster.Kube.CoreV1().ConfigMaps(s.ns).List(ctx, metav1.ListOptions{LabelSelector: api.RevisionedLabel + "=" + api.RevisionedValue})
 	if err != nil {
 		return nil, err
 	}
@@ -299,10 +300,10 @@ func expectKept(t *testing.T, ns, name string) {
 	t.Helper()
 	cm, err := e2e.cluster.Kube.CoreV1().ConfigMaps(ns).Get(context.Background(), name, metav1.GetOptions{})
 	must(t, err)
-	if cm.Annotations["helm.sh/resource-policy"] != "keep" || cm.Labels[refs.RevisionedLabel] != refs.RevisionedValue ||
+	if cm.Annotations["helm.sh/resource-policy"] != "keep" || cm.Labels[api.RevisionedLabel] != api.RevisionedValue ||
 		cm.Immutable == nil || !*cm.Immutable {
 		t.Fatalf("ConfigMap %s: want helm.sh/resource-policy: keep, label %s=%s and immutable; got annotations %v labels %v immutable %v",
-			name, refs.RevisionedLabel, refs.RevisionedValue, cm.Annotations, cm.Labels, cm.Immutable)
+			name, api.RevisionedLabel, api.RevisionedValue, cm.Annotations, cm.Labels, cm.Immutable)
 	}
 }
 

@@ -20,6 +20,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/tools/clientcmd"
 
+	"github.com/configmap-attacher/configmap-attacher/internal/api"
 	"github.com/configmap-attacher/configmap-attacher/internal/history"
 	"github.com/configmap-attacher/configmap-attacher/internal/refs"
 	"github.com/configmap-attacher/configmap-attacher/internal/workload"
@@ -77,8 +78,8 @@ func (s *historyStory) secretRevision(token string) string {
 	name := fmt.Sprintf("demo-env-%x", sha256.Sum256([]byte(token)))[:len("demo-env-")+10]
 	_, err := e2e.cluster.Kube.CoreV1().Secrets(s.ns).Create(context.Background(), &corev1.Secret{
 		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: s.ns,
-			Labels:      map[string]string{refs.RevisionedLabel: refs.RevisionedValue},
-			Annotations: map[string]string{refs.OriginalNameAnnotation: "demo-env"}},
+			Labels:      map[string]string{api.RevisionedLabel: api.RevisionedValue},
+			Annotations: map[string]string{api.OriginalNameAnnotation: "demo-env"}},
 		StringData: map[string]string{"TOKEN": token, "LOG_LEVEL": "info"},
 	}, metav1.CreateOptions{})
 	if err != nil && !apierrors.IsAlreadyExists(err) {
@@ -378,7 +379,7 @@ func (s *historyStory) waitDeploymentRuns(name, configMap string) *appsv1.Replic
 	s.t.Helper()
 	var rs *appsv1.ReplicaSet
 	must(s.t, framework.Eventually(context.Background(), 90*time.Second, "Deployment "+name+" to run "+configMap, func(ctx context.Context) (bool, string, error) {
-		res, err := workload.Resolve(workload.ClientSource{Ctx: ctx, Kube: e2e.cluster.Kube, Dynamic: e2e.cluster.Dynamic},
+		res, err := workload.Resolve(ctx, workload.ClientSource{Kube: e2e.cluster.Kube, Dynamic: e2e.cluster.Dynamic},
 			workload.Ref{Kind: workload.Deployment, Namespace: s.ns, Name: name})
 		if err != nil {
 			return false, err.Error(), nil

@@ -17,7 +17,8 @@ import (
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
 
-	"github.com/configmap-attacher/configmap-attacher/internal/refs"
+	"github.com/configmap-attacher/configmap-attacher/internal/api"
+	"github.com/configmap-attacher/configmap-attacher/internal/revision"
 	"github.com/configmap-attacher/configmap-attacher/internal/workload"
 )
 
@@ -67,7 +68,7 @@ func (c *Cluster) CreateConfigRevision(ctx context.Context, ns, base string, dat
 		Immutable:  &yes,
 	}
 	if optedIn {
-		cm.Labels[refs.RevisionedLabel] = refs.RevisionedValue
+		cm.Labels[api.RevisionedLabel] = api.RevisionedValue
 	}
 	out, err := c.Kube.CoreV1().ConfigMaps(ns).Create(ctx, cm, metav1.CreateOptions{})
 	if apierrors.IsAlreadyExists(err) {
@@ -234,19 +235,19 @@ func (c *Cluster) Abort(ctx context.Context, ns, name string) error {
 
 // Undo does what `kubectl argo rollouts undo --to-revision` does: copy that revision's ReplicaSet
 // template (without the hash label) back into the Rollout.
-func (c *Cluster) Undo(ctx context.Context, ns, name string, revision int64) error {
+func (c *Cluster) Undo(ctx context.Context, ns, name string, number int64) error {
 	res, err := c.Resolve(ctx, ns, name)
 	if err != nil {
 		return err
 	}
 	for _, rs := range res.Owned {
-		if workload.Revision(rs) == revision {
+		if revision.Number(rs.Annotations) == number {
 			t := *rs.Spec.Template.DeepCopy()
 			delete(t.Labels, workload.RolloutHashLabel)
 			return c.SetRolloutTemplate(ctx, ns, name, t)
 		}
 	}
-	return fmt.Errorf("undo %s/%s: no ReplicaSet at revision %d", ns, name, revision)
+	return fmt.Errorf("undo %s/%s: no ReplicaSet at revision %d", ns, name, number)
 }
 
 // RolloutInfo is the Rollout fields the stories read.
@@ -271,7 +272,7 @@ func (c *Cluster) Rollout(ctx context.Context, ns, name string) (*RolloutInfo, e
 
 // Resolve reads a Rollout with its ReplicaSets (newest revision first).
 func (c *Cluster) Resolve(ctx context.Context, ns, name string) (*workload.Resolved, error) {
-	return workload.Resolve(workload.ClientSource{Ctx: ctx, Kube: c.Kube, Dynamic: c.Dynamic},
+	return workload.Resolve(ctx, workload.ClientSource{Kube: c.Kube, Dynamic: c.Dynamic},
 		workload.Ref{Kind: workload.Rollout, Namespace: ns, Name: name})
 }
 
@@ -286,6 +287,8 @@ func (c *Cluster) PauseConditionCount(ctx context.Context, ns, name string) (int
 }
 
 // RevisionOf returns a ReplicaSet's revision as a string for messages.
-func RevisionOf(rs *appsv1.ReplicaSet) string { return strconv.FormatInt(workload.Revision(rs), 10) }
+func RevisionOf(rs *appsv1.ReplicaSet) string {
+	return strconv.FormatInt(revision.Number(rs.Annotations), 10)
+}
 
 func ptrTo[T any](v T) *T { return &v }

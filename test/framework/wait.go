@@ -10,8 +10,8 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
-	"github.com/configmap-attacher/configmap-attacher/internal/attach"
 	"github.com/configmap-attacher/configmap-attacher/internal/refs"
+	"github.com/configmap-attacher/configmap-attacher/internal/revision"
 )
 
 // Eventually polls cond every 100 ms until it holds or timeout passes. cond returns a description of
@@ -57,7 +57,7 @@ func (c *Cluster) Owners(ctx context.Context, ns string, kind refs.Kind, name st
 
 // CheckAttached verifies the object carries exactly the reference our rules allow to rs.
 func CheckAttached(owners []metav1.OwnerReference, rs *appsv1.ReplicaSet) error {
-	want := attach.OwnerReference(rs)
+	want := revision.FromReplicaSet(rs).OwnerReference()
 	for _, o := range owners {
 		if o.UID != rs.UID {
 			continue

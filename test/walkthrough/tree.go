@@ -10,7 +10,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 
-	"github.com/configmap-attacher/configmap-attacher/internal/workload"
+	revisions "github.com/configmap-attacher/configmap-attacher/internal/revision"
 	"github.com/configmap-attacher/configmap-attacher/test/framework"
 )
 
@@ -63,7 +63,7 @@ func Tree(ctx context.Context, c *framework.Cluster, ns, name string) (string, e
 		if i == len(res.Owned)-1 {
 			branch, indent = "└─", "  "
 		}
-		fmt.Fprintf(&b, "%s ReplicaSet %s (rev %d, %s, %s)\n", branch, rs.Name, workload.Revision(rs), res.RoleOf(rs), pods(rs))
+		fmt.Fprintf(&b, "%s ReplicaSet %s (rev %d, %s, %s)\n", branch, rs.Name, revisions.Number(rs.Annotations), res.RoleOf(rs), pods(rs))
 		cfg := owned[rs.UID]
 		sort.Strings(cfg)
 		for j, label := range cfg {

@@ -1,4 +1,4 @@
-package job
+package oneshot
 
 import (
 	"context"
@@ -16,6 +16,7 @@ import (
 	"github.com/configmap-attacher/configmap-attacher/internal/kube"
 	"github.com/configmap-attacher/configmap-attacher/internal/logging"
 	"github.com/configmap-attacher/configmap-attacher/internal/refs"
+	"github.com/configmap-attacher/configmap-attacher/internal/revision"
 	"github.com/configmap-attacher/configmap-attacher/internal/workload"
 )
 
@@ -40,38 +41,39 @@ func Run(ctx context.Context, o *Options, clients *kube.Clients, stdout io.Write
 	if err := checkNamespace(ctx, clients, ref.Namespace); err != nil {
 		return err
 	}
-
 	waitCtx, cancel := context.WithTimeout(ctx, o.Timeout)
 	defer cancel()
-	w, err := startWatcher(waitCtx, clients, ref)
+	get := func(ctx context.Context, t refs.Ref) (*metav1.PartialObjectMetadata, error) {
+		return clients.Metadata.Resource(t.Kind.GVR()).Namespace(ref.Namespace).Get(ctx, t.Name, metav1.GetOptions{})
+	}
+	timedOut := func(err error) error {
+		if waitCtx.Err() != nil && ctx.Err() == nil {
+			return fmt.Errorf("%w after %s: %v", ErrTimeout, o.Timeout, err)
+		}
+		return err
+	}
+
+	// Most runs find the ReplicaSet already in place: a few reads decide, and watches start only when
+	// there is something to wait for.
+	r, err := checkReady(waitCtx, workload.ClientSource{Kube: clients.Kube, Dynamic: clients.Dynamic}, get, ref, targets)
 	if err != nil {
-		if waitCtx.Err() != nil {
+		return timedOut(err)
+	}
+	if r.Ready() {
+		return attachTo(ctx, o, clients, r, stdout)
+	}
+	log.Info("waiting", "for", r.Pending)
+	w, err := startWatcher(waitCtx, clients, ref, r.WorkloadRef)
+	if err != nil {
+		if waitCtx.Err() != nil && ctx.Err() == nil {
 			return fmt.Errorf("%w after %s starting watches on %s", ErrTimeout, o.Timeout, ref)
 		}
 		return err
 	}
-	get := func(t refs.Ref) (*metav1.PartialObjectMetadata, error) {
-		return clients.Metadata.Resource(attach.GVR(t.Kind)).Namespace(ref.Namespace).Get(waitCtx, t.Name, metav1.GetOptions{})
-	}
-
 	ticker := time.NewTicker(recheckEvery)
 	defer ticker.Stop()
-	var last string
+	last := strings.Join(r.Pending, "; ")
 	for {
-		r, err := checkReady(w, get, ref, targets)
-		if err != nil {
-			if waitCtx.Err() != nil && ctx.Err() == nil {
-				return fmt.Errorf("%w after %s: %v", ErrTimeout, o.Timeout, err)
-			}
-			return err
-		}
-		if r.Ready() {
-			return attachAll(ctx, o, clients, r, stdout)
-		}
-		if now := strings.Join(r.Pending, "; "); now != last {
-			log.Info("waiting", "for", r.Pending)
-			last = now
-		}
 		select {
 		case <-waitCtx.Done():
 			if ctx.Err() != nil {
@@ -81,53 +83,62 @@ func Run(ctx context.Context, o *Options, clients *kube.Clients, stdout io.Write
 		case <-w.changed:
 		case <-ticker.C:
 		}
+		next, err := checkReady(waitCtx, w, get, ref, targets)
+		if err != nil {
+			return timedOut(err)
+		}
+		if next.Ready() {
+			return attachTo(ctx, o, clients, next, stdout)
+		}
+		r = next
+		if now := strings.Join(r.Pending, "; "); now != last {
+			log.Info("waiting", "for", r.Pending)
+			last = now
+		}
 	}
 }
 
-func attachAll(ctx context.Context, o *Options, clients *kube.Clients, r *readiness, stdout io.Writer) error {
-	log := logging.FromContext(ctx).With("replicaSet", r.ReplicaSet.Name)
+// attachTo runs the one attach step on the current ReplicaSet: validated by a server-side dry run
+// before the first write, so a refusal leaves everything as it was.
+func attachTo(ctx context.Context, o *Options, clients *kube.Clients, r *readiness, stdout io.Writer) error {
+	rev := revision.FromReplicaSet(r.ReplicaSet)
+	log := logging.FromContext(ctx).With("replicaSet", rev.Name)
 	names := make([]string, len(r.Objects))
-	for i, o := range r.Objects {
-		names[i] = o.String()
+	for i, obj := range r.Objects {
+		names[i] = obj.String()
 	}
-	log.Info("resolved current ReplicaSet", "uid", r.ReplicaSet.UID, "revision", workload.Revision(r.ReplicaSet), "objects", names)
-	changes, err := attach.Plan(r.ReplicaSet, r.Objects)
-	if err != nil {
-		return err
-	}
-	planned := map[string]bool{}
-	for _, c := range changes {
-		planned[c.Object.String()] = true
-	}
-	for _, obj := range r.Objects {
-		if !planned[obj.String()] {
+	log.Info("resolved current ReplicaSet", "uid", rev.UID, "revision", rev.Number, "objects", names)
+
+	hostname, _ := os.Hostname()
+	writer := &attach.Writer{Client: clients.Metadata, Events: &attach.SyncEvents{Client: clients.Kube, Instance: hostname}}
+	res, err := writer.Attach(ctx, rev, r.Objects, attach.Options{Validate: true, DryRun: o.DryRun})
+	if res != nil {
+		for _, obj := range res.Owned {
 			log.Info("already attached", "object", obj.String())
 			if o.DryRun {
-				fmt.Fprintf(stdout, "%s: already attached to ReplicaSet %s\n", obj, r.ReplicaSet.Name)
+				fmt.Fprintf(stdout, "%s: already attached to %s\n", obj, rev)
 			}
 		}
 	}
-	if len(changes) == 0 {
+	switch {
+	case errors.Is(err, attach.ErrInvalid):
+		return err
+	case err != nil && len(res.Written) == 0:
+		return explainWrite(err)
+	case err != nil:
+		return fmt.Errorf("attached %d of %d objects, then: %w", len(res.Written), len(res.Planned), explainWrite(err))
+	case len(res.Gone) > 0:
+		return fmt.Errorf("%s was deleted while being attached; attached %d of %d objects", res.Gone[0].Object, len(res.Written), len(res.Planned))
+	case len(res.Planned) == 0:
 		log.Info("nothing to do")
-		return nil
-	}
-	hostname, _ := os.Hostname()
-	writer := &attach.Writer{Client: clients.Metadata, Events: &attach.APIEvents{Client: clients.Kube, Instance: hostname}}
-	if err := writer.Validate(ctx, changes); err != nil {
-		return fmt.Errorf("nothing was written: the API server refused a dry run: %w", explainWrite(err))
-	}
-	if o.DryRun {
-		for _, c := range changes {
+	case o.DryRun:
+		for _, c := range res.Planned {
 			fmt.Fprintln(stdout, c.Describe())
 		}
-		log.Info("dry run: nothing written", "changes", len(changes))
-		return nil
+		log.Info("dry run: nothing written", "changes", len(res.Planned))
+	default:
+		log.Info("done", "attached", len(res.Written))
 	}
-	written, err := writer.Apply(ctx, changes)
-	if err != nil {
-		return fmt.Errorf("attached %d of %d objects, then: %w", len(written), len(changes), explainWrite(err))
-	}
-	log.Info("done", "attached", len(written))
 	return nil
 }
 

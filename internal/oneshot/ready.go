@@ -1,6 +1,7 @@
-package job
+package oneshot
 
 import (
+	"context"
 	"errors"
 	"fmt"
 
@@ -11,6 +12,7 @@ import (
 	"github.com/configmap-attacher/configmap-attacher/internal/attach"
 	"github.com/configmap-attacher/configmap-attacher/internal/kube"
 	"github.com/configmap-attacher/configmap-attacher/internal/refs"
+	"github.com/configmap-attacher/configmap-attacher/internal/revision"
 	"github.com/configmap-attacher/configmap-attacher/internal/workload"
 )
 
@@ -20,17 +22,19 @@ type readiness struct {
 	ReplicaSet *appsv1.ReplicaSet
 	Objects    []attach.Object
 	Pending    []string
+	// WorkloadRef is the Deployment a Rollout takes its template from, once the Rollout was read.
+	WorkloadRef string
 }
 
 // objectGetter reads a config object's metadata; apierrors.IsNotFound when absent.
-type objectGetter func(refs.Ref) (*metav1.PartialObjectMetadata, error)
+type objectGetter func(context.Context, refs.Ref) (*metav1.PartialObjectMetadata, error)
 
 // checkReady resolves the workload's current ReplicaSet and checks it references every target, and that
 // every target exists. Errors are returned only for what waiting cannot fix (RBAC, bad data).
-func checkReady(src workload.Source, get objectGetter, ref workload.Ref, targets []refs.Ref) (*readiness, error) {
+func checkReady(ctx context.Context, src workload.Source, get objectGetter, ref workload.Ref, targets []refs.Ref) (*readiness, error) {
 	r := &readiness{}
 	for _, t := range targets {
-		meta, err := get(t)
+		meta, err := get(ctx, t)
 		switch {
 		case apierrors.IsNotFound(err):
 			r.Pending = append(r.Pending, fmt.Sprintf("%s %s/%s does not exist", t.Kind, ref.Namespace, t.Name))
@@ -41,13 +45,16 @@ func checkReady(src workload.Source, get objectGetter, ref workload.Ref, targets
 		r.Objects = append(r.Objects, attach.Object{Kind: t.Kind, Meta: meta})
 	}
 
-	res, err := workload.Resolve(src, ref)
+	res, err := workload.Resolve(ctx, src, ref)
 	switch {
 	case errors.Is(err, workload.ErrNotFound):
 		r.Pending = append(r.Pending, err.Error()+" (check -namespace and the workload name)")
 		return r, nil
 	case err != nil:
 		return nil, kube.Explain(err)
+	}
+	if ro := res.Rollout; ro != nil && ro.Spec.WorkloadRef != nil {
+		r.WorkloadRef = ro.Spec.WorkloadRef.Name
 	}
 	rs, err := res.Current()
 	if errors.Is(err, workload.ErrNotObserved) {
@@ -66,7 +73,7 @@ func checkReady(src workload.Source, get objectGetter, ref workload.Ref, targets
 	}
 	if len(missing) > 0 {
 		r.Pending = append(r.Pending, fmt.Sprintf("current ReplicaSet %s (revision %d) does not reference %v; it references %v",
-			rs.Name, workload.Revision(rs), missing, used.Sorted()))
+			rs.Name, revision.Number(rs.Annotations), missing, used.Sorted()))
 		return r, nil
 	}
 	r.ReplicaSet = rs

@@ -1,6 +1,7 @@
-package job
+package oneshot
 
 import (
+	"context"
 	"strings"
 	"testing"
 
@@ -15,7 +16,7 @@ import (
 )
 
 func existing(names ...string) objectGetter {
-	return func(r refs.Ref) (*metav1.PartialObjectMetadata, error) {
+	return func(_ context.Context, r refs.Ref) (*metav1.PartialObjectMetadata, error) {
 		for _, n := range names {
 			if n == r.Name {
 				return testutil.ConfigMeta(r.Kind, n, false), nil
@@ -25,7 +26,7 @@ func existing(names ...string) objectGetter {
 	}
 }
 
-func forbidden(r refs.Ref) (*metav1.PartialObjectMetadata, error) {
+func forbidden(_ context.Context, r refs.Ref) (*metav1.PartialObjectMetadata, error) {
 	return nil, apierrors.NewForbidden(schema.GroupResource{Resource: r.Kind.Resource()}, r.Name, nil)
 }
 
@@ -66,7 +67,7 @@ func TestCheckReady(t *testing.T) {
 			if tt.ro != nil {
 				src.Rollouts["demo"] = tt.ro
 			}
-			r, err := checkReady(src, tt.get, ref, tt.targets)
+			r, err := checkReady(context.Background(), src, tt.get, ref, tt.targets)
 			if tt.wantErr != "" {
 				if err == nil || !strings.Contains(err.Error(), tt.wantErr) {
 					t.Fatalf("err = %v, want %q", err, tt.wantErr)

@@ -1,7 +1,8 @@
-// Package job is the run-once mode: attach named ConfigMaps and Secrets to a workload's current
-// ReplicaSet, as the original configmap-attacher Job did, but waiting for the right ReplicaSet and
-// merging instead of replacing.
-package job
+// Package oneshot is the Job mode, the `attach` command: it waits until a workload's current
+// ReplicaSet references the ConfigMaps and Secrets named on the command line, then runs the one attach
+// step (attach.Writer.Attach) once, as the original configmap-attacher Job did, but waiting for the
+// right ReplicaSet and merging instead of replacing.
+package oneshot
 
 import (
 	"errors"

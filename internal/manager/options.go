@@ -1,7 +1,8 @@
-// Package controller is the in-cluster mode: it keeps every opted-in ConfigMap and Secret attached to
-// every ReplicaSet (of a Rollout or Deployment) whose pod template uses it, level-triggered, from
-// informer caches, with the same attach core as the Job.
-package controller
+// Package manager runs the controller process: it checks the API server, discovers what is installed,
+// builds and starts the shared caches, serves metrics and probes, and runs the controllers, under
+// leader election when enabled. The controllers themselves (internal/controller, ...) know nothing of
+// this wiring.
+package manager
 
 import (
 	"errors"
@@ -16,10 +17,13 @@ import (
 	"github.com/configmap-attacher/configmap-attacher/internal/kube"
 )
 
-// Options configure the controller.
+// Options configure the controller process.
 type Options struct {
-	Namespaces         []string // empty: all namespaces
-	ReplicaSetSelector string   // narrows the ReplicaSets watched, for large clusters
+	// Namespaces to watch; nil means all. namespacesSet tells an empty -namespaces= from an absent one.
+	Namespaces    []string
+	namespacesSet bool
+	// ReplicaSetSelector narrows the ReplicaSets attached, for large clusters.
+	ReplicaSetSelector string
 	// Secrets follows Secrets as well as ConfigMaps. Off, the controller needs no access to Secrets.
 	Secrets        bool
 	Workers        int
@@ -63,7 +67,7 @@ func NewOptions(lookup func(string) (string, bool)) *Options {
 // AddFlags registers the controller's flags.
 func (o *Options) AddFlags(fs *flag.FlagSet) {
 	fs.Func("namespaces", "comma-separated namespaces to watch (default: all)", func(v string) error {
-		o.Namespaces = nil
+		o.Namespaces, o.namespacesSet = nil, true
 		for _, n := range strings.Split(v, ",") {
 			if n = strings.TrimSpace(n); n != "" {
 				o.Namespaces = append(o.Namespaces, n)
@@ -71,9 +75,9 @@ func (o *Options) AddFlags(fs *flag.FlagSet) {
 		}
 		return nil
 	})
-	fs.StringVar(&o.ReplicaSetSelector, "replicaset-selector", o.ReplicaSetSelector, "label selector limiting the ReplicaSets watched, e.g. team=payments (default: all)")
+	fs.StringVar(&o.ReplicaSetSelector, "replicaset-selector", o.ReplicaSetSelector, "label selector limiting the ReplicaSets attached, e.g. team=payments (default: all)")
 	fs.BoolVar(&o.Secrets, "secrets", o.Secrets, "follow opted-in Secrets too (needs get/list/watch/patch on secrets); -secrets=false follows ConfigMaps only")
-	fs.IntVar(&o.Workers, "workers", o.Workers, "ReplicaSets synced in parallel")
+	fs.IntVar(&o.Workers, "workers", o.Workers, "revisions synced in parallel")
 	fs.StringVar(&o.MetricsAddr, "metrics-bind-address", o.MetricsAddr, "address serving /metrics (empty disables)")
 	fs.StringVar(&o.ProbeAddr, "health-probe-bind-address", o.ProbeAddr, "address serving /healthz and /readyz (empty disables)")
 	fs.BoolVar(&o.LeaderElect, "leader-elect", o.LeaderElect, "elect a leader through a Lease so several replicas are safe")
@@ -90,6 +94,9 @@ func (o *Options) AddFlags(fs *flag.FlagSet) {
 // Validate checks the options before anything starts.
 func (o *Options) Validate() error {
 	var errs []string
+	if o.namespacesSet && len(o.Namespaces) == 0 {
+		errs = append(errs, "-namespaces is empty: name at least one namespace, or leave the flag out to watch all namespaces")
+	}
 	for _, n := range o.Namespaces {
 		for _, msg := range validation.IsDNS1123Label(n) {
 			errs = append(errs, fmt.Sprintf("-namespaces: %q is not a valid namespace: %s", n, msg))

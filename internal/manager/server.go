@@ -1,4 +1,4 @@
-package controller
+package manager
 
 import (
 	"context"
@@ -12,6 +12,7 @@ import (
 	"k8s.io/client-go/tools/leaderelection"
 
 	"github.com/configmap-attacher/configmap-attacher/internal/logging"
+	"github.com/configmap-attacher/configmap-attacher/internal/metrics"
 )
 
 // probes answer /healthz (the process works; for the leader, its Lease is being renewed) and /readyz
@@ -64,7 +65,7 @@ func serve(ctx context.Context, name, addr string, h http.Handler) (string, erro
 	return ln.Addr().String(), nil
 }
 
-func metricsHandler(m *Metrics) http.Handler {
+func metricsHandler(m *metrics.Metrics) http.Handler {
 	mux := http.NewServeMux()
 	mux.Handle("/metrics", promhttp.HandlerFor(m.Registry, promhttp.HandlerOpts{}))
 	return mux

@@ -1,0 +1,27 @@
+// Package api is configmap-attacher's interface with users and their scripts: the labels and
+// annotations it reads and writes on their objects, and the name its writes carry. Every name and
+// value here is relied on by manifests and scripts: never change one.
+package api
+
+// RevisionedLabel opts a ConfigMap or Secret in: the chart and the renderer set it, and nothing without
+// it is ever attached, so a hand-made object never becomes garbage because a workload went away.
+const (
+	RevisionedLabel = "configmap-attacher.io/revisioned"
+	RevisionedValue = "true"
+)
+
+// OptedIn reports whether an object carries the opt-in label.
+func OptedIn(labels map[string]string) bool { return labels[RevisionedLabel] == RevisionedValue }
+
+// AttachAllAnnotation on a Rollout or Deployment (value "true") opts in every ConfigMap and Secret its
+// ReplicaSets reference, labelled or not. Risky by design: an object shared with another workload gets
+// deleted when the last ReplicaSet of this one goes. Documented in docs/controller.md.
+const AttachAllAnnotation = "configmap-attacher.io/attach-all"
+
+// OriginalNameAnnotation records the name a revisioned object had before `render` gave it its content
+// hash: how a second render recognises its own output and how `diff` pairs revisions of one object.
+const OriginalNameAnnotation = "configmap-attacher.io/name"
+
+// FieldManager names our writes in managedFields and audit logs; managedFields is also how we tell the
+// ownerReferences we wrote from those anyone else wrote.
+const FieldManager = "configmap-attacher"

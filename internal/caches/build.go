@@ -1,0 +1,167 @@
+package caches
+
+import (
+	"fmt"
+
+	appsv1 "k8s.io/api/apps/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/client-go/dynamic/dynamicinformer"
+	"k8s.io/client-go/informers"
+	"k8s.io/client-go/metadata/metadatainformer"
+	"k8s.io/client-go/tools/cache"
+
+	"github.com/configmap-attacher/configmap-attacher/internal/api"
+	"github.com/configmap-attacher/configmap-attacher/internal/kube"
+	"github.com/configmap-attacher/configmap-attacher/internal/refs"
+	"github.com/configmap-attacher/configmap-attacher/internal/workload"
+)
+
+// Options say what to cache.
+type Options struct {
+	// Namespaces to watch; empty means all.
+	Namespaces []string
+	// ConfigKinds are the config kinds followed (Secrets may be left out).
+	ConfigKinds []refs.Kind
+	// Rollouts adds Argo Rollouts (when its CRD is installed).
+	Rollouts bool
+}
+
+// Caches are the informers the controllers read.
+type Caches struct {
+	// Users are the objects that use config, by kind.
+	Users map[Kind]*Informer[*User]
+	// Configs are the opted-in ConfigMaps and Secrets, metadata only.
+	Configs map[refs.Kind]*Informer[*metav1.PartialObjectMetadata]
+
+	start  []func(stop <-chan struct{})
+	synced []cache.InformerSynced
+}
+
+// New builds the informers; nothing is watched until Start.
+func New(clients *kube.Clients, o Options) (*Caches, error) {
+	c := &Caches{Users: map[Kind]*Informer[*User]{}, Configs: map[refs.Kind]*Informer[*metav1.PartialObjectMetadata]{}}
+	namespaces := o.Namespaces
+	if len(namespaces) == 0 {
+		namespaces = []string{metav1.NamespaceAll}
+	}
+	users := map[Kind][]cache.SharedIndexInformer{}
+	configs := map[refs.Kind][]cache.SharedIndexInformer{}
+	optedIn := labels.SelectorFromSet(labels.Set{api.RevisionedLabel: api.RevisionedValue}).String()
+	for _, ns := range namespaces {
+		typed := informers.NewSharedInformerFactoryWithOptions(clients.Kube, 0,
+			informers.WithNamespace(ns), informers.WithTransform(reduceTyped))
+		for kind, inf := range map[Kind]cache.SharedIndexInformer{
+			ReplicaSet: typed.Apps().V1().ReplicaSets().Informer(),
+			Deployment: typed.Apps().V1().Deployments().Informer(),
+		} {
+			if err := inf.AddIndexers(UserIndexers()); err != nil {
+				return nil, err
+			}
+			users[kind] = append(users[kind], inf)
+		}
+		c.start = append(c.start, typed.Start)
+
+		if o.Rollouts {
+			dyn := dynamicinformer.NewFilteredDynamicSharedInformerFactory(clients.Dynamic, 0, ns, nil)
+			inf := dyn.ForResource(workload.RolloutGVR).Informer()
+			if err := inf.SetTransform(reduceRollout); err != nil {
+				return nil, err
+			}
+			if err := inf.AddIndexers(UserIndexers()); err != nil {
+				return nil, err
+			}
+			users[Rollout] = append(users[Rollout], inf)
+			c.start = append(c.start, dyn.Start)
+		}
+
+		// Config objects: metadata only and filtered by the opt-in label, so their data (up to 1 MiB
+		// each) is never downloaded nor cached.
+		meta := metadatainformer.NewFilteredSharedInformerFactory(clients.Metadata, 0, ns,
+			func(lo *metav1.ListOptions) { lo.LabelSelector = optedIn })
+		for _, kind := range o.ConfigKinds {
+			inf := meta.ForResource(kind.GVR()).Informer()
+			if err := inf.SetTransform(trimConfig); err != nil {
+				return nil, err
+			}
+			configs[kind] = append(configs[kind], inf)
+		}
+		c.start = append(c.start, meta.Start)
+	}
+	for kind, infs := range users {
+		c.Users[kind] = NewInformer[*User](infs...)
+		for _, inf := range infs {
+			c.synced = append(c.synced, inf.HasSynced)
+		}
+	}
+	for kind, infs := range configs {
+		c.Configs[kind] = NewInformer[*metav1.PartialObjectMetadata](infs...)
+		for _, inf := range infs {
+			c.synced = append(c.synced, inf.HasSynced)
+		}
+	}
+	return c, nil
+}
+
+// Start starts every informer; they stop when stop closes.
+func (c *Caches) Start(stop <-chan struct{}) {
+	for _, s := range c.start {
+		s(stop)
+	}
+}
+
+// WaitForSync waits until every informer has synced; false if stop closed first.
+func (c *Caches) WaitForSync(stop <-chan struct{}) bool {
+	return cache.WaitForCacheSync(stop, c.synced...)
+}
+
+// Reduce turns a typed workload or revision into the User the caches keep of it.
+func Reduce(obj any) (*User, error) {
+	u, err := reduceTyped(obj)
+	if err != nil {
+		return nil, err
+	}
+	if user, ok := u.(*User); ok {
+		return user, nil
+	}
+	return nil, fmt.Errorf("%T is not a kind that uses config", obj)
+}
+
+// reduceTyped is the transform of the typed informers. Transforms may see an object twice.
+func reduceTyped(obj any) (any, error) {
+	switch o := obj.(type) {
+	case *appsv1.ReplicaSet:
+		return reduce("apps/v1", ReplicaSet, &o.ObjectMeta, refs.FromPodSpec(&o.Spec.Template.Spec)), nil
+	case *appsv1.Deployment:
+		return reduce("apps/v1", Deployment, &o.ObjectMeta, refs.FromPodSpec(&o.Spec.Template.Spec)), nil
+	}
+	return obj, nil
+}
+
+func reduceRollout(obj any) (any, error) {
+	u, ok := obj.(*unstructured.Unstructured)
+	if !ok {
+		return obj, nil
+	}
+	ro, err := workload.RolloutFromUnstructured(u)
+	if err != nil {
+		return nil, err
+	}
+	var used refs.Set
+	if ro.Spec.Template != nil {
+		used = refs.FromPodSpec(&ro.Spec.Template.Spec)
+	}
+	return reduce(u.GetAPIVersion(), Rollout, &ro.ObjectMeta, used), nil
+}
+
+// trimConfig drops what we never read of a config object's metadata: managedFields and the
+// last-applied annotation can be larger than everything else together (client-side apply copies a
+// ConfigMap's whole data into it).
+func trimConfig(obj any) (any, error) {
+	if m, ok := obj.(*metav1.PartialObjectMetadata); ok {
+		m.ManagedFields = nil
+		m.Annotations = nil
+	}
+	return obj, nil
+}

@@ -1,0 +1,179 @@
+package caches
+
+import (
+	"errors"
+	"fmt"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/client-go/tools/cache"
+
+	"github.com/configmap-attacher/configmap-attacher/internal/refs"
+)
+
+// Index names on User informers: which users reference a config object, and which a workload owns.
+const (
+	ByConfig = "byConfig"
+	ByOwner  = "byOwner"
+)
+
+// ConfigKey is the ByConfig index value of a config object.
+func ConfigKey(namespace string, r refs.Ref) string {
+	return fmt.Sprintf("%s/%s/%s", namespace, r.Kind, r.Name)
+}
+
+// UserIndexers are the indexes every User informer has.
+func UserIndexers() cache.Indexers {
+	return cache.Indexers{ByConfig: indexByConfig, ByOwner: indexByOwner}
+}
+
+func indexByConfig(obj any) ([]string, error) {
+	u, ok := obj.(*User)
+	if !ok {
+		return nil, nil
+	}
+	keys := make([]string, len(u.Refs))
+	for i, r := range u.Refs {
+		keys[i] = ConfigKey(u.Namespace, r)
+	}
+	return keys, nil
+}
+
+func indexByOwner(obj any) ([]string, error) {
+	u, ok := obj.(*User)
+	if !ok {
+		return nil, nil
+	}
+	if owner := metav1.GetControllerOfNoCopy(u); owner != nil {
+		return []string{string(owner.UID)}, nil
+	}
+	return nil, nil
+}
+
+// Informer is one resource's cache over one or more namespaces (a single informer when watching all
+// of them). Controllers read it; internal/manager builds and starts it; tests fill Indexers directly.
+type Informer[T runtime.Object] struct {
+	informers []cache.SharedIndexInformer
+}
+
+// NewInformer joins the informers of one resource, one per namespace watched.
+func NewInformer[T runtime.Object](informers ...cache.SharedIndexInformer) *Informer[T] {
+	return &Informer[T]{informers: informers}
+}
+
+// Get returns the cached object namespace/name.
+func (i *Informer[T]) Get(namespace, name string) (T, bool, error) {
+	var zero T
+	for _, inf := range i.informers {
+		obj, exists, err := inf.GetIndexer().GetByKey(namespace + "/" + name)
+		if err != nil || !exists {
+			if err != nil {
+				return zero, false, err
+			}
+			continue
+		}
+		t, ok := obj.(T)
+		if !ok {
+			return zero, false, fmt.Errorf("cache of %T holds a %T", zero, obj)
+		}
+		return t, true, nil
+	}
+	return zero, false, nil
+}
+
+// ByIndex returns the cached objects whose index has value.
+func (i *Informer[T]) ByIndex(index, value string) ([]T, error) {
+	var out []T
+	var errs []error
+	for _, inf := range i.informers {
+		objs, err := inf.GetIndexer().ByIndex(index, value)
+		if err != nil {
+			errs = append(errs, err)
+			continue
+		}
+		for _, o := range objs {
+			if t, ok := o.(T); ok {
+				out = append(out, t)
+			}
+		}
+	}
+	return out, errors.Join(errs...)
+}
+
+// List returns every cached object.
+func (i *Informer[T]) List() []T {
+	var out []T
+	for _, inf := range i.informers {
+		for _, o := range inf.GetIndexer().List() {
+			if t, ok := o.(T); ok {
+				out = append(out, t)
+			}
+		}
+	}
+	return out
+}
+
+// AddEventHandler registers h with every namespace's informer.
+func (i *Informer[T]) AddEventHandler(h cache.ResourceEventHandler) error {
+	for _, inf := range i.informers {
+		if _, err := inf.AddEventHandler(h); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// HasSynced reports whether every namespace's informer has synced.
+func (i *Informer[T]) HasSynced() bool {
+	for _, inf := range i.informers {
+		if !inf.HasSynced() {
+			return false
+		}
+	}
+	return true
+}
+
+// Indexers are the stores behind the informer, one per namespace: what unit tests fill.
+func (i *Informer[T]) Indexers() []cache.Indexer {
+	out := make([]cache.Indexer, len(i.informers))
+	for j, inf := range i.informers {
+		out[j] = inf.GetIndexer()
+	}
+	return out
+}
+
+// MetaOf returns the metadata of a cached config object, seeing through tombstones.
+func MetaOf(obj any) (*metav1.PartialObjectMetadata, bool) {
+	if d, ok := obj.(cache.DeletedFinalStateUnknown); ok {
+		obj = d.Obj
+	}
+	m, ok := obj.(*metav1.PartialObjectMetadata)
+	return m, ok
+}
+
+// UserOf returns a cached User, seeing through tombstones.
+func UserOf(obj any) (*User, bool) {
+	if d, ok := obj.(cache.DeletedFinalStateUnknown); ok {
+		obj = d.Obj
+	}
+	u, ok := obj.(*User)
+	return u, ok
+}
+
+// NewUserInformerForTest is a User informer that is never started: tests add objects to it directly.
+func NewUserInformerForTest(users ...*User) *Informer[*User] {
+	inf := cache.NewSharedIndexInformer(nil, &User{}, 0, UserIndexers())
+	for _, u := range users {
+		_ = inf.GetIndexer().Add(u)
+	}
+	return NewInformer[*User](inf)
+}
+
+// NewConfigInformerForTest is a config informer that is never started: tests add objects to it directly.
+func NewConfigInformerForTest(objs ...*metav1.PartialObjectMetadata) *Informer[*metav1.PartialObjectMetadata] {
+	inf := cache.NewSharedIndexInformer(nil, &metav1.PartialObjectMetadata{}, 0, cache.Indexers{})
+	for _, o := range objs {
+		_ = inf.GetIndexer().Add(o)
+	}
+	return NewInformer[*metav1.PartialObjectMetadata](inf)
+}

@@ -1,0 +1,96 @@
+// Package reconcile runs a controller's workers: it takes keys off a rate-limited queue and calls the
+// controller's sync for each, retrying failures with backoff. Controllers write only their sync and
+// their event handlers.
+package reconcile
+
+import (
+	"context"
+	"errors"
+	"sync"
+	"time"
+
+	utilruntime "k8s.io/apimachinery/pkg/util/runtime"
+	"k8s.io/apimachinery/pkg/util/wait"
+	"k8s.io/client-go/util/workqueue"
+
+	"github.com/configmap-attacher/configmap-attacher/internal/logging"
+	"github.com/configmap-attacher/configmap-attacher/internal/metrics"
+)
+
+// ErrPermanent marks a sync failure that retrying cannot fix: the key is dropped until an event brings
+// it back.
+var ErrPermanent = errors.New("not retried")
+
+// Result of one sync.
+type Result struct {
+	// RequeueAfter > 0 asks to sync the key again after that long even without an event.
+	RequeueAfter time.Duration
+}
+
+// SyncFunc syncs one key.
+type SyncFunc func(ctx context.Context, key string) (Result, error)
+
+// Loop is a named queue and the sync its workers run.
+type Loop struct {
+	Name    string
+	Queue   workqueue.TypedRateLimitingInterface[string]
+	Sync    SyncFunc
+	Metrics *metrics.Metrics
+	// Permanent reports errors not worth retrying, besides ErrPermanent (optional).
+	Permanent func(error) bool
+}
+
+// NewQueue makes the rate-limited queue a Loop uses.
+func NewQueue(name string) workqueue.TypedRateLimitingInterface[string] {
+	return workqueue.NewTypedRateLimitingQueueWithConfig(workqueue.DefaultTypedControllerRateLimiter[string](),
+		workqueue.TypedRateLimitingQueueConfig[string]{Name: name})
+}
+
+// Run runs workers until ctx ends, then shuts the queue down and waits for them.
+func (l *Loop) Run(ctx context.Context, workers int) {
+	defer utilruntime.HandleCrash()
+	var wg sync.WaitGroup
+	for range workers {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			wait.UntilWithContext(ctx, func(ctx context.Context) {
+				for l.ProcessNext(ctx) {
+				}
+			}, time.Second)
+		}()
+	}
+	<-ctx.Done()
+	l.Queue.ShutDown()
+	wg.Wait()
+}
+
+// ProcessNext syncs one key; false once the queue is shut down.
+func (l *Loop) ProcessNext(ctx context.Context) bool {
+	key, quit := l.Queue.Get()
+	if quit {
+		return false
+	}
+	defer l.Queue.Done(key)
+	start := time.Now()
+	res, err := l.Sync(ctx, key)
+	permanent := err != nil && (errors.Is(err, ErrPermanent) || (l.Permanent != nil && l.Permanent(err)))
+	if l.Metrics != nil {
+		l.Metrics.Synced(l.Name, time.Since(start), err, err != nil && !permanent)
+	}
+	log := logging.FromContext(ctx)
+	switch {
+	case err == nil:
+		l.Queue.Forget(key)
+		if res.RequeueAfter > 0 {
+			l.Queue.AddAfter(key, res.RequeueAfter)
+		}
+	case permanent:
+		log.Error("sync failed; not retrying until the object changes", "controller", l.Name, "key", key, "err", err)
+		l.Queue.Forget(key)
+	default:
+		log.Warn("sync failed, will retry", "controller", l.Name, "key", key, "err", err)
+		l.Queue.AddRateLimited(key)
+	}
+	return true
+}
