@@ -1,5 +1,8 @@
 # A static binary on distroless "nonroot": no shell, no package manager, uid 65532.
 # Build: docker build --build-arg VERSION=$(git describe --tags --always) -t configmap-attacher .
+# Without a registry (the project's own machines reach none): `make image` builds the same contract
+# (one static binary at /configmap-attacher, uid/gid 65532, no shell) FROM scratch with podman and the
+# local Go; see hack/image/Containerfile for why and what it leaves out (CA certificates, tzdata).
 FROM golang:1.26 AS build
 WORKDIR /src
 COPY go.mod go.sum ./

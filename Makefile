@@ -5,12 +5,17 @@ GO ?= go
 VERSION ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo devel)
 LDFLAGS := -s -w -X github.com/configmap-attacher/configmap-attacher/internal/version.stamped=$(VERSION)
 
-.PHONY: all build tools cluster-up cluster-down test test-unit test-race test-e2e demo clean
+.PHONY: all build image tools cluster-up cluster-down test test-unit test-race test-e2e demo clean
 
 all: build
 
 build:
 	CGO_ENABLED=0 $(GO) build -trimpath -ldflags '$(LDFLAGS)' -o bin/configmap-attacher ./cmd/configmap-attacher
+
+## image: the container image with no registry (podman, FROM scratch): localhost/configmap-attacher:$(VERSION)
+## and its docker-archive _output/image/configmap-attacher.tar (hack/image/build.sh).
+image:
+	VERSION='$(VERSION)' LDFLAGS='$(LDFLAGS)' hack/image/build.sh
 
 ## tools: build the local control plane (etcd, kube-*, kwok, Argo Rollouts, helm) into _output/tools.
 tools:
