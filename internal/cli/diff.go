@@ -5,6 +5,8 @@ import (
 	"strconv"
 
 	"github.com/configmap-attacher/configmap-attacher/internal/history"
+	"github.com/configmap-attacher/configmap-attacher/internal/history/load"
+	"github.com/configmap-attacher/configmap-attacher/internal/history/printer"
 )
 
 const diffSynopsis = `Show what changed in the config between two revisions of a Rollout or a Deployment: a unified diff,
@@ -76,11 +78,11 @@ func runDiff(ctx context.Context, env Env, args []string) error {
 	if err != nil {
 		return err
 	}
-	objs, err := history.Read(ctx, clients, res.Ref.Namespace, history.ConfigRefs(from, to), true)
+	objs, err := load.Read(ctx, clients, res.Ref.Namespace, history.ConfigRefs(from, to), true)
 	if err != nil {
 		return err
 	}
-	return history.WriteDiff(env.Stdout, history.Compare(h, from, to, objs), history.DiffOptions{
-		ShowSecrets: showSecrets, Context: history.DefaultContext, Style: history.Style{Color: colorOutput(env)},
+	return printer.WriteDiff(env.Stdout, history.Compare(h, from, to, objs), printer.DiffOptions{
+		ShowSecrets: showSecrets, Context: printer.DefaultContext, Style: printer.Style{Color: colorOutput(env)},
 	})
 }

@@ -12,6 +12,8 @@ import (
 	"golang.org/x/term"
 
 	"github.com/configmap-attacher/configmap-attacher/internal/history"
+	"github.com/configmap-attacher/configmap-attacher/internal/history/load"
+	"github.com/configmap-attacher/configmap-attacher/internal/history/printer"
 	"github.com/configmap-attacher/configmap-attacher/internal/kube"
 	"github.com/configmap-attacher/configmap-attacher/internal/workload"
 )
@@ -95,7 +97,7 @@ func (f *readFlags) resolve(ctx context.Context, env Env, command, arg string) (
 	if err != nil {
 		return nil, nil, nil, err
 	}
-	res, err := history.Resolve(ctx, clients, ref)
+	res, err := load.Resolve(ctx, clients, ref)
 	return ctx, clients, res, err
 }
 
@@ -134,7 +136,7 @@ func isTerminal(w io.Writer) bool {
 
 func runHistory(ctx context.Context, env Env, args []string) error {
 	var f readFlags
-	output := history.OutputTable
+	output := printer.OutputTable
 	fs := newFlagSet(env, "history", historySynopsis)
 	f.addFlags(fs)
 	fs.StringVar(&output, "output", output, "output format: table, json or yaml")
@@ -147,7 +149,7 @@ func runHistory(ctx context.Context, env Env, args []string) error {
 		return usage("want one workload, e.g. history rollout/demo; got %d arguments", len(positional))
 	}
 	switch output {
-	case history.OutputTable, history.OutputJSON, history.OutputYAML:
+	case printer.OutputTable, printer.OutputJSON, printer.OutputYAML:
 	default:
 		return usage("-o %q: use table, json or yaml", output)
 	}
@@ -155,9 +157,9 @@ func runHistory(ctx context.Context, env Env, args []string) error {
 	if err != nil {
 		return err
 	}
-	objs, err := history.Read(ctx, clients, res.Ref.Namespace, history.AllConfigRefs(res), false)
+	objs, err := load.Read(ctx, clients, res.Ref.Namespace, history.AllConfigRefs(res), false)
 	if err != nil {
 		return err
 	}
-	return history.Write(env.Stdout, history.Build(res, objs), output, time.Now(), history.Style{Color: colorOutput(env)})
+	return printer.Write(env.Stdout, history.Build(res, objs), output, time.Now(), printer.Style{Color: colorOutput(env)})
 }

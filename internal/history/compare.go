@@ -61,7 +61,7 @@ func Select(h *History, revisions []int64) (from, to *Revision, err error) {
 				return &h.Revisions[i], nil
 			}
 		}
-		return nil, fmt.Errorf("%s has no revision %d (%s): %w", workloadString(h.Workload), n, revisionList(h), ErrUnknownRevision)
+		return nil, fmt.Errorf("%s has no revision %d (%s): %w", h.Workload, n, revisionList(h), ErrUnknownRevision)
 	}
 	switch len(revisions) {
 	case 2:
@@ -96,7 +96,7 @@ func Select(h *History, revisions []int64) (from, to *Revision, err error) {
 			return r, to, nil
 		}
 	}
-	return nil, nil, fmt.Errorf("%s has only revision %d (%s): %w", workloadString(h.Workload), to.Revision, to.ReplicaSet, ErrNothingToCompare)
+	return nil, nil, fmt.Errorf("%s has only revision %d (%s): %w", h.Workload, to.Revision, to.ReplicaSet, ErrNothingToCompare)
 }
 
 // current is the revision the workload's spec asks for: a Rollout's canary (or its stable revision
@@ -110,7 +110,7 @@ func current(h *History) (*Revision, error) {
 		}
 	}
 	return nil, fmt.Errorf("%s: none of its ReplicaSets (%s) is current: %w (its controller has not caught up; name two revisions)",
-		workloadString(h.Workload), revisionList(h), ErrNoCurrentRevision)
+		h.Workload, revisionList(h), ErrNoCurrentRevision)
 }
 
 // Compare pairs the config objects of two revisions by kind and original name. Revisions of one object
@@ -158,7 +158,8 @@ func Compare(h *History, from, to *Revision, objs Objects) *Comparison {
 	return c
 }
 
-func workloadString(w Workload) string { return fmt.Sprintf("%s %s/%s", w.Kind, w.Namespace, w.Name) }
+// String names the workload, e.g. "Rollout ns/demo".
+func (w Workload) String() string { return fmt.Sprintf("%s %s/%s", w.Kind, w.Namespace, w.Name) }
 
 func revisionList(h *History) string {
 	if len(h.Revisions) == 0 {

@@ -1,39 +1,14 @@
-package history
+package history_test
 
 import (
-	"bytes"
-	"encoding/json"
+	"errors"
 	"strings"
 	"testing"
 
+	"github.com/configmap-attacher/configmap-attacher/internal/history"
+	"github.com/configmap-attacher/configmap-attacher/internal/history/historytest"
 	"github.com/configmap-attacher/configmap-attacher/internal/workload"
 )
-
-func TestHistoryGolden(t *testing.T) {
-	tests := []struct {
-		golden  string
-		fixture fixture
-		format  string
-	}{
-		{"history-canary.txt", canary(), OutputTable},
-		{"history-canary.json", canary(), OutputJSON},
-		{"history-canary.yaml", canary(), OutputYAML},
-		{"history-aborted.txt", aborted(), OutputTable},
-		{"history-missing.txt", missing(), OutputTable},
-		{"history-missing.json", missing(), OutputJSON},
-		{"history-deployment.txt", deployment(), OutputTable},
-		{"history-empty.txt", fixture{res: resolved(workload.Rollout, canary().res.Rollout)}, OutputTable},
-	}
-	for _, tt := range tests {
-		t.Run(tt.golden, func(t *testing.T) {
-			var b bytes.Buffer
-			if err := Write(&b, tt.fixture.history(), tt.format, now, Style{}); err != nil {
-				t.Fatal(err)
-			}
-			golden(t, tt.golden, b.Bytes())
-		})
-	}
-}
 
 func TestHistoryRows(t *testing.T) {
 	type row struct {
@@ -41,7 +16,7 @@ func TestHistoryRows(t *testing.T) {
 		role     workload.Role
 		config   string // name plus flags: !exists, ~not attached, ?optional
 	}
-	flags := func(c Config) string {
+	flags := func(c history.Config) string {
 		s := c.Name
 		if !c.Exists {
 			s += "!"
@@ -56,28 +31,28 @@ func TestHistoryRows(t *testing.T) {
 	}
 	tests := []struct {
 		name    string
-		fixture fixture
+		fixture historytest.Fixture
 		want    []row
 	}{
-		{"canary: roles from the Rollout's status", canary(), []row{
+		{"canary: roles from the Rollout's status", historytest.Canary(), []row{
 			{3, workload.RoleCanary, "demo-cm-3849201934"},
 			{2, workload.RoleStable, "demo-cm-1203412345"},
 			{1, workload.RoleOld, "demo-cm-2648648036"}}},
-		{"promoted: the current revision is the stable one", promoted(), []row{
+		{"promoted: the current revision is the stable one", historytest.Promoted(), []row{
 			{3, workload.RoleStable, "demo-cm-3849201934"},
 			{2, workload.RoleOld, "demo-cm-1203412345"},
 			{1, workload.RoleOld, "demo-cm-2648648036"}}},
-		{"missing objects, optional ones apart", missing(), []row{
+		{"missing objects, optional ones apart", historytest.Missing(), []row{
 			{3, workload.RoleCanary, "demo-cm-3849201934 demo-flags-1a2b3c4d5e!? db-creds~ demo-env-0d1e2f3a4b~"},
 			{2, workload.RoleStable, "demo-cm-1203412345!"},
 			{1, workload.RoleOld, "demo-cm-2648648036!"}}},
-		{"deployment: current by template", deployment(), []row{
+		{"deployment: current by template", historytest.Deployment(), []row{
 			{2, workload.RoleCurrent, "web-config-9f8e7d6c5b"},
 			{1, workload.RoleOld, "web-config-0a1b2c3d4e"}}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			h := tt.fixture.history()
+			h := tt.fixture.History()
 			if len(h.Revisions) != len(tt.want) {
 				t.Fatalf("%d revisions, want %d", len(h.Revisions), len(tt.want))
 			}
@@ -100,78 +75,10 @@ func TestHistoryRows(t *testing.T) {
 	}
 }
 
-func TestHistoryNeverReadsSecretValues(t *testing.T) {
-	// History reads metadata only; even handed full objects, its output carries no value.
-	for _, format := range []string{OutputTable, OutputJSON, OutputYAML} {
-		var b bytes.Buffer
-		if err := Write(&b, canary().history(), format, now, Style{}); err != nil {
-			t.Fatal(err)
-		}
-		for _, v := range []string{"t0k3n", "hunter2"} {
-			if strings.Contains(b.String(), v) {
-				t.Errorf("%s output contains a Secret value %q", format, v)
-			}
-		}
-	}
-}
-
-func TestHistoryJSONFieldNames(t *testing.T) {
-	// Scripts rely on these names: changing one is a breaking change.
-	b, err := json.Marshal(missing().history())
-	if err != nil {
-		t.Fatal(err)
-	}
-	var got struct {
-		Workload  map[string]any   `json:"workload"`
-		Revisions []map[string]any `json:"revisions"`
-	}
-	if err := json.Unmarshal(b, &got); err != nil {
-		t.Fatal(err)
-	}
-	for _, k := range []string{"kind", "namespace", "name", "phase", "aborted"} {
-		if _, ok := got.Workload[k]; !ok {
-			t.Errorf("workload lacks %q", k)
-		}
-	}
-	for _, k := range []string{"revision", "replicaSet", "podTemplateHash", "role", "pods", "creationTimestamp", "config"} {
-		if _, ok := got.Revisions[0][k]; !ok {
-			t.Errorf("revision lacks %q", k)
-		}
-	}
-	cfg := got.Revisions[0]["config"].([]any)[0].(map[string]any)
-	for _, k := range []string{"kind", "name", "originalName", "exists", "attached", "revisioned", "optional"} {
-		if _, ok := cfg[k]; !ok {
-			t.Errorf("config lacks %q", k)
-		}
-	}
-}
-
-func TestColorOnlyWhenAsked(t *testing.T) {
-	var plain, color bytes.Buffer
-	h := missing().history()
-	if err := WriteTable(&plain, h, now, Style{}); err != nil {
-		t.Fatal(err)
-	}
-	if err := WriteTable(&color, h, now, Style{Color: true}); err != nil {
-		t.Fatal(err)
-	}
-	if strings.Contains(plain.String(), "\x1b[") {
-		t.Error("plain output has color codes")
-	}
-	if !strings.Contains(color.String(), ansiRed+"configmap/demo-cm-1203412345 (MISSING)"+ansiReset) {
-		t.Errorf("the missing ConfigMap is not red:\n%q", color.String())
-	}
-	// Stripped of its codes, the colored table is the plain one: colors never shift columns.
-	stripped := strings.NewReplacer(ansiRed, "", ansiYellow, "", ansiReset, "").Replace(color.String())
-	if stripped != plain.String() {
-		t.Errorf("colored table differs from the plain one once stripped:\n%s\nvs\n%s", stripped, plain.String())
-	}
-}
-
 func TestOriginalName(t *testing.T) {
-	annotated := configMap(meta("demo-env-0d1e2f3a4b", "demo-env", true), nil)
+	annotated := historytest.ConfigMap(historytest.Meta("demo-env-0d1e2f3a4b", "demo-env", true), nil)
 	tests := []struct {
-		o    *Object
+		o    *history.Object
 		name string
 		want string
 	}{
@@ -186,8 +93,87 @@ func TestOriginalName(t *testing.T) {
 		{nil, "x-1234567", "x"},
 	}
 	for _, tt := range tests {
-		if got := OriginalName(tt.o, tt.name); got != tt.want {
-			t.Errorf("OriginalName(%s) = %q, want %q", tt.name, got, tt.want)
+		if got := history.OriginalName(tt.o, tt.name); got != tt.want {
+			t.Errorf("history.OriginalName(%s) = %q, want %q", tt.name, got, tt.want)
 		}
 	}
 }
+
+func TestSelect(t *testing.T) {
+	tests := []struct {
+		name      string
+		fixture   historytest.Fixture
+		revisions []int64
+		from, to  int64
+		err       error
+	}{
+		{name: "canary in progress: stable against canary", fixture: historytest.Canary(), from: 2, to: 3},
+		{name: "aborted canary: stable against canary", fixture: historytest.Aborted(), from: 2, to: 3},
+		{name: "promoted: previous against current", fixture: historytest.Promoted(), from: 2, to: 3},
+		{name: "deployment: previous against current", fixture: historytest.Deployment(), from: 1, to: 2},
+		{name: "one revision: against current", fixture: historytest.Canary(), revisions: []int64{1}, from: 1, to: 3},
+		{name: "two revisions, in the order given", fixture: historytest.Canary(), revisions: []int64{3, 1}, from: 3, to: 1},
+		{name: "unknown revision", fixture: historytest.Canary(), revisions: []int64{7}, err: history.ErrUnknownRevision},
+		{name: "unknown second revision", fixture: historytest.Canary(), revisions: []int64{1, 9}, err: history.ErrUnknownRevision},
+		{name: "a single revision", fixture: historytest.Single(), err: history.ErrNothingToCompare},
+		{name: "no current ReplicaSet", fixture: historytest.NoCurrent(), err: history.ErrNoCurrentRevision},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			from, to, err := history.Select(tt.fixture.History(), tt.revisions)
+			if tt.err != nil {
+				if !errors.Is(err, tt.err) {
+					t.Fatalf("err = %v, want %v", err, tt.err)
+				}
+				t.Logf("error reads: %v", err)
+				return
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			if from.Revision != tt.from || to.Revision != tt.to {
+				t.Errorf("selected %d -> %d, want %d -> %d", from.Revision, to.Revision, tt.from, tt.to)
+			}
+		})
+	}
+}
+
+func TestSelectErrorNamesTheRevisions(t *testing.T) {
+	_, _, err := history.Select(historytest.Canary().History(), []int64{7})
+	want := "Rollout devops-apps-01/demo has no revision 7 (revisions: 3 canary, 2 stable, 1): no such revision"
+	if err == nil || err.Error() != want {
+		t.Errorf("err = %v\nwant %s", err, want)
+	}
+}
+
+func TestComparePairsByOriginalName(t *testing.T) {
+	f := historytest.Reshaped()
+	h := f.History()
+	from, to, _ := history.Select(h, []int64{1, 2})
+	c := history.Compare(h, from, to, f.Objs)
+	var got []string
+	for _, p := range c.Pairs {
+		s := string(p.Kind) + "/" + p.OriginalName + ":"
+		for _, m := range []*history.Member{p.From, p.To} {
+			if m == nil {
+				s += " -"
+			} else {
+				s += " " + m.Name
+			}
+		}
+		got = append(got, s)
+	}
+	want := []string{
+		"ConfigMap/shop-assets: shop-assets-2222222222 shop-assets-aaaaaaaaa1",
+		"ConfigMap/shop-legacy: shop-legacy-1111111111 -",
+		"ConfigMap/shop-new: - shop-new-bbbbbbbbb2",
+		"ConfigMap/shop-same: shop-same-3333333333 shop-same-ccccccccc3",
+		"Secret/shop-api: - shop-api-eeeeeeeee5",
+		"Secret/shop-tls: shop-tls-5555555555 shop-tls-ddddddddd4",
+	}
+	if strings.Join(got, "\n") != strings.Join(want, "\n") {
+		t.Errorf("pairs:\n%s\nwant:\n%s", strings.Join(got, "\n"), strings.Join(want, "\n"))
+	}
+}
+
+// single is a Rollout with one revision.

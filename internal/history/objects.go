@@ -9,6 +9,7 @@ import (
 
 	"github.com/configmap-attacher/configmap-attacher/internal/api"
 	"github.com/configmap-attacher/configmap-attacher/internal/refs"
+	"github.com/configmap-attacher/configmap-attacher/internal/revision"
 )
 
 // Object is a config object as read from the API.
@@ -71,21 +72,12 @@ func FromMetadata(kind refs.Kind, m *metav1.PartialObjectMetadata) *Object {
 	return &Object{Ref: refs.Ref{Kind: kind, Name: m.Name}, Meta: m.ObjectMeta}
 }
 
-// AttachedTo reports whether the object carries an ownerReference to the ReplicaSet with this uid, so
-// the garbage collector keeps it while that ReplicaSet lives.
-func (o *Object) AttachedTo(uid types.UID) bool {
-	for _, r := range o.Meta.OwnerReferences {
-		if r.UID == uid && r.Kind == "ReplicaSet" {
-			return true
-		}
-	}
-	return false
-}
+// AttachedTo reports whether the object carries an ownerReference to the revision with this uid, so
+// the garbage collector keeps it while that revision lives.
+func (o *Object) AttachedTo(uid types.UID) bool { return revision.OwnedBy(&o.Meta, uid) }
 
 // Revisioned reports whether the object is opted in to revisions (our label).
-func (o *Object) Revisioned() bool {
-	return o.Meta.Labels[api.RevisionedLabel] == api.RevisionedValue
-}
+func (o *Object) Revisioned() bool { return api.OptedIn(o.Meta.Labels) }
 
 // OriginalName is the name a config object had before it was given a revision name: the renderer's
 // annotation when present, else the name without a trailing hash segment. o is nil for an object that

@@ -1,4 +1,6 @@
-package history
+// Package printer writes what package history models: the history table (or JSON, YAML) and the
+// unified diff between two revisions' config.
+package printer
 
 import (
 	"encoding/json"
@@ -11,6 +13,7 @@ import (
 	"k8s.io/apimachinery/pkg/util/duration"
 	"sigs.k8s.io/yaml"
 
+	"github.com/configmap-attacher/configmap-attacher/internal/history"
 	"github.com/configmap-attacher/configmap-attacher/internal/workload"
 )
 
@@ -44,7 +47,7 @@ func (s Style) paint(code, text string) string {
 }
 
 // Write prints h in format (table, json or yaml); now is the reference for ages.
-func Write(w io.Writer, h *History, format string, now time.Time, style Style) error {
+func Write(w io.Writer, h *history.History, format string, now time.Time, style Style) error {
 	switch format {
 	case OutputTable, "":
 		return WriteTable(w, h, now, style)
@@ -68,7 +71,7 @@ func Write(w io.Writer, h *History, format string, now time.Time, style Style) e
 
 // WriteTable prints one row per revision, one line per config object; CONFIG comes last because an
 // entry may span lines (color codes there cannot upset the alignment either).
-func WriteTable(out io.Writer, h *History, now time.Time, style Style) error {
+func WriteTable(out io.Writer, h *history.History, now time.Time, style Style) error {
 	w := &errWriter{w: out}
 	if len(h.Revisions) == 0 {
 		_, err := fmt.Fprintf(w, "No ReplicaSets found for %s %s/%s.\n", h.Workload.Kind, h.Workload.Namespace, h.Workload.Name)
@@ -138,7 +141,7 @@ var legends = [][2]string{
 
 // configCell shows the object as kubectl names it (configmap/x), so it can be pasted into kubectl,
 // with the marker that applies, if any. An attached object needs none: that is the normal case.
-func configCell(c Config, style Style) (cell, marker string) {
+func configCell(c history.Config, style Style) (cell, marker string) {
 	s := kubectlName(c.Kind, c.Name)
 	switch {
 	case c.Missing():
@@ -153,7 +156,7 @@ func configCell(c Config, style Style) (cell, marker string) {
 	return s + " " + markerNotRevisioned, markerNotRevisioned
 }
 
-func missingWarning(r Revision, c Config) string {
+func missingWarning(r history.Revision, c history.Config) string {
 	what := fmt.Sprintf("%s %s", c.Kind, c.Name)
 	if r.Pods.Desired > 0 {
 		return fmt.Sprintf("WARNING: revision %s (ReplicaSet %s, %d pods) needs %s, which does not exist: any of its pods that restarts or is rescheduled will fail to start.",
@@ -170,7 +173,7 @@ func revisionString(n int64) string {
 	return fmt.Sprint(n)
 }
 
-func age(r Revision, now time.Time) string {
+func age(r history.Revision, now time.Time) string {
 	if r.CreationTimestamp.IsZero() {
 		return "<unknown>"
 	}

@@ -1,4 +1,4 @@
-package history
+package printer
 
 import (
 	"bytes"
@@ -12,6 +12,7 @@ import (
 	"strings"
 	"unicode/utf8"
 
+	"github.com/configmap-attacher/configmap-attacher/internal/history"
 	"github.com/configmap-attacher/configmap-attacher/internal/refs"
 )
 
@@ -32,7 +33,7 @@ type DiffOptions struct {
 const DefaultContext = 3
 
 // WriteDiff prints the comparison: per config object, a unified diff of each changed key.
-func WriteDiff(w io.Writer, c *Comparison, o DiffOptions) error {
+func WriteDiff(w io.Writer, c *history.Comparison, o DiffOptions) error {
 	if !o.ShowSecrets && len(o.SecretKey) == 0 {
 		o.SecretKey = make([]byte, 32)
 		if _, err := rand.Read(o.SecretKey); err != nil {
@@ -47,7 +48,7 @@ func WriteDiff(w io.Writer, c *Comparison, o DiffOptions) error {
 
 type differ struct {
 	w         io.Writer
-	c         *Comparison
+	c         *history.Comparison
 	o         DiffOptions
 	changed   bool
 	unchanged []string
@@ -55,13 +56,13 @@ type differ struct {
 
 func (d *differ) printf(format string, args ...any) { fmt.Fprintf(d.w, format, args...) }
 
-func side(s Side) string {
+func side(s history.Side) string {
 	return fmt.Sprintf("revision %d (ReplicaSet %s, %s)", s.Revision, s.ReplicaSet, s.Role)
 }
 
 func (d *differ) write() {
 	c := d.c
-	d.printf("%s\n", d.o.paint(ansiBold, fmt.Sprintf("%s: %s -> %s", workloadString(c.Workload), side(c.From), side(c.To))))
+	d.printf("%s\n", d.o.paint(ansiBold, fmt.Sprintf("%s: %s -> %s", c.Workload, side(c.From), side(c.To))))
 	for _, p := range c.Pairs {
 		d.pair(p)
 	}
@@ -77,13 +78,13 @@ func kubectlName(kind refs.Kind, name string) string {
 	return strings.ToLower(string(kind)) + "/" + name
 }
 
-func (d *differ) title(p Pair, format string, args ...any) {
+func (d *differ) title(p history.Pair, format string, args ...any) {
 	d.changed = true
 	d.printf("\n%s\n", d.o.paint(ansiBold, fmt.Sprintf("%s %s: ", p.Kind, p.OriginalName)+fmt.Sprintf(format, args...)))
 }
 
 // gone explains why one side's content cannot be shown.
-func (d *differ) gone(m *Member, rev int64) {
+func (d *differ) gone(m *history.Member, rev int64) {
 	msg := fmt.Sprintf("%s (revision %d) does not exist: deleted, or garbage-collected with the ReplicaSets it was attached to; its content cannot be shown.", m.Name, rev)
 	if m.Optional {
 		d.printf("  %s\n", msg+" It is optional: pods start without it.")
@@ -92,7 +93,7 @@ func (d *differ) gone(m *Member, rev int64) {
 	d.printf("  %s\n", d.o.paint(ansiRed, msg))
 }
 
-func (d *differ) pair(p Pair) {
+func (d *differ) pair(p history.Pair) {
 	f, t := p.From, p.To
 	from, to := d.c.From.Revision, d.c.To.Revision
 	switch {
@@ -135,7 +136,7 @@ func (d *differ) pair(p Pair) {
 }
 
 // content prints the key-by-key difference; a nil side is an object the revision does not use.
-func (d *differ) content(p Pair, a, b *Content) {
+func (d *differ) content(p history.Pair, a, b *history.Content) {
 	if a != nil && b != nil && a.Type != b.Type {
 		d.printf("  type: %s -> %s\n", a.Type, b.Type)
 	}
@@ -218,7 +219,7 @@ func describeBinary(v []byte, ok bool) string {
 	return fmt.Sprintf("%d bytes (sha256 %s)", len(v), hex.EncodeToString(sum[:])[:8])
 }
 
-func value(c *Content, k string) ([]byte, bool) {
+func value(c *history.Content, k string) ([]byte, bool) {
 	if c == nil {
 		return nil, false
 	}
@@ -226,14 +227,14 @@ func value(c *Content, k string) ([]byte, bool) {
 	return v, ok
 }
 
-func binary(c *Content, k string) bool { return c != nil && c.Binary[k] }
+func binary(c *history.Content, k string) bool { return c != nil && c.Binary[k] }
 
 // isText reports whether a Secret value reads as text; other bytes would garble a terminal.
 func isText(v []byte) bool { return utf8.Valid(v) && bytes.IndexByte(v, 0) < 0 }
 
-func unionKeys(a, b *Content) []string {
+func unionKeys(a, b *history.Content) []string {
 	seen := map[string]bool{}
-	for _, c := range []*Content{a, b} {
+	for _, c := range []*history.Content{a, b} {
 		if c == nil {
 			continue
 		}
@@ -249,7 +250,7 @@ func unionKeys(a, b *Content) []string {
 	return out
 }
 
-func sameContent(a, b *Content) bool {
+func sameContent(a, b *history.Content) bool {
 	if a == nil || b == nil {
 		return a == b
 	}
