@@ -4,7 +4,7 @@
 #   hack/tools/build.sh [tool|binary ...]      (no argument: every tool)
 #
 # Tools (one Go module each under hack/tools/<tool>, versions in hack/tools/versions.env):
-#   kubernetes     kube-apiserver kube-controller-manager kube-scheduler kubectl
+#   kubernetes     kube-apiserver kube-controller-manager kube-scheduler kubectl kubelet
 #   etcd           etcd
 #   kwok           kwok kwokctl
 #   argo-rollouts  rollouts-controller kubectl-argo-rollouts (+ CRDs in _output/tools/crds/argo-rollouts)
@@ -40,7 +40,7 @@ ALL_TOOLS=(kubernetes etcd kwok argo-rollouts helm)
 # (read through namerefs, hence invisible to shellcheck).
 # shellcheck disable=SC2034
 {
-  binaries_kubernetes=(kube-apiserver kube-controller-manager kube-scheduler kubectl)
+  binaries_kubernetes=(kube-apiserver kube-controller-manager kube-scheduler kubectl kubelet)
   vars_kubernetes=(KUBERNETES_VERSION KUBERNETES_STAGING_VERSION)
   binaries_etcd=(etcd)
   vars_etcd=(ETCD_VERSION)
@@ -143,7 +143,8 @@ build_kubernetes() {
     k8s.io/kubernetes/cmd/kube-apiserver \
     k8s.io/kubernetes/cmd/kube-controller-manager \
     k8s.io/kubernetes/cmd/kube-scheduler \
-    k8s.io/kubernetes/cmd/kubectl
+    k8s.io/kubernetes/cmd/kubectl \
+    k8s.io/kubernetes/cmd/kubelet
 }
 
 build_etcd() {
