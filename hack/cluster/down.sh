@@ -6,6 +6,11 @@ source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 
 stop_rollouts_controller
 
+# A real node (realnode.sh) first: its containers, mounts and bridge must not outlive the cluster.
+if [[ -d $CLUSTER_DIR/realnode ]]; then
+  CLUSTER_NAME=$CLUSTER_NAME "$ROOT/hack/cluster/realnode.sh" down
+fi
+
 if [[ -d $CLUSTER_DIR ]]; then
   [[ -x $TOOLS_BIN/kwokctl ]] || die "$TOOLS_BIN/kwokctl is missing (needed to stop the cluster's processes): run hack/tools/build.sh kwok"
   log "kwokctl delete cluster"
