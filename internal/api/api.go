@@ -25,3 +25,18 @@ const OriginalNameAnnotation = "configmap-attacher.io/name"
 // FieldManager names our writes in managedFields and audit logs; managedFields is also how we tell the
 // ownerReferences we wrote from those anyone else wrote.
 const FieldManager = "configmap-attacher"
+
+// InUseFinalizer holds an opted-in ConfigMap or Secret while anything live uses it: a deletion from any
+// source (the garbage collector, Helm, kubectl) then completes only once nothing does. The controller
+// adds it and alone removes it; `configmap-attacher release` takes it off everywhere (uninstall).
+const InUseFinalizer = "configmap-attacher.io/in-use-protection"
+
+// HasFinalizer reports whether finalizers holds f.
+func HasFinalizer(finalizers []string, f string) bool {
+	for _, x := range finalizers {
+		if x == f {
+			return true
+		}
+	}
+	return false
+}

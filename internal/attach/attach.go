@@ -4,6 +4,8 @@ import (
 	"context"
 	"fmt"
 
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
 	"github.com/configmap-attacher/configmap-attacher/internal/revision"
 )
 
@@ -17,6 +19,9 @@ type Options struct {
 	// InFlight reports changes written moments ago whose effect the caller's cache has not shown yet
 	// (the controller's expectations): they are skipped rather than sent again.
 	InFlight func(Change) bool
+	// Wanted re-checks an object read again after a write conflict (the controller: is it still
+	// opted in?); a change whose object is no longer wanted is dropped. Nil wants everything.
+	Wanted func(*metav1.PartialObjectMetadata) bool
 }
 
 // Result says what Attach found and did.
@@ -31,6 +36,8 @@ type Result struct {
 	Written []Change
 	// Gone are the changes whose object was deleted before it could be written.
 	Gone []Change
+	// Dropped are the changes whose object, read again, was no longer wanted.
+	Dropped []Change
 }
 
 // Attach ties the config objects rev's pod template uses to rev: it plans (refusing what the garbage
@@ -61,6 +68,5 @@ func (w *Writer) Attach(ctx context.Context, rev *revision.Revision, objects []O
 	if o.DryRun {
 		return r, nil
 	}
-	r.Written, r.Gone, err = w.Apply(ctx, todo)
-	return r, err
+	return r, w.write(ctx, todo, o.Wanted, r)
 }

@@ -42,11 +42,12 @@ func (w *Writer) Validate(ctx context.Context, changes []Change) error {
 // and under load each waits on the API server.
 const applyParallelism = 4
 
-// Apply writes the changes and returns those it wrote and those whose object was deleted meanwhile
-// (nothing left to attach). Every other failure is returned, joined: one object's transient error must
-// not hide behind another's success or disappearance. A change whose object gained the reference
-// meanwhile (another attacher) costs no write and is in neither list.
-func (w *Writer) Apply(ctx context.Context, changes []Change) (written, gone []Change, err error) {
+// write writes the changes and sorts them into r: written, gone (the object was deleted meanwhile:
+// nothing left to attach) or dropped (a re-read shows the object no longer wanted). Every other failure
+// is returned, joined: one object's transient error must not hide behind another's success or
+// disappearance. A change whose object gained the reference meanwhile (another attacher) costs no
+// write and is in no list.
+func (w *Writer) write(ctx context.Context, changes []Change, wanted func(*metav1.PartialObjectMetadata) bool, r *Result) error {
 	var (
 		mu   sync.Mutex
 		errs []error
@@ -59,27 +60,38 @@ func (w *Writer) Apply(ctx context.Context, changes []Change) (written, gone []C
 		go func() {
 			defer wg.Done()
 			defer func() { <-slots }()
-			wrote, err := w.apply(ctx, c)
+			outcome, err := w.apply(ctx, c, wanted)
 			mu.Lock()
 			defer mu.Unlock()
 			switch {
 			case apierrors.IsNotFound(err):
-				gone = append(gone, c)
+				r.Gone = append(r.Gone, c)
 			case err != nil:
 				errs = append(errs, err)
-			case wrote:
-				written = append(written, c)
+			case outcome == wrote:
+				r.Written = append(r.Written, c)
+			case outcome == unwanted:
+				r.Dropped = append(r.Dropped, c)
 			}
 		}()
 	}
 	wg.Wait()
-	return written, gone, errors.Join(errs...)
+	return errors.Join(errs...)
 }
 
-func (w *Writer) apply(ctx context.Context, c Change) (bool, error) {
+// outcome of one change.
+type outcome int
+
+const (
+	unchanged outcome = iota // someone else attached it meanwhile
+	wrote
+	unwanted // the re-read object is no longer one to attach
+)
+
+func (w *Writer) apply(ctx context.Context, c Change, wanted func(*metav1.PartialObjectMetadata) bool) (outcome, error) {
 	log := logging.FromContext(ctx).With("object", c.Object.String(), "revision", c.Revision.String())
 	rv := c.Object.Meta.ResourceVersion
-	wrote := false
+	result := unchanged
 	err := retry.RetryOnConflict(retry.DefaultRetry, func() error {
 		if rv == "" {
 			// Our view was stale: re-read and decide again rather than risk merging into an
@@ -93,6 +105,12 @@ func (w *Writer) apply(ctx context.Context, c Change) (bool, error) {
 				log.Debug("already attached by someone else")
 				return nil
 			}
+			if wanted != nil && !wanted(fresh) {
+				// Opted out (or being deleted) since we planned: the plan no longer holds.
+				log.Info("not attaching: the object changed and is no longer opted in")
+				result = unwanted
+				return nil
+			}
 			rv = fresh.ResourceVersion
 		}
 		_, err := w.patch(ctx, c, rv, false)
@@ -103,19 +121,19 @@ func (w *Writer) apply(ctx context.Context, c Change) (bool, error) {
 		if err != nil {
 			return err
 		}
-		wrote = true
+		result = wrote
 		return nil
 	})
 	if err != nil {
-		return false, err
+		return unchanged, err
 	}
-	if wrote {
+	if result == wrote {
 		log.Info("attached", "uid", c.Revision.UID, "revisionNumber", c.Revision.Number)
 		if w.Events != nil {
 			w.Events.Attached(ctx, c.Object, "Attached to "+c.Revision.Describe())
 		}
 	}
-	return wrote, nil
+	return result, nil
 }
 
 // patch sends a strategic merge patch: ownerReferences merge by uid, so other owners stay. The

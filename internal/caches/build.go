@@ -1,11 +1,7 @@
 package caches
 
 import (
-	"fmt"
-
-	appsv1 "k8s.io/api/apps/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/client-go/dynamic/dynamicinformer"
 	"k8s.io/client-go/informers"
@@ -51,10 +47,16 @@ func New(clients *kube.Clients, o Options) (*Caches, error) {
 	optedIn := labels.SelectorFromSet(labels.Set{api.RevisionedLabel: api.RevisionedValue}).String()
 	for _, ns := range namespaces {
 		typed := informers.NewSharedInformerFactoryWithOptions(clients.Kube, 0,
-			informers.WithNamespace(ns), informers.WithTransform(reduceTyped))
+			informers.WithNamespace(ns), informers.WithTransform(transform))
 		for kind, inf := range map[Kind]cache.SharedIndexInformer{
-			ReplicaSet: typed.Apps().V1().ReplicaSets().Informer(),
-			Deployment: typed.Apps().V1().Deployments().Informer(),
+			Pod:                typed.Core().V1().Pods().Informer(),
+			ReplicaSet:         typed.Apps().V1().ReplicaSets().Informer(),
+			ControllerRevision: typed.Apps().V1().ControllerRevisions().Informer(),
+			Job:                typed.Batch().V1().Jobs().Informer(),
+			CronJob:            typed.Batch().V1().CronJobs().Informer(),
+			Deployment:         typed.Apps().V1().Deployments().Informer(),
+			StatefulSet:        typed.Apps().V1().StatefulSets().Informer(),
+			DaemonSet:          typed.Apps().V1().DaemonSets().Informer(),
 		} {
 			if err := inf.AddIndexers(UserIndexers()); err != nil {
 				return nil, err
@@ -66,7 +68,7 @@ func New(clients *kube.Clients, o Options) (*Caches, error) {
 		if o.Rollouts {
 			dyn := dynamicinformer.NewFilteredDynamicSharedInformerFactory(clients.Dynamic, 0, ns, nil)
 			inf := dyn.ForResource(workload.RolloutGVR).Informer()
-			if err := inf.SetTransform(reduceRollout); err != nil {
+			if err := inf.SetTransform(transform); err != nil {
 				return nil, err
 			}
 			if err := inf.AddIndexers(UserIndexers()); err != nil {
@@ -83,6 +85,9 @@ func New(clients *kube.Clients, o Options) (*Caches, error) {
 		for _, kind := range o.ConfigKinds {
 			inf := meta.ForResource(kind.GVR()).Informer()
 			if err := inf.SetTransform(trimConfig); err != nil {
+				return nil, err
+			}
+			if err := inf.AddIndexers(ConfigIndexers()); err != nil {
 				return nil, err
 			}
 			configs[kind] = append(configs[kind], inf)
@@ -114,45 +119,6 @@ func (c *Caches) Start(stop <-chan struct{}) {
 // WaitForSync waits until every informer has synced; false if stop closed first.
 func (c *Caches) WaitForSync(stop <-chan struct{}) bool {
 	return cache.WaitForCacheSync(stop, c.synced...)
-}
-
-// Reduce turns a typed workload or revision into the User the caches keep of it.
-func Reduce(obj any) (*User, error) {
-	u, err := reduceTyped(obj)
-	if err != nil {
-		return nil, err
-	}
-	if user, ok := u.(*User); ok {
-		return user, nil
-	}
-	return nil, fmt.Errorf("%T is not a kind that uses config", obj)
-}
-
-// reduceTyped is the transform of the typed informers. Transforms may see an object twice.
-func reduceTyped(obj any) (any, error) {
-	switch o := obj.(type) {
-	case *appsv1.ReplicaSet:
-		return reduce("apps/v1", ReplicaSet, &o.ObjectMeta, refs.FromPodSpec(&o.Spec.Template.Spec)), nil
-	case *appsv1.Deployment:
-		return reduce("apps/v1", Deployment, &o.ObjectMeta, refs.FromPodSpec(&o.Spec.Template.Spec)), nil
-	}
-	return obj, nil
-}
-
-func reduceRollout(obj any) (any, error) {
-	u, ok := obj.(*unstructured.Unstructured)
-	if !ok {
-		return obj, nil
-	}
-	ro, err := workload.RolloutFromUnstructured(u)
-	if err != nil {
-		return nil, err
-	}
-	var used refs.Set
-	if ro.Spec.Template != nil {
-		used = refs.FromPodSpec(&ro.Spec.Template.Spec)
-	}
-	return reduce(u.GetAPIVersion(), Rollout, &ro.ObjectMeta, used), nil
 }
 
 // trimConfig drops what we never read of a config object's metadata: managedFields and the

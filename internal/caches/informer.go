@@ -11,11 +11,28 @@ import (
 	"github.com/configmap-attacher/configmap-attacher/internal/refs"
 )
 
-// Index names on User informers: which users reference a config object, and which a workload owns.
+// Index names. On User informers: which users reference a config object (ByConfig), and which a
+// workload controls (ByOwner). On config informers: which config objects a revision owns (ByOwner).
 const (
 	ByConfig = "byConfig"
 	ByOwner  = "byOwner"
 )
+
+// ConfigIndexers are the indexes every config informer has.
+func ConfigIndexers() cache.Indexers { return cache.Indexers{ByOwner: indexConfigByOwner} }
+
+// indexConfigByOwner lists every owner of a config object, not only a controller.
+func indexConfigByOwner(obj any) ([]string, error) {
+	m, ok := obj.(*metav1.PartialObjectMetadata)
+	if !ok {
+		return nil, nil
+	}
+	out := make([]string, len(m.OwnerReferences))
+	for i, o := range m.OwnerReferences {
+		out[i] = string(o.UID)
+	}
+	return out, nil
+}
 
 // ConfigKey is the ByConfig index value of a config object.
 func ConfigKey(namespace string, r refs.Ref) string {
@@ -171,9 +188,27 @@ func NewUserInformerForTest(users ...*User) *Informer[*User] {
 
 // NewConfigInformerForTest is a config informer that is never started: tests add objects to it directly.
 func NewConfigInformerForTest(objs ...*metav1.PartialObjectMetadata) *Informer[*metav1.PartialObjectMetadata] {
-	inf := cache.NewSharedIndexInformer(nil, &metav1.PartialObjectMetadata{}, 0, cache.Indexers{})
+	inf := cache.NewSharedIndexInformer(nil, &metav1.PartialObjectMetadata{}, 0, ConfigIndexers())
 	for _, o := range objs {
 		_ = inf.GetIndexer().Add(o)
 	}
 	return NewInformer[*metav1.PartialObjectMetadata](inf)
+}
+
+// UsersOf returns every cached object, of any kind, whose pods or pod template reference r.
+func (c *Caches) UsersOf(namespace string, r refs.Ref) ([]*User, error) {
+	var out []*User
+	var errs []error
+	for _, kind := range UserKinds() {
+		inf, ok := c.Users[kind]
+		if !ok {
+			continue
+		}
+		us, err := inf.ByIndex(ByConfig, ConfigKey(namespace, r))
+		if err != nil {
+			errs = append(errs, err)
+		}
+		out = append(out, us...)
+	}
+	return out, errors.Join(errs...)
 }

@@ -20,10 +20,21 @@ import (
 type Kind string
 
 const (
-	ReplicaSet Kind = "ReplicaSet"
-	Deployment Kind = "Deployment"
-	Rollout    Kind = "Rollout"
+	Pod                Kind = "Pod"
+	ReplicaSet         Kind = "ReplicaSet"
+	ControllerRevision Kind = "ControllerRevision"
+	Job                Kind = "Job"
+	CronJob            Kind = "CronJob"
+	Deployment         Kind = "Deployment"
+	StatefulSet        Kind = "StatefulSet"
+	DaemonSet          Kind = "DaemonSet"
+	Rollout            Kind = "Rollout"
 )
+
+// UserKinds are every kind whose pods or pod templates can name config, in the order users are listed.
+func UserKinds() []Kind {
+	return []Kind{Pod, ReplicaSet, ControllerRevision, Job, CronJob, Deployment, StatefulSet, DaemonSet, Rollout}
+}
 
 // User is a cached object that uses config, reduced to what the controllers read.
 type User struct {
@@ -34,6 +45,10 @@ type User struct {
 	metav1.ObjectMeta
 	// Refs are the config objects its pod spec references, distinct and sorted.
 	Refs []refs.Ref
+	// Number is the revision number of a ReplicaSet or ControllerRevision, 0 for other kinds.
+	Number int64
+	// Finished is true for a pod the kubelet is done with: it reads no config any more.
+	Finished bool
 }
 
 // Kind is the original object's kind.
@@ -61,42 +76,46 @@ func (u *User) Uses(r refs.Ref) bool {
 func (u *User) Revision() *revision.Revision {
 	return &revision.Revision{
 		APIVersion: u.APIVersion, Kind: u.TypeMeta.Kind, Namespace: u.Namespace, Name: u.Name, UID: u.UID,
-		Number: revision.Number(u.Annotations), Deleting: u.DeletionTimestamp != nil,
+		Number: u.Number, Deleting: u.DeletionTimestamp != nil,
 	}
 }
 
 // DeepCopyObject makes User a runtime.Object, as informer stores require.
 func (u *User) DeepCopyObject() runtime.Object {
-	out := &User{TypeMeta: u.TypeMeta, Refs: append([]refs.Ref(nil), u.Refs...)}
+	out := &User{TypeMeta: u.TypeMeta, Refs: append([]refs.Ref(nil), u.Refs...), Number: u.Number, Finished: u.Finished}
 	u.ObjectMeta.DeepCopyInto(&out.ObjectMeta)
 	return out
 }
 
-// keptAnnotations are the only annotations a User keeps.
-func keptAnnotations(in map[string]string) map[string]string {
-	var out map[string]string
-	for _, k := range []string{api.AttachAllAnnotation, revision.RolloutAnnotation, revision.DeploymentAnnotation} {
-		if v, ok := in[k]; ok {
-			if out == nil {
-				out = map[string]string{}
-			}
-			out[k] = v
-		}
+// Live reports whether the object can still make a pod read config: a pod the kubelet has not finished
+// with, or a pod template whose owner is not being deleted (a controller creates no pods from an object
+// being deleted). Like pvcprotection, a pod being deleted still counts until the kubelet is done.
+func (u *User) Live() bool {
+	if u.Kind() == Pod {
+		shutDown := u.DeletionTimestamp != nil && u.DeletionGracePeriodSeconds != nil && *u.DeletionGracePeriodSeconds == 0
+		return !u.Finished && !shutDown
 	}
-	return out
+	return u.DeletionTimestamp == nil
 }
 
-// reduce builds the User of an object from its metadata and pod spec references.
+// reduce builds the User of an object from its metadata and pod spec references. Pods keep no labels
+// (the largest cache, and nothing reads them); of the annotations only attach-all is kept.
 func reduce(apiVersion string, kind Kind, meta *metav1.ObjectMeta, used refs.Set) *User {
 	u := &User{
 		TypeMeta: metav1.TypeMeta{APIVersion: apiVersion, Kind: string(kind)},
 		ObjectMeta: metav1.ObjectMeta{
 			Name: meta.Name, Namespace: meta.Namespace, UID: meta.UID, ResourceVersion: meta.ResourceVersion,
 			Generation: meta.Generation, CreationTimestamp: meta.CreationTimestamp,
-			DeletionTimestamp: meta.DeletionTimestamp, Labels: meta.Labels,
-			Annotations: keptAnnotations(meta.Annotations), OwnerReferences: meta.OwnerReferences,
+			DeletionTimestamp: meta.DeletionTimestamp, DeletionGracePeriodSeconds: meta.DeletionGracePeriodSeconds,
+			OwnerReferences: meta.OwnerReferences,
 		},
 		Refs: used.Sorted(),
+	}
+	if kind != Pod {
+		u.Labels = meta.Labels
+	}
+	if v, ok := meta.Annotations[api.AttachAllAnnotation]; ok {
+		u.Annotations = map[string]string{api.AttachAllAnnotation: v}
 	}
 	return u
 }

@@ -1,6 +1,8 @@
 // Package controller is the attach controller: it keeps every opted-in ConfigMap and Secret attached to
-// every revision (ReplicaSet of a Rollout or Deployment) whose pod template uses it, level-triggered,
-// from informer caches, through the same attach step as the Job mode (attach.Writer.Attach).
+// every revision whose pod template uses it — ReplicaSets (Deployments, Rollouts), ControllerRevisions
+// (StatefulSets, DaemonSets), Jobs, CronJobs and bare Pods — level-triggered, from informer caches,
+// through the same attach step as the Job mode (attach.Writer.Attach). When a revision stops using an
+// object (a CronJob's template changes in place), it takes back the ownerReference it wrote.
 //
 // It is built like kubernetes/sample-controller: New receives the caches (built and started by
 // internal/manager, filled directly by unit tests), event handlers turn changes into revision keys,
@@ -9,6 +11,7 @@ package controller
 
 import (
 	"errors"
+	"slices"
 	"time"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -30,28 +33,43 @@ const Name = "attach"
 // expectationsTTL bounds how long a write we made may go unseen in the cache before we write again.
 const expectationsTTL = time.Minute
 
-// Controller syncs revisions, keyed "Kind/namespace/name" (caches.Key).
-type Controller struct {
-	caches   *caches.Caches
-	writer   *attach.Writer
-	metrics  *metrics.Metrics
-	selector labels.Selector
-	pending  *expectations
-	loop     *reconcile.Loop
+// RevisionKinds are the kinds whose objects own config: each holds one revision of a pod template.
+func RevisionKinds() []caches.Kind {
+	return []caches.Kind{caches.ReplicaSet, caches.ControllerRevision, caches.Job, caches.CronJob, caches.Pod}
 }
 
-// New wires the controller to its caches; nothing runs until Run. selector narrows the ReplicaSets
-// attached (nil: all).
-func New(c *caches.Caches, writer *attach.Writer, m *metrics.Metrics, selector labels.Selector) (*Controller, error) {
-	if selector == nil {
-		selector = labels.Everything()
+// Options tune what the controller attaches.
+type Options struct {
+	// ReplicaSetSelector narrows the ReplicaSets attached (nil: all). It never narrows protection.
+	ReplicaSetSelector labels.Selector
+	// AttachAllNamespaces are where an administrator allowed the attach-all annotation; "*" is every
+	// namespace. Elsewhere the annotation is ignored.
+	AttachAllNamespaces []string
+}
+
+// Controller syncs revisions, keyed "Kind/namespace/name" (caches.Key).
+type Controller struct {
+	caches  *caches.Caches
+	writer  *attach.Writer
+	metrics *metrics.Metrics
+	opts    Options
+	pending *expectations
+	loop    *reconcile.Loop
+}
+
+// New wires the controller to its caches; nothing runs until its Loop runs.
+func New(c *caches.Caches, writer *attach.Writer, m *metrics.Metrics, o Options) (*Controller, error) {
+	if o.ReplicaSetSelector == nil {
+		o.ReplicaSetSelector = labels.Everything()
 	}
-	ctl := &Controller{caches: c, writer: writer, metrics: m, selector: selector, pending: newExpectations(expectationsTTL)}
+	ctl := &Controller{caches: c, writer: writer, metrics: m, opts: o, pending: newExpectations(expectationsTTL)}
 	ctl.loop = &reconcile.Loop{Name: Name, Queue: reconcile.NewQueue(Name), Sync: ctl.sync, Metrics: m,
 		Permanent: func(err error) bool { return errors.Is(err, attach.ErrInvalid) }}
-	if rs, ok := c.Users[caches.ReplicaSet]; ok {
-		if err := rs.AddEventHandler(ctl.revisionHandler()); err != nil {
-			return nil, err
+	for _, kind := range RevisionKinds() {
+		if inf, ok := c.Users[kind]; ok {
+			if err := inf.AddEventHandler(ctl.revisionHandler()); err != nil {
+				return nil, err
+			}
 		}
 	}
 	for kind, inf := range c.Configs {
@@ -59,7 +77,7 @@ func New(c *caches.Caches, writer *attach.Writer, m *metrics.Metrics, selector l
 			return nil, err
 		}
 	}
-	for _, kind := range []caches.Kind{caches.Deployment, caches.Rollout} {
+	for _, kind := range []caches.Kind{caches.Deployment, caches.Rollout, caches.StatefulSet, caches.DaemonSet, caches.CronJob} {
 		if inf, ok := c.Users[kind]; ok {
 			if err := inf.AddEventHandler(ctl.workloadHandler()); err != nil {
 				return nil, err
@@ -85,12 +103,13 @@ func (c *Controller) revisionHandler() cache.ResourceEventHandler {
 			}
 		},
 		UpdateFunc: func(old, cur any) {
-			// Status and annotation updates (every scale step) cannot change what to attach; spec
-			// (generation), owner and deletion changes can.
+			// Status updates (every scale step, every pod phase) cannot change what to attach;
+			// references, owners, labels (the selector), our annotation and deletion can.
 			o, okO := caches.UserOf(old)
 			n, okN := caches.UserOf(cur)
-			if okO && okN && (o.UID != n.UID || o.Generation != n.Generation || (o.DeletionTimestamp == nil) != (n.DeletionTimestamp == nil) ||
-				!equalOwners(o.OwnerReferences, n.OwnerReferences) || !labels.Equals(o.Labels, n.Labels)) {
+			if okO && okN && (o.UID != n.UID || !slices.Equal(o.Refs, n.Refs) || (o.DeletionTimestamp == nil) != (n.DeletionTimestamp == nil) ||
+				!equalOwners(o.OwnerReferences, n.OwnerReferences) || !labels.Equals(o.Labels, n.Labels) ||
+				o.Annotations[api.AttachAllAnnotation] != n.Annotations[api.AttachAllAnnotation]) {
 				c.enqueue(n)
 			}
 		},
@@ -145,17 +164,19 @@ func (c *Controller) workloadHandler() cache.ResourceEventHandler {
 	}
 }
 
-// enqueueUsers enqueues the revisions whose index has value.
+// enqueueUsers enqueues the revisions, of every kind, whose index has value.
 func (c *Controller) enqueueUsers(index, value string) {
-	rs, ok := c.caches.Users[caches.ReplicaSet]
-	if !ok {
-		return
-	}
-	users, err := rs.ByIndex(index, value)
-	if err != nil {
-		utilruntime.HandleError(err)
-	}
-	for _, u := range users {
-		c.enqueue(u)
+	for _, kind := range RevisionKinds() {
+		inf, ok := c.caches.Users[kind]
+		if !ok {
+			continue
+		}
+		users, err := inf.ByIndex(index, value)
+		if err != nil {
+			utilruntime.HandleError(err)
+		}
+		for _, u := range users {
+			c.enqueue(u)
+		}
 	}
 }

@@ -2,7 +2,9 @@ package controller
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"slices"
 	"strings"
 	"time"
 
@@ -16,12 +18,12 @@ import (
 	"github.com/configmap-attacher/configmap-attacher/internal/caches"
 	"github.com/configmap-attacher/configmap-attacher/internal/logging"
 	"github.com/configmap-attacher/configmap-attacher/internal/reconcile"
-	"github.com/configmap-attacher/configmap-attacher/internal/workload"
+	"github.com/configmap-attacher/configmap-attacher/internal/refs"
 )
 
-// sync makes every opted-in config object used by one revision carry an ownerReference to it. It
-// reads only caches (and, for attach-all workloads, the few objects not in them) and writes only what
-// is missing.
+// sync makes every opted-in config object used by one revision carry an ownerReference to it, and
+// takes back the references it wrote to objects the revision no longer uses. It reads only caches
+// (and, for attach-all workloads, the few objects not in them) and writes only what is missing.
 func (c *Controller) sync(ctx context.Context, key string) (reconcile.Result, error) {
 	kind, namespace, name, err := splitKey(key)
 	if err != nil {
@@ -35,18 +37,25 @@ func (c *Controller) sync(ctx context.Context, key string) (reconcile.Result, er
 	if err != nil || !exists {
 		return reconcile.Result{}, err // gone: the garbage collector takes it from here
 	}
-	owner, follows := c.follows(u)
-	if !follows || u.DeletionTimestamp != nil {
+	if !c.follows(u) || u.DeletionTimestamp != nil {
 		return reconcile.Result{}, nil
 	}
 	ctx = logging.NewContext(ctx, logging.FromContext(ctx).With("revision", key))
-	objects, err := c.usedObjects(ctx, u, c.attachAll(u, owner))
+	all := c.attachAll(u)
+	if err := c.detachUnused(ctx, u); err != nil {
+		return reconcile.Result{}, err
+	}
+	objects, err := c.usedObjects(ctx, u, all)
 	if err != nil || len(objects) == 0 {
 		return reconcile.Result{}, err
 	}
 	res, err := c.writer.Attach(ctx, u.Revision(), objects, attach.Options{
 		// Our own recent writes may not have reached the cache yet; writing again would cost a conflict.
 		InFlight: func(ch attach.Change) bool { return c.pending.has(ch.Object.Meta.UID, u.UID) },
+		// A conflict means the object changed since the cache showed it: still opted in?
+		Wanted: func(m *metav1.PartialObjectMetadata) bool {
+			return m.DeletionTimestamp == nil && (all || api.OptedIn(m.Labels))
+		},
 	})
 	if res == nil {
 		return reconcile.Result{}, err
@@ -66,6 +75,29 @@ func (c *Controller) sync(ctx context.Context, key string) (reconcile.Result, er
 	return result, err
 }
 
+// detachUnused takes back the ownerReferences we wrote from the revision to opted-in objects its pod
+// template no longer references. Only a CronJob's (or a bare ReplicaSet's) template changes in place;
+// the objects its earlier Jobs or pods still use stay theirs, and in-use protection holds them.
+func (c *Controller) detachUnused(ctx context.Context, u *caches.User) error {
+	var errs []error
+	for kind, inf := range c.caches.Configs {
+		owned, err := inf.ByIndex(caches.ByOwner, string(u.UID))
+		if err != nil {
+			errs = append(errs, err)
+			continue
+		}
+		for _, m := range owned {
+			if u.Uses(refs.Ref{Kind: kind, Name: m.Name}) {
+				continue
+			}
+			if _, err := c.writer.Detach(ctx, kind, m.Namespace, m.Name, u.UID); err != nil {
+				errs = append(errs, err)
+			}
+		}
+	}
+	return errors.Join(errs...)
+}
+
 func splitKey(key string) (caches.Kind, string, string, error) {
 	parts := strings.SplitN(key, "/", 3)
 	if len(parts) != 3 || parts[0] == "" || parts[2] == "" {
@@ -74,36 +106,49 @@ func splitKey(key string) (caches.Kind, string, string, error) {
 	return caches.Kind(parts[0]), parts[1], parts[2], nil
 }
 
-// follows reports whether the revision is one we attach to, and returns its workload's controller
-// reference: a ReplicaSet controlled by a Deployment or a Rollout, matching -replicaset-selector.
-func (c *Controller) follows(u *caches.User) (*metav1.OwnerReference, bool) {
-	if u.Kind() != caches.ReplicaSet || !c.selector.Matches(labels.Set(u.Labels)) {
-		return nil, false
-	}
+// follows reports whether the object is a revision we attach to: any ReplicaSet matching
+// -replicaset-selector, a ControllerRevision of a StatefulSet or DaemonSet, any Job or CronJob, and a
+// Pod no controller manages (a controller's pods read config through its revision).
+func (c *Controller) follows(u *caches.User) bool {
 	owner := metav1.GetControllerOfNoCopy(u)
-	if owner == nil {
-		return nil, false
+	switch u.Kind() {
+	case caches.ReplicaSet:
+		return c.opts.ReplicaSetSelector.Matches(labels.Set(u.Labels))
+	case caches.ControllerRevision:
+		return owner != nil && isApps(owner) && (owner.Kind == "StatefulSet" || owner.Kind == "DaemonSet")
+	case caches.Job, caches.CronJob:
+		return true
+	case caches.Pod:
+		return owner == nil
 	}
-	gv, err := schema.ParseGroupVersion(owner.APIVersion)
-	if err != nil {
-		return nil, false
-	}
-	switch {
-	case gv.Group == workload.RolloutGVR.Group && owner.Kind == string(workload.Rollout),
-		gv.Group == "apps" && owner.Kind == string(workload.Deployment):
-		return owner, true
-	}
-	return nil, false
+	return false
 }
 
-// attachAll reports whether the revision's workload opts in everything it references.
-func (c *Controller) attachAll(u *caches.User, owner *metav1.OwnerReference) bool {
-	inf, ok := c.caches.Users[caches.Kind(owner.Kind)]
-	if !ok {
+func isApps(ref *metav1.OwnerReference) bool {
+	gv, err := schema.ParseGroupVersion(ref.APIVersion)
+	return err == nil && gv.Group == "apps"
+}
+
+// attachAll reports whether the revision's workload (its controller, or itself when it has none)
+// opts in everything it references, in a namespace where an administrator allowed that.
+func (c *Controller) attachAll(u *caches.User) bool {
+	if !slices.Contains(c.opts.AttachAllNamespaces, u.Namespace) && !slices.Contains(c.opts.AttachAllNamespaces, "*") {
 		return false
 	}
-	w, exists, err := inf.Get(u.Namespace, owner.Name)
-	return err == nil && exists && w.UID == owner.UID && w.Annotations[api.AttachAllAnnotation] == "true"
+	w := u
+	if owner := metav1.GetControllerOfNoCopy(u); owner != nil {
+		inf, ok := c.caches.Users[caches.Kind(owner.Kind)]
+		if !ok {
+			return false
+		}
+		var exists bool
+		var err error
+		w, exists, err = inf.Get(u.Namespace, owner.Name)
+		if err != nil || !exists || w.UID != owner.UID {
+			return false
+		}
+	}
+	return w.Annotations[api.AttachAllAnnotation] == "true"
 }
 
 // usedObjects returns the opted-in config objects the revision's pod template references. Objects
@@ -118,6 +163,9 @@ func (c *Controller) usedObjects(ctx context.Context, u *caches.User, all bool) 
 		m, exists, err := inf.Get(u.Namespace, r.Name)
 		if err != nil {
 			return nil, err
+		}
+		if exists && m.DeletionTimestamp != nil {
+			continue // being deleted: in-use protection holds it while this revision uses it
 		}
 		if exists {
 			out = append(out, attach.Object{Kind: r.Kind, Meta: m})
@@ -134,7 +182,9 @@ func (c *Controller) usedObjects(ctx context.Context, u *caches.User, all bool) 
 		if err != nil {
 			return nil, err
 		}
-		out = append(out, attach.Object{Kind: r.Kind, Meta: m})
+		if m.DeletionTimestamp == nil {
+			out = append(out, attach.Object{Kind: r.Kind, Meta: m})
+		}
 	}
 	return out, nil
 }

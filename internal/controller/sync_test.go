@@ -58,7 +58,7 @@ func newFixture(t *testing.T, users []*caches.User, configs []*metav1.PartialObj
 		byKind[u.Kind()] = append(byKind[u.Kind()], u)
 	}
 	cs := &caches.Caches{Users: map[caches.Kind]*caches.Informer[*caches.User]{}, Configs: map[refs.Kind]*caches.Informer[*metav1.PartialObjectMetadata]{}}
-	for _, k := range []caches.Kind{caches.ReplicaSet, caches.Deployment, caches.Rollout} {
+	for _, k := range caches.UserKinds() {
 		cs.Users[k] = caches.NewUserInformerForTest(byKind[k]...)
 	}
 	for _, k := range refs.Kinds() {
@@ -70,7 +70,7 @@ func newFixture(t *testing.T, users []*caches.User, configs []*metav1.PartialObj
 		}
 		cs.Configs[k] = caches.NewConfigInformerForTest(ofKind...)
 	}
-	c, err := New(cs, &attach.Writer{Client: f.meta}, nil, labels.Everything())
+	c, err := New(cs, &attach.Writer{Client: f.meta}, nil, Options{AttachAllNamespaces: []string{testutil.Namespace}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -140,14 +140,12 @@ func TestSyncSkipsWhatItMustNotAttach(t *testing.T) {
 	spec := testutil.PodSpec([]string{"cm"})
 	ro := testutil.Rollout("demo", "ro-uid", "aaa")
 	alreadyOwned := testutil.ReplicaSet(ro, workload.Rollout, "aaa", 1, spec)
-	orphan := testutil.ReplicaSet(ro, workload.Rollout, "bbb", 2, spec)
-	orphan.OwnerReferences = nil // a bare ReplicaSet: not a workload revision
 	deleting := testutil.ReplicaSet(ro, workload.Rollout, "ccc", 3, spec)
 	deleting.DeletionTimestamp = &metav1.Time{Time: time.Now()}
 	cm := testutil.ConfigMeta(refs.ConfigMap, "cm", true, revision.FromReplicaSet(alreadyOwned).OwnerReference())
-	f := newFixture(t, []*caches.User{user(alreadyOwned), user(orphan), user(deleting)}, []*metav1.PartialObjectMetadata{cm})
+	f := newFixture(t, []*caches.User{user(alreadyOwned), user(deleting)}, []*metav1.PartialObjectMetadata{cm})
 
-	for _, name := range []string{"demo-aaa", "demo-bbb", "demo-ccc", "does-not-exist"} {
+	for _, name := range []string{"demo-aaa", "demo-ccc", "does-not-exist"} {
 		f.sync(caches.Key(caches.ReplicaSet, testutil.Namespace, name))
 	}
 	if got := f.patched(); len(got) != 0 {
@@ -181,11 +179,27 @@ func TestSyncAttachAllAnnotation(t *testing.T) {
 	}
 }
 
+func TestSyncAttachAllOnlyWhereAnAdministratorAllowedIt(t *testing.T) {
+	d := testutil.Deployment("web", "d-uid", testutil.PodSpec([]string{"plain-cm"}))
+	d.Annotations = map[string]string{api.AttachAllAnnotation: "true"}
+	rs := testutil.ReplicaSet(d, workload.Deployment, "aaa", 1, d.Spec.Template.Spec)
+	dep, err := caches.Reduce(d)
+	if err != nil {
+		t.Fatal(err)
+	}
+	f := newFixture(t, []*caches.User{user(rs), dep}, configMaps(false, "plain-cm"))
+	f.c.opts.AttachAllNamespaces = []string{"another-namespace"}
+	f.sync(key(rs))
+	if got := f.patched(); len(got) != 0 {
+		t.Fatalf("patched %v: the annotation alone must not opt anything in outside the allowed namespaces", got)
+	}
+}
+
 func TestSyncHonoursTheReplicaSetSelector(t *testing.T) {
 	d := testutil.Deployment("web", "d-uid", testutil.PodSpec([]string{"cm"}))
 	rs := testutil.ReplicaSet(d, workload.Deployment, "aaa", 1, d.Spec.Template.Spec)
 	f := newFixture(t, []*caches.User{user(rs)}, configMaps(true, "cm"))
-	f.c.selector = labels.SelectorFromSet(labels.Set{"team": "payments"})
+	f.c.opts.ReplicaSetSelector = labels.SelectorFromSet(labels.Set{"team": "payments"})
 	f.sync(key(rs))
 	if got := f.patched(); len(got) != 0 {
 		t.Fatalf("patched %v for a ReplicaSet outside -replicaset-selector", got)

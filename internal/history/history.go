@@ -11,6 +11,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 
+	"github.com/configmap-attacher/configmap-attacher/internal/api"
 	"github.com/configmap-attacher/configmap-attacher/internal/refs"
 	"github.com/configmap-attacher/configmap-attacher/internal/revision"
 	"github.com/configmap-attacher/configmap-attacher/internal/workload"
@@ -67,6 +68,10 @@ type Config struct {
 	Revisioned bool `json:"revisioned"`
 	// Optional is true when every reference to it is marked optional: pods start without it.
 	Optional bool `json:"optional"`
+	// Deleting is true once someone deleted the object (it has a deletionTimestamp); with Held, in-use
+	// protection keeps it while anything uses it, the revisions listed as using it among them.
+	Deleting bool `json:"deleting,omitempty"`
+	Held     bool `json:"held,omitempty"`
 }
 
 // Missing reports whether pods of the revision need this object and it does not exist.
@@ -101,6 +106,8 @@ func Build(res *workload.Resolved, objs Objects) *History {
 			c := Config{Kind: ref.Kind, Name: ref.Name, OriginalName: OriginalName(o, ref.Name), Optional: optional[ref]}
 			if o != nil {
 				c.Exists, c.Attached, c.Revisioned = true, o.AttachedTo(rs.UID), o.Revisioned()
+				c.Deleting = o.Meta.DeletionTimestamp != nil
+				c.Held = c.Deleting && api.HasFinalizer(o.Meta.Finalizers, api.InUseFinalizer)
 			}
 			r.Config = append(r.Config, c)
 		}

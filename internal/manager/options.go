@@ -14,6 +14,7 @@ import (
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/util/validation"
 
+	"github.com/configmap-attacher/configmap-attacher/internal/api"
 	"github.com/configmap-attacher/configmap-attacher/internal/kube"
 )
 
@@ -22,8 +23,11 @@ type Options struct {
 	// Namespaces to watch; nil means all. namespacesSet tells an empty -namespaces= from an absent one.
 	Namespaces    []string
 	namespacesSet bool
-	// ReplicaSetSelector narrows the ReplicaSets attached, for large clusters.
+	// ReplicaSetSelector narrows the ReplicaSets attached, for large clusters. It never narrows
+	// in-use protection.
 	ReplicaSetSelector string
+	// AttachAllNamespaces are where an administrator allows the attach-all annotation ("*": all).
+	AttachAllNamespaces []string
 	// Secrets follows Secrets as well as ConfigMaps. Off, the controller needs no access to Secrets.
 	Secrets        bool
 	Workers        int
@@ -75,7 +79,16 @@ func (o *Options) AddFlags(fs *flag.FlagSet) {
 		}
 		return nil
 	})
-	fs.StringVar(&o.ReplicaSetSelector, "replicaset-selector", o.ReplicaSetSelector, "label selector limiting the ReplicaSets attached, e.g. team=payments (default: all)")
+	fs.StringVar(&o.ReplicaSetSelector, "replicaset-selector", o.ReplicaSetSelector, "label selector limiting the ReplicaSets attached, e.g. team=payments (default: all); in-use protection is never narrowed")
+	fs.Func("attach-all-namespaces", "comma-separated namespaces where the "+api.AttachAllAnnotation+" annotation is honoured, or * for all (default: none; see docs/controller.md for the risk)", func(v string) error {
+		o.AttachAllNamespaces = nil
+		for _, n := range strings.Split(v, ",") {
+			if n = strings.TrimSpace(n); n != "" {
+				o.AttachAllNamespaces = append(o.AttachAllNamespaces, n)
+			}
+		}
+		return nil
+	})
 	fs.BoolVar(&o.Secrets, "secrets", o.Secrets, "follow opted-in Secrets too (needs get/list/watch/patch on secrets); -secrets=false follows ConfigMaps only")
 	fs.IntVar(&o.Workers, "workers", o.Workers, "revisions synced in parallel")
 	fs.StringVar(&o.MetricsAddr, "metrics-bind-address", o.MetricsAddr, "address serving /metrics (empty disables)")
@@ -100,6 +113,14 @@ func (o *Options) Validate() error {
 	for _, n := range o.Namespaces {
 		for _, msg := range validation.IsDNS1123Label(n) {
 			errs = append(errs, fmt.Sprintf("-namespaces: %q is not a valid namespace: %s", n, msg))
+		}
+	}
+	for _, n := range o.AttachAllNamespaces {
+		if n == "*" {
+			continue
+		}
+		for _, msg := range validation.IsDNS1123Label(n) {
+			errs = append(errs, fmt.Sprintf("-attach-all-namespaces: %q is not a valid namespace: %s", n, msg))
 		}
 	}
 	if _, err := labels.Parse(o.ReplicaSetSelector); err != nil {

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"os"
+	"sync"
 	"sync/atomic"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -18,6 +19,7 @@ import (
 	"github.com/configmap-attacher/configmap-attacher/internal/kube"
 	"github.com/configmap-attacher/configmap-attacher/internal/logging"
 	"github.com/configmap-attacher/configmap-attacher/internal/metrics"
+	"github.com/configmap-attacher/configmap-attacher/internal/protection"
 	"github.com/configmap-attacher/configmap-attacher/internal/refs"
 	"github.com/configmap-attacher/configmap-attacher/internal/workload"
 )
@@ -51,7 +53,13 @@ func Run(ctx context.Context, o *Options, clients *kube.Clients) error {
 	m := metrics.New()
 	events, stopEvents := attach.NewRecorderEvents(ctx, clients.Kube)
 	defer stopEvents()
-	attacher, err := controller.New(cs, &attach.Writer{Client: clients.Metadata, Events: events}, m, selector)
+	writer := &attach.Writer{Client: clients.Metadata, Events: events}
+	attacher, err := controller.New(cs, writer, m, controller.Options{ReplicaSetSelector: selector, AttachAllNamespaces: o.AttachAllNamespaces})
+	if err != nil {
+		return err
+	}
+	protector, err := protection.New(cs, writer, protection.APIUsers{Kube: clients.Kube, Dynamic: clients.Dynamic, Rollouts: withRollouts},
+		clients.Kube, events.Recorder, m)
 	if err != nil {
 		return err
 	}
@@ -80,8 +88,15 @@ func Run(ctx context.Context, o *Options, clients *kube.Clients) error {
 			return fmt.Errorf("informer caches did not sync before shutdown")
 		}
 		synced.Store(true)
-		log.Info("caches synced; reconciling every existing revision", "workers", o.Workers)
-		attacher.Loop().Run(ctx, o.Workers)
+		log.Info("caches synced; reconciling every existing revision and config object", "workers", o.Workers)
+		var wg sync.WaitGroup
+		wg.Add(2)
+		go func() { defer wg.Done(); attacher.Loop().Run(ctx, o.Workers) }()
+		go func() { defer wg.Done(); protector.Loop().Run(ctx, o.Workers) }()
+		if err := protection.Sweep(ctx, writer, o.Namespaces, kinds); err != nil {
+			log.Warn("sweeping objects opted out while the controller was away", "err", err)
+		}
+		wg.Wait()
 		log.Info("workers stopped")
 		return nil
 	}
@@ -113,9 +128,10 @@ func Run(ctx context.Context, o *Options, clients *kube.Clients) error {
 }
 
 // noRolloutsMessage says what a cluster without Argo Rollouts changes: ReplicaSets are watched
-// whatever owns them, so those of Rollouts are still attached; only the Rollouts themselves are not read.
+// whatever owns them, so those of Rollouts are still attached and protected; only the Rollouts
+// themselves are not read.
 const noRolloutsMessage = "the Argo Rollouts CRD is not installed: Rollouts themselves are not watched " +
-	"(their attach-all annotation is not read) but ReplicaSets of any Rollout are still attached; restart after installing Argo Rollouts"
+	"(their templates and attach-all annotation are not read) but ReplicaSets of any Rollout are still attached; restart after installing Argo Rollouts"
 
 func displayNamespaces(ns []string) []string {
 	if len(ns) == 0 {

@@ -12,6 +12,7 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
+	"github.com/configmap-attacher/configmap-attacher/internal/api"
 	"github.com/configmap-attacher/configmap-attacher/internal/attach"
 	"github.com/configmap-attacher/configmap-attacher/internal/kube"
 	"github.com/configmap-attacher/configmap-attacher/internal/logging"
@@ -108,6 +109,14 @@ func attachTo(ctx context.Context, o *Options, clients *kube.Clients, r *readine
 		names[i] = obj.String()
 	}
 	log.Info("resolved current ReplicaSet", "uid", rev.UID, "revision", rev.Number, "objects", names)
+	for _, obj := range r.Objects {
+		if !api.OptedIn(obj.Meta.Labels) {
+			// Attached anyway, as the original tool did: a Job names what it attaches.
+			log.Warn("not labelled "+api.RevisionedLabel+"=true: attaching it anyway, as the original tool did; it will be "+
+				"deleted with the last ReplicaSet using it even if something else still uses it, and the controller's "+
+				"in-use protection does not cover it: label it to opt it in", "object", obj.String())
+		}
+	}
 
 	hostname, _ := os.Hostname()
 	writer := &attach.Writer{Client: clients.Metadata, Events: &attach.SyncEvents{Client: clients.Kube, Instance: hostname}}

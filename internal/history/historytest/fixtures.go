@@ -213,3 +213,14 @@ func NoCurrent() Fixture {
 	f.Res.Rollout.Status = workload.RolloutStatus{}
 	return f
 }
+
+// Held is Canary after someone deleted revision 2's ConfigMap while its pods run: in-use protection
+// holds it; revision 1's Secret was deleted with nothing holding it.
+func Held() Fixture {
+	f := Canary()
+	gone := metav1.NewTime(Now.Add(-time.Minute))
+	cm := f.Objs[refs.Ref{Kind: refs.ConfigMap, Name: "demo-cm-1203412345"}]
+	cm.Meta.DeletionTimestamp, cm.Meta.Finalizers = &gone, []string{api.InUseFinalizer}
+	f.Objs[refs.Ref{Kind: refs.Secret, Name: "demo-env-4f1c2a9b0e"}].Meta.DeletionTimestamp = &gone
+	return f
+}

@@ -27,6 +27,8 @@ func TestHistoryGolden(t *testing.T) {
 		{"history-missing.txt", historytest.Missing(), OutputTable},
 		{"history-missing.json", historytest.Missing(), OutputJSON},
 		{"history-deployment.txt", historytest.Deployment(), OutputTable},
+		{"history-held.txt", historytest.Held(), OutputTable},
+		{"history-held.json", historytest.Held(), OutputJSON},
 		{"history-empty.txt", historytest.Fixture{Res: historytest.Resolved(workload.Rollout, historytest.Canary().Res.Rollout)}, OutputTable},
 	}
 	for _, tt := range tests {

@@ -131,9 +131,13 @@ const (
 	markerOptional      = "(missing, optional)"
 	markerNotAttached   = "(not attached)"
 	markerNotRevisioned = "(not revisioned)"
+	markerHeld          = "(deleting, held)"
+	markerDeleting      = "(deleting)"
 )
 
 var legends = [][2]string{
+	{markerHeld, "deleted, but in-use protection keeps it while anything uses it (the revisions listing it, their pods): it goes once nothing does."},
+	{markerDeleting, "deleted, and nothing holds it: it goes any moment."},
 	{markerNotAttached, "no ownerReference to that ReplicaSet: its lifetime is not tied to the revision."},
 	{markerNotRevisioned, "a plain shared object: a change to it reaches every revision at once."},
 	{markerOptional, "referenced as optional: pods start without it."},
@@ -148,6 +152,10 @@ func configCell(c history.Config, style Style) (cell, marker string) {
 		return style.paint(ansiRed, s+" "+markerMissing), markerMissing
 	case !c.Exists:
 		return s + " " + markerOptional, markerOptional
+	case c.Held:
+		return style.paint(ansiYellow, s+" "+markerHeld), markerHeld
+	case c.Deleting:
+		return style.paint(ansiRed, s+" "+markerDeleting), markerDeleting
 	case c.Attached:
 		return s, ""
 	case c.Revisioned:

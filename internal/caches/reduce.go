@@ -1,0 +1,89 @@
+package caches
+
+import (
+	"encoding/json"
+	"fmt"
+
+	appsv1 "k8s.io/api/apps/v1"
+	batchv1 "k8s.io/api/batch/v1"
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+
+	"github.com/configmap-attacher/configmap-attacher/internal/refs"
+	"github.com/configmap-attacher/configmap-attacher/internal/revision"
+	"github.com/configmap-attacher/configmap-attacher/internal/workload"
+)
+
+// Reduce turns an object of a kind that uses config (typed, or an unstructured Rollout) into the User
+// the caches keep of it. The live double-check of the protection controller reduces what it lists the
+// same way, so cache and API server are judged alike.
+func Reduce(obj any) (*User, error) {
+	switch o := obj.(type) {
+	case *User:
+		return o, nil // transforms may see an object twice
+	case *corev1.Pod:
+		u := reduce("v1", Pod, &o.ObjectMeta, refs.FromPodSpec(&o.Spec))
+		u.Finished = o.Status.Phase == corev1.PodSucceeded || o.Status.Phase == corev1.PodFailed
+		return u, nil
+	case *appsv1.ReplicaSet:
+		u := reduce("apps/v1", ReplicaSet, &o.ObjectMeta, refs.FromPodSpec(&o.Spec.Template.Spec))
+		u.Number = revision.Number(o.Annotations)
+		return u, nil
+	case *appsv1.ControllerRevision:
+		spec, err := controllerRevisionSpec(o)
+		if err != nil {
+			return nil, err
+		}
+		u := reduce("apps/v1", ControllerRevision, &o.ObjectMeta, refs.FromPodSpec(spec))
+		u.Number = o.Revision
+		return u, nil
+	case *batchv1.Job:
+		return reduce("batch/v1", Job, &o.ObjectMeta, refs.FromPodSpec(&o.Spec.Template.Spec)), nil
+	case *batchv1.CronJob:
+		return reduce("batch/v1", CronJob, &o.ObjectMeta, refs.FromPodSpec(&o.Spec.JobTemplate.Spec.Template.Spec)), nil
+	case *appsv1.Deployment:
+		return reduce("apps/v1", Deployment, &o.ObjectMeta, refs.FromPodSpec(&o.Spec.Template.Spec)), nil
+	case *appsv1.StatefulSet:
+		return reduce("apps/v1", StatefulSet, &o.ObjectMeta, refs.FromPodSpec(&o.Spec.Template.Spec)), nil
+	case *appsv1.DaemonSet:
+		return reduce("apps/v1", DaemonSet, &o.ObjectMeta, refs.FromPodSpec(&o.Spec.Template.Spec)), nil
+	case *unstructured.Unstructured:
+		ro, err := workload.RolloutFromUnstructured(o)
+		if err != nil {
+			return nil, err
+		}
+		var used refs.Set
+		if ro.Spec.Template != nil { // a Rollout with workloadRef has none: its Deployment is watched
+			used = refs.FromPodSpec(&ro.Spec.Template.Spec)
+		}
+		return reduce(o.GetAPIVersion(), Rollout, &ro.ObjectMeta, used), nil
+	}
+	return nil, fmt.Errorf("%T is not a kind that uses config", obj)
+}
+
+// transform is the informers' transform: everything they store is a User.
+func transform(obj any) (any, error) { return Reduce(obj) }
+
+// controllerRevisionSpec decodes the pod spec a StatefulSet's or DaemonSet's ControllerRevision keeps:
+// its data is a patch of the workload holding spec.template (with "$patch": "replace").
+func controllerRevisionSpec(cr *appsv1.ControllerRevision) (*corev1.PodSpec, error) {
+	var data struct {
+		Spec struct {
+			Template corev1.PodTemplateSpec `json:"template"`
+		} `json:"spec"`
+	}
+	raw := cr.Data.Raw
+	if len(raw) == 0 && cr.Data.Object != nil {
+		var err error
+		if raw, err = json.Marshal(cr.Data.Object); err != nil {
+			return nil, err
+		}
+	}
+	if len(raw) == 0 {
+		return &corev1.PodSpec{}, nil
+	}
+	if err := json.Unmarshal(raw, &data); err != nil {
+		return nil, fmt.Errorf("decoding ControllerRevision %s/%s: %w", cr.Namespace, cr.Name, err)
+	}
+	return &data.Spec.Template.Spec, nil
+}

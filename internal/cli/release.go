@@ -1,0 +1,96 @@
+package cli
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"strings"
+	"time"
+
+	"github.com/configmap-attacher/configmap-attacher/internal/attach"
+	"github.com/configmap-attacher/configmap-attacher/internal/kube"
+	"github.com/configmap-attacher/configmap-attacher/internal/protection"
+	"github.com/configmap-attacher/configmap-attacher/internal/refs"
+)
+
+const releaseSynopsis = `Take the in-use protection finalizer (configmap-attacher.io/in-use-protection) off every ConfigMap and
+Secret, so nothing waits on a controller that is going away: what uninstalling the controller does (the
+chart runs it as a pre-delete hook). ownerReferences stay: the garbage collector still deletes old config
+with the last revision using it. An object already being deleted goes at once.
+
+Without -stop-controller, stop the controller first (a running controller puts the finalizers back).
+
+Usage:
+  configmap-attacher release [-n NAMESPACE[,NAMESPACE...] | -A] [-stop-controller NS/DEPLOYMENT] [-dry-run]
+
+Examples:
+  configmap-attacher release -A -stop-controller kube-system/configmap-attacher
+  configmap-attacher release -n team-a,team-b -dry-run
+
+Exit codes: 0 released (also when nothing carried the finalizer), 1 failed, 2 bad usage.
+`
+
+func runRelease(ctx context.Context, env Env, args []string) error {
+	var (
+		client     kube.ClientOptions
+		namespaces string
+		all        bool
+		stop       string
+		dryRun     bool
+		secrets    = true
+	)
+	fs := newFlagSet(env, "release", releaseSynopsis)
+	client.AddFlags(fs)
+	fs.StringVar(&namespaces, "namespace", "", "comma-separated namespaces to release")
+	fs.StringVar(&namespaces, "n", "", "shorthand for -namespace")
+	fs.BoolVar(&all, "all-namespaces", false, "release every namespace")
+	fs.BoolVar(&all, "A", false, "shorthand for -all-namespaces")
+	fs.StringVar(&stop, "stop-controller", "", "NAMESPACE/DEPLOYMENT of the controller to scale to 0 (and wait for) first")
+	fs.BoolVar(&dryRun, "dry-run", false, "list what would be released; change nothing")
+	fs.BoolVar(&secrets, "secrets", secrets, "release Secrets too (-secrets=false: the controller followed ConfigMaps only)")
+	if err := parse(fs, args, false); err != nil {
+		return err
+	}
+	var scope []string
+	for _, n := range strings.Split(namespaces, ",") {
+		if n = strings.TrimSpace(n); n != "" {
+			scope = append(scope, n)
+		}
+	}
+	switch {
+	case all && len(scope) > 0:
+		return usage("-A and -n are exclusive")
+	case !all && len(scope) == 0:
+		return usage("name the namespaces (-n a,b) or release all of them (-A)")
+	}
+	var stopNS, stopName string
+	if stop != "" {
+		var ok bool
+		if stopNS, stopName, ok = strings.Cut(stop, "/"); !ok || stopNS == "" || stopName == "" {
+			return usage("-stop-controller %q must be NAMESPACE/DEPLOYMENT", stop)
+		}
+	}
+	ctx, clients, err := connect(ctx, env, "release", slog.LevelInfo, &client)
+	if err != nil {
+		return err
+	}
+	if stop != "" && !dryRun {
+		if err := protection.StopController(ctx, clients.Kube, stopNS, stopName, 2*time.Minute); err != nil {
+			return kube.Explain(err)
+		}
+	}
+	kinds := []refs.Kind{refs.ConfigMap}
+	if secrets {
+		kinds = append(kinds, refs.Secret)
+	}
+	n, err := protection.Release(ctx, &attach.Writer{Client: clients.Metadata}, scope, kinds, dryRun, env.Stdout)
+	if err != nil {
+		return kube.Explain(err)
+	}
+	verb := "released"
+	if dryRun {
+		verb = "would release"
+	}
+	fmt.Fprintf(env.Stdout, "%s %d objects\n", verb, n)
+	return nil
+}

@@ -1,0 +1,294 @@
+// Package protection keeps opted-in ConfigMaps and Secrets from being deleted while anything live
+// uses them, the way kube-controller-manager's pvcprotection keeps PersistentVolumeClaims: every
+// opted-in object carries the finalizer configmap-attacher.io/in-use-protection, so a deletion from any
+// source (the garbage collector, Helm, kubectl, a deploy while this controller was down) only sets its
+// deletionTimestamp; the finalizer comes off once no Pod and no pod template of any workload kind in
+// its namespace references it. The kubelet keeps serving an object being deleted to volumes and env
+// (see docs/controller.md), so holding it is enough.
+//
+// It also undoes what we wrote when an object is opted out: our finalizer and our ownerReferences.
+package protection
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"sort"
+	"strings"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/tools/cache"
+	"k8s.io/client-go/tools/record"
+
+	"github.com/configmap-attacher/configmap-attacher/internal/api"
+	"github.com/configmap-attacher/configmap-attacher/internal/attach"
+	"github.com/configmap-attacher/configmap-attacher/internal/caches"
+	"github.com/configmap-attacher/configmap-attacher/internal/logging"
+	"github.com/configmap-attacher/configmap-attacher/internal/metrics"
+	"github.com/configmap-attacher/configmap-attacher/internal/reconcile"
+	"github.com/configmap-attacher/configmap-attacher/internal/refs"
+)
+
+// Name names the controller in logs and metrics.
+const Name = "protection"
+
+// Reasons of the Events it records on config objects.
+const (
+	ReasonHeld     = "DeletionHeld"
+	ReasonReleased = "DeletionReleased"
+)
+
+// Controller syncs config objects, keyed "Kind/namespace/name".
+type Controller struct {
+	caches     *caches.Caches
+	finalizers Finalizers
+	writer     *attach.Writer
+	live       UserLister
+	kube       kubernetes.Interface // namespaces: is this one terminating?
+	events     record.EventRecorder
+	loop       *reconcile.Loop
+}
+
+// New wires the controller to its caches. live double-checks a cache that says "unused"; events may
+// be nil.
+func New(c *caches.Caches, writer *attach.Writer, live UserLister, kube kubernetes.Interface, events record.EventRecorder, m *metrics.Metrics) (*Controller, error) {
+	ctl := &Controller{caches: c, finalizers: Finalizers{Client: writer.Client}, writer: writer, live: live, kube: kube, events: events}
+	ctl.loop = &reconcile.Loop{Name: Name, Queue: reconcile.NewQueue(Name), Sync: ctl.sync, Metrics: m}
+	for kind, inf := range c.Configs {
+		if err := inf.AddEventHandler(ctl.configHandler(kind)); err != nil {
+			return nil, err
+		}
+	}
+	for _, kind := range caches.UserKinds() {
+		if inf, ok := c.Users[kind]; ok {
+			if err := inf.AddEventHandler(ctl.userHandler()); err != nil {
+				return nil, err
+			}
+		}
+	}
+	if m != nil {
+		m.Gauge("configmap_attacher_held_objects", "Opted-in objects being deleted but held by in-use protection.", func() float64 { return float64(ctl.held()) })
+		m.Gauge("configmap_attacher_protection_queue_depth", "Config keys waiting for the protection controller.", func() float64 { return float64(ctl.loop.Queue.Len()) })
+	}
+	return ctl, nil
+}
+
+// Loop is the controller's queue and workers.
+func (c *Controller) Loop() *reconcile.Loop { return c.loop }
+
+func configKey(kind refs.Kind, namespace, name string) string {
+	return fmt.Sprintf("%s/%s/%s", kind, namespace, name)
+}
+
+func (c *Controller) configHandler(kind refs.Kind) cache.ResourceEventHandler {
+	enqueue := func(obj any) {
+		if m, ok := caches.MetaOf(obj); ok {
+			c.loop.Queue.Add(configKey(kind, m.Namespace, m.Name))
+		}
+	}
+	return cache.ResourceEventHandlerFuncs{
+		AddFunc:    enqueue,
+		UpdateFunc: func(_, cur any) { enqueue(cur) },
+		// Deleted, or opted out: a label-selected watch reports an object losing the label as deleted.
+		DeleteFunc: enqueue,
+	}
+}
+
+// userHandler re-examines the objects being deleted that a user referenced, when the user goes away
+// or stops being live or referencing them.
+func (c *Controller) userHandler() cache.ResourceEventHandler {
+	recheck := func(u *caches.User) {
+		for _, r := range u.Refs {
+			inf, ok := c.caches.Configs[r.Kind]
+			if !ok {
+				continue
+			}
+			if m, exists, _ := inf.Get(u.Namespace, r.Name); exists && m.DeletionTimestamp != nil {
+				c.loop.Queue.Add(configKey(r.Kind, u.Namespace, r.Name))
+			}
+		}
+	}
+	return cache.ResourceEventHandlerFuncs{
+		UpdateFunc: func(old, cur any) {
+			if o, ok := caches.UserOf(old); ok && o.Live() {
+				if n, ok := caches.UserOf(cur); !ok || !n.Live() || !slices.Equal(n.Refs, o.Refs) {
+					recheck(o)
+				}
+			}
+		},
+		DeleteFunc: func(obj any) {
+			if u, ok := caches.UserOf(obj); ok {
+				recheck(u)
+			}
+		},
+	}
+}
+
+func (c *Controller) sync(ctx context.Context, key string) (reconcile.Result, error) {
+	parts := strings.SplitN(key, "/", 3)
+	if len(parts) != 3 {
+		return reconcile.Result{}, fmt.Errorf("bad key %q: %w", key, reconcile.ErrPermanent)
+	}
+	kind, ns, name := refs.Kind(parts[0]), parts[1], parts[2]
+	inf, ok := c.caches.Configs[kind]
+	if !ok {
+		return reconcile.Result{}, nil
+	}
+	m, exists, err := inf.Get(ns, name)
+	if err != nil {
+		return reconcile.Result{}, err
+	}
+	ctx = logging.NewContext(ctx, logging.FromContext(ctx).With("object", key))
+	switch {
+	case !exists:
+		return reconcile.Result{}, c.release(ctx, kind, ns, name)
+	case m.DeletionTimestamp == nil:
+		if api.HasFinalizer(m.Finalizers, api.InUseFinalizer) {
+			return reconcile.Result{}, nil
+		}
+		return reconcile.Result{}, ignoreGone(c.finalizers.Add(ctx, kind, ns, name, m.ResourceVersion))
+	case !api.HasFinalizer(m.Finalizers, api.InUseFinalizer):
+		return reconcile.Result{}, nil // being deleted, and not ours to hold
+	}
+	return reconcile.Result{}, c.syncDeleting(ctx, kind, m)
+}
+
+// syncDeleting lets a deletion complete once nothing live uses the object, or at once in a namespace
+// being deleted (everything in it goes; holding would only make the namespace hang).
+func (c *Controller) syncDeleting(ctx context.Context, kind refs.Kind, m *metav1.PartialObjectMetadata) error {
+	log := logging.FromContext(ctx)
+	ref := refs.Ref{Kind: kind, Name: m.Name}
+	if terminating, err := c.namespaceTerminating(ctx, m.Namespace); err != nil {
+		return err
+	} else if terminating {
+		log.Info("namespace is being deleted: releasing")
+		return ignoreGone(c.finalizers.Remove(ctx, kind, m.Namespace, m.Name, m.ResourceVersion))
+	}
+	users, err := c.liveCachedUsers(m.Namespace, ref)
+	if err != nil {
+		return err
+	}
+	if len(users) == 0 {
+		// The cache may not show a user created a moment ago: ask the API server before letting go.
+		if users, err = c.live.Users(ctx, m.Namespace, ref); err != nil {
+			return err
+		}
+	}
+	obj := involved(kind, m)
+	if len(users) > 0 {
+		msg := "in use by " + describe(users) + ": deletion waits until nothing uses it"
+		log.Info("holding deletion", "users", describe(users))
+		c.event(obj, corev1.EventTypeNormal, ReasonHeld, msg)
+		return nil
+	}
+	if err := c.finalizers.Remove(ctx, kind, m.Namespace, m.Name, m.ResourceVersion); err != nil {
+		return ignoreGone(err)
+	}
+	log.Info("nothing uses it any more: deletion released")
+	c.event(obj, corev1.EventTypeNormal, ReasonReleased, "nothing uses it any more: deletion completes")
+	return nil
+}
+
+// release undoes what we wrote on an object that is no longer opted in: our finalizer and the
+// ownerReferences we alone wrote. An object that is simply gone needs nothing.
+func (c *Controller) release(ctx context.Context, kind refs.Kind, ns, name string) error {
+	fresh, err := c.writer.Client.Resource(kind.GVR()).Namespace(ns).Get(ctx, name, metav1.GetOptions{})
+	if apierrors.IsNotFound(err) {
+		return nil
+	}
+	if err != nil {
+		return err
+	}
+	if api.OptedIn(fresh.Labels) {
+		return nil // our cache is behind; its add event is on the way
+	}
+	return optOut(ctx, c.writer, c.finalizers, kind, fresh)
+}
+
+// optOut removes what we wrote on an object that is not opted in (any more).
+func optOut(ctx context.Context, w *attach.Writer, f Finalizers, kind refs.Kind, m *metav1.PartialObjectMetadata) error {
+	var errs []error
+	if api.HasFinalizer(m.Finalizers, api.InUseFinalizer) {
+		logging.FromContext(ctx).Info("opted out: removing our finalizer", "object", fmt.Sprintf("%s %s/%s", kind, m.Namespace, m.Name))
+		errs = append(errs, ignoreGone(f.Remove(ctx, kind, m.Namespace, m.Name, m.ResourceVersion)))
+	}
+	if len(attach.Written(&m.ObjectMeta)) > 0 {
+		_, err := w.Detach(ctx, kind, m.Namespace, m.Name)
+		errs = append(errs, err)
+	}
+	return errors.Join(errs...)
+}
+
+func (c *Controller) liveCachedUsers(ns string, r refs.Ref) ([]*caches.User, error) {
+	all, err := c.caches.UsersOf(ns, r)
+	var live []*caches.User
+	for _, u := range all {
+		if u.Live() {
+			live = append(live, u)
+		}
+	}
+	return live, err
+}
+
+// namespaceTerminating reads the namespace; without permission to (a namespaced install), it answers
+// no and the objects are released as their users go, which namespace deletion brings about anyway.
+func (c *Controller) namespaceTerminating(ctx context.Context, ns string) (bool, error) {
+	n, err := c.kube.CoreV1().Namespaces().Get(ctx, ns, metav1.GetOptions{})
+	switch {
+	case apierrors.IsForbidden(err):
+		return false, nil
+	case apierrors.IsNotFound(err):
+		return true, nil
+	case err != nil:
+		return false, err
+	}
+	return n.DeletionTimestamp != nil || n.Status.Phase == corev1.NamespaceTerminating, nil
+}
+
+// held counts the cached objects being deleted that our finalizer holds.
+func (c *Controller) held() int {
+	n := 0
+	for _, inf := range c.caches.Configs {
+		for _, m := range inf.List() {
+			if m.DeletionTimestamp != nil && api.HasFinalizer(m.Finalizers, api.InUseFinalizer) {
+				n++
+			}
+		}
+	}
+	return n
+}
+
+func (c *Controller) event(obj *corev1.ObjectReference, typ, reason, msg string) {
+	if c.events != nil {
+		c.events.Event(obj, typ, reason, msg)
+	}
+}
+
+func involved(kind refs.Kind, m *metav1.PartialObjectMetadata) *corev1.ObjectReference {
+	return &corev1.ObjectReference{APIVersion: "v1", Kind: string(kind), Namespace: m.Namespace, Name: m.Name, UID: m.UID}
+}
+
+// describe names users the way kubectl does ("pod/web-1, replicaset/web-5d8f"), the first few of them.
+func describe(users []*caches.User) string {
+	names := make([]string, 0, len(users))
+	for _, u := range users {
+		names = append(names, strings.ToLower(u.TypeMeta.Kind)+"/"+u.Name)
+	}
+	sort.Strings(names)
+	const shown = 5
+	if len(names) > shown {
+		return fmt.Sprintf("%s and %d more", strings.Join(names[:shown], ", "), len(names)-shown)
+	}
+	return strings.Join(names, ", ")
+}
+
+func ignoreGone(err error) error {
+	if apierrors.IsNotFound(err) {
+		return nil
+	}
+	return err
+}
