@@ -144,7 +144,7 @@ func TestImageIsMinimalNonrootAndHasNoShell(t *testing.T) {
 
 	// No shell: `kubectl exec -- sh` and friends have nothing to run.
 	var stderr bytes.Buffer
-	cmd := podman(ctx, append(append([]string{"run", "--rm"}, podmanRunFlags...), "--entrypoint", "/bin/sh", ref, "-c", "true")...)
+	cmd := podman(ctx, append(append([]string{"run", "--rm", "--network", "none"}, podmanRunFlags...), "--entrypoint", "/bin/sh", ref, "-c", "true")...)
 	cmd.Stderr = &stderr
 	err = cmd.Run()
 	var ee *exec.ExitError
