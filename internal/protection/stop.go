@@ -40,6 +40,13 @@ func StopController(ctx context.Context, kube kubernetes.Interface, namespace, n
 		if err != nil {
 			return false, err
 		}
-		return len(pods.Items) == 0, nil
+		for _, p := range pods.Items {
+			// The Deployment's pods come from its ReplicaSets; a pod that only shares its labels (the
+			// release Job's, say) is not the controller.
+			if owner := metav1.GetControllerOf(&p); owner != nil && owner.Kind == "ReplicaSet" {
+				return false, nil
+			}
+		}
+		return true, nil
 	})
 }

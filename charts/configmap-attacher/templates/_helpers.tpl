@@ -64,26 +64,40 @@ needed.
 
 {{/* Rules of the controller, cluster-wide or per watched namespace. */}}
 {{- define "configmap-attacher.controllerRules" -}}
-# ReplicaSets in full (their pod templates say which config they use).
+# Everything whose pods or pod templates can name config, cached reduced to those references: the
+# revisions to attach (ReplicaSets, ControllerRevisions, Jobs, CronJobs, bare Pods) and what in-use
+# protection checks before letting a deletion complete. list/watch only (the protection's double-check
+# is a list too).
+- apiGroups: [""]
+  resources: [pods]
+  verbs: [list, watch]
 - apiGroups: [apps]
-  resources: [replicasets]
-  verbs: [get, list, watch]
-# Deployments and Rollouts metadata only: ReplicaSet owners and the attach-all annotation.
-- apiGroups: [apps]
-  resources: [deployments]
-  verbs: [get, list, watch]
+  resources: [replicasets, controllerrevisions, deployments, statefulsets, daemonsets]
+  verbs: [list, watch]
+- apiGroups: [batch]
+  resources: [jobs, cronjobs]
+  verbs: [list, watch]
 - apiGroups: [argoproj.io]
   resources: [rollouts]
-  verbs: [get, list, watch]
-# Metadata-only watch of opted-in objects (label-filtered server-side), and the patch adding the
-# ownerReference. RBAC cannot restrict by label, hence list/watch on all of them.
+  verbs: [list, watch]
+# Metadata-only watch of opted-in objects (label-filtered server-side); patch adds ownerReferences and
+# our finalizer (strategic merge patches, ours only); get re-reads an object before detaching. RBAC
+# cannot restrict by label, hence list/watch on all of them.
 - apiGroups: [""]
   resources: {{ if .Values.secrets }}[configmaps, secrets]{{ else }}[configmaps]{{ end }}
   verbs: [get, list, watch, patch{{ include "configmap-attacher.ownerRefDelete" . }}]
-# "Attached" events; the recorder aggregates repeats with patch.
+# "Attached", "DeletionHeld" and "DeletionReleased" events; the recorder aggregates repeats with patch.
 - apiGroups: [""]
   resources: [events]
   verbs: [create, patch]
+{{- end }}
+
+{{/* Namespaces: in-use protection releases at once in a namespace being deleted. Cluster-wide only; a
+namespaced install cannot read namespaces and releases as the namespace's workloads go. */}}
+{{- define "configmap-attacher.namespaceRules" -}}
+- apiGroups: [""]
+  resources: [namespaces]
+  verbs: [get]
 {{- end }}
 
 {{/* Rules of the Job mode: deploy/job/rbac-clusterrole.yaml (namespaced: without namespaces). */}}
