@@ -160,7 +160,7 @@ func TestAttachAllNeedsAnAdministrator(t *testing.T) {
 		LocalObjectReference: corev1.LocalObjectReference{Name: "db-password"}, Optional: ptrTo(true)}}}
 	d := &appsv1.Deployment{ObjectMeta: metav1.ObjectMeta{Name: "thief", Annotations: map[string]string{api.AttachAllAnnotation: "true"}},
 		Spec: appsv1.DeploymentSpec{Replicas: ptrTo(int32(1)), Selector: &metav1.LabelSelector{MatchLabels: t2.Labels}, Template: t2}}
-	_, err = e2e.cluster.Kube.AppsV1().Deployments(ns).Create(ctx, d, metav1.CreateOptions{})
+	d, err = e2e.cluster.Kube.AppsV1().Deployments(ns).Create(ctx, d, metav1.CreateOptions{})
 	must(t, err)
 	rs := deploymentReplicaSet(t, ns, d)
 	must(t, e2e.cluster.WaitPods(ctx, 30*time.Second, rs, 1))
