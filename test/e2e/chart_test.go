@@ -11,12 +11,15 @@ import (
 	"time"
 
 	appsv1 "k8s.io/api/apps/v1"
+	batchv1 "k8s.io/api/batch/v1"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/clientcmd"
 
+	"github.com/configmap-attacher/configmap-attacher/internal/api"
 	"github.com/configmap-attacher/configmap-attacher/internal/refs"
 	"github.com/configmap-attacher/configmap-attacher/test/framework"
 )
@@ -134,7 +137,7 @@ func (r *chartRelease) deployment() *appsv1.Deployment {
 // runController runs the binary locally as the chart's ServiceAccount, with the chart's Deployment's
 // arguments (listen addresses moved to free loopback ports) and POD_NAMESPACE as the downward API
 // would set it.
-func (r *chartRelease) runController(d *appsv1.Deployment) *framework.Process {
+func (r *chartRelease) runController(d *appsv1.Deployment, extraArgs ...string) *framework.Process {
 	t := r.t
 	t.Helper()
 	ctx := context.Background()
@@ -150,6 +153,7 @@ func (r *chartRelease) runController(d *appsv1.Deployment) *framework.Process {
 		}
 		args = append(args, a)
 	}
+	args = append(args, extraArgs...)
 	if !slices.Contains(args, "-leader-elect=true") || !slices.Contains(args, "-leader-election-namespace="+r.ns) {
 		t.Fatalf("the chart's controller args %q: want leader election with the Lease in the release namespace %s", args, r.ns)
 	}
@@ -267,8 +271,29 @@ func TestChartClusterWideRBACSuffices(t *testing.T) {
 	}
 	d := r.deployment()
 
-	t.Log("when: the controller runs as the chart's ServiceAccount with the chart's arguments")
-	p := r.runController(d)
+	t.Log("then: its ServiceAccount may read everything that uses config, and namespaces, in every namespace")
+	kc := serviceAccountClient(t, ns, d.Spec.Template.Spec.ServiceAccountName)
+	for what, list := range map[string]func() error{
+		"pods":                func() error { _, err := kc.CoreV1().Pods("").List(ctx, metav1.ListOptions{Limit: 1}); return err },
+		"replicasets":         func() error { _, err := kc.AppsV1().ReplicaSets("").List(ctx, metav1.ListOptions{Limit: 1}); return err },
+		"controllerrevisions": func() error { _, err := kc.AppsV1().ControllerRevisions("").List(ctx, metav1.ListOptions{Limit: 1}); return err },
+		"statefulsets":        func() error { _, err := kc.AppsV1().StatefulSets("").List(ctx, metav1.ListOptions{Limit: 1}); return err },
+		"daemonsets":          func() error { _, err := kc.AppsV1().DaemonSets("").List(ctx, metav1.ListOptions{Limit: 1}); return err },
+		"jobs":                func() error { _, err := kc.BatchV1().Jobs("").List(ctx, metav1.ListOptions{Limit: 1}); return err },
+		"cronjobs":            func() error { _, err := kc.BatchV1().CronJobs("").List(ctx, metav1.ListOptions{Limit: 1}); return err },
+		"secrets":             func() error { _, err := kc.CoreV1().Secrets("").List(ctx, metav1.ListOptions{Limit: 1}); return err },
+		"namespaces":          func() error { _, err := kc.CoreV1().Namespaces().Get(ctx, appNS, metav1.GetOptions{}); return err },
+	} {
+		if err := list(); err != nil {
+			t.Errorf("%s as the controller: %v", what, err)
+		}
+	}
+
+	// Run cluster-wide, in-use protection would hold config in every other test's namespace (some are
+	// negative controls that must see config deleted): the process is narrowed to the app namespace;
+	// the reads above prove the ClusterRole covers every namespace.
+	t.Log("when: the controller runs as the chart's ServiceAccount with the chart's arguments (and -namespaces=" + appNS + ")")
+	p := r.runController(d, "-namespaces="+appNS)
 	r.expectLeader(p)
 	cm, rs := givenConfiguredRollout(t, appNS, "demo", true, map[string]string{selector: "cluster-wide"})
 	must(t, e2e.cluster.WaitAttached(ctx, 30*time.Second, appNS, refs.ConfigMap, cm, rs))
@@ -356,4 +381,82 @@ func serviceAccountClient(t *testing.T, ns, sa string) kubernetes.Interface {
 	kc, err := kubernetes.NewForConfig(cfg)
 	must(t, err)
 	return kc
+}
+
+// Uninstalling the chart leaves no finalizer behind: its pre-delete hook stops the controller and runs
+// `configmap-attacher release`. kwok would mark the hook's pod done without running it, so the test
+// creates the hook's own ServiceAccount and RBAC (from `helm get hooks`) and runs the real binary with
+// the hook Job's arguments as that ServiceAccount, stopping the local controller process the moment
+// the hook scales the controller's Deployment to zero (what the kubelet would do to its pod).
+func TestChartUninstallLeavesNoFinalizer(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	ns := givenNamespace(t, "e2e-chart-uninstall")
+	appNS := givenNamespace(t, "e2e-chart-uninstall-app")
+	r := installChart(t, "cma-uninstall", ns, "watchNamespaces={"+appNS+"}")
+	d := r.deployment()
+	p := r.runController(d)
+	r.expectLeader(p)
+	cm, _ := givenConfiguredRollout(t, appNS, "demo", true, nil)
+	must(t, e2e.cluster.WaitProtected(ctx, attachWithin, appNS, refs.ConfigMap, cm))
+	t.Logf("given: the chart's controller runs and %s/%s carries the in-use protection finalizer", appNS, cm)
+
+	hooks, err := r.helm.Run(ctx, "get", "hooks", r.name, "-n", ns)
+	must(t, err)
+	objs, err := framework.ParseManifests(hooks)
+	must(t, err)
+	var hookJob *batchv1.Job
+	for _, o := range objs {
+		if o.GetAnnotations()["helm.sh/hook"] != "pre-delete" {
+			continue
+		}
+		if o.GetKind() == "Job" {
+			hookJob, err = framework.FindJob(hooks)
+			must(t, err)
+			continue
+		}
+		gvr := map[string]schema.GroupVersionResource{
+			"ServiceAccount": {Version: "v1", Resource: "serviceaccounts"},
+			"Role":           {Group: "rbac.authorization.k8s.io", Version: "v1", Resource: "roles"},
+			"RoleBinding":    {Group: "rbac.authorization.k8s.io", Version: "v1", Resource: "rolebindings"},
+		}[o.GetKind()]
+		if gvr.Resource == "" {
+			t.Fatalf("unexpected pre-delete hook object %s %s (a namespaced install needs nothing cluster-wide)", o.GetKind(), o.GetName())
+		}
+		_, err := e2e.cluster.Dynamic.Resource(gvr).Namespace(o.GetNamespace()).Create(ctx, o, metav1.CreateOptions{})
+		must(t, err)
+	}
+	if hookJob == nil {
+		t.Fatal("the chart has no pre-delete hook Job")
+	}
+	pod := hookJob.Spec.Template.Spec
+	t.Logf("when: the pre-delete hook runs as ServiceAccount %s: configmap-attacher %s", pod.ServiceAccountName, strings.Join(pod.Containers[0].Args, " "))
+	stopped := make(chan struct{})
+	go func() {
+		defer close(stopped)
+		_ = framework.Eventually(ctx, 2*time.Minute, "the controller scaled to 0", func(ctx context.Context) (bool, string, error) {
+			cur, err := e2e.cluster.Kube.AppsV1().Deployments(ns).Get(ctx, d.Name, metav1.GetOptions{})
+			return err == nil && cur.Spec.Replicas != nil && *cur.Spec.Replicas == 0, "still scaled up", nil
+		})
+		_ = p.Stop()
+	}()
+	res := framework.Binary{Path: e2e.bin.Path, Kubeconfig: serviceAccountKubeconfig(t, ns, pod.ServiceAccountName)}.
+		Run(ctx, nil, pod.Containers[0].Args...)
+	<-stopped
+	if res.Code != 0 || !strings.Contains(res.Stdout, "released ConfigMap "+appNS+"/"+cm) {
+		t.Fatalf("the hook: %s", res)
+	}
+	helmRun(t, r.helm, "uninstall", r.name, "-n", ns, "--no-hooks", "--wait")
+
+	t.Log("then: no object in the watched namespace carries our finalizer, and the config is untouched otherwise")
+	list, err := e2e.cluster.Kube.CoreV1().ConfigMaps(appNS).List(ctx, metav1.ListOptions{})
+	must(t, err)
+	for _, o := range list.Items {
+		if slices.Contains(o.Finalizers, api.InUseFinalizer) {
+			t.Errorf("ConfigMap %s still carries %s after uninstall", o.Name, api.InUseFinalizer)
+		}
+	}
+	if owners := configOwners(t, appNS, cm); len(owners) != 1 {
+		t.Errorf("owners of %s after uninstall: %v; want its ReplicaSet's reference kept", cm, owners)
+	}
 }

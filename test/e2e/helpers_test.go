@@ -42,9 +42,15 @@ func givenNamespace(t *testing.T, ns string) string {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() {
-		if !t.Failed() {
-			_ = e2e.cluster.DeleteNamespace(context.Background(), ns)
+		if t.Failed() {
+			return // kept for a look
 		}
+		// What uninstall does: a namespace whose objects carry our finalizer would otherwise wait for a
+		// controller the test has stopped.
+		if r := e2e.bin.Run(context.Background(), nil, "release", "-n", ns); r.Code != 0 {
+			t.Logf("cleanup: %s", r)
+		}
+		_ = e2e.cluster.DeleteNamespace(context.Background(), ns)
 	})
 	return ns
 }
