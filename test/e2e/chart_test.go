@@ -78,7 +78,9 @@ func installChart(t *testing.T, name, ns string, sets ...string) *chartRelease {
 	r := &chartRelease{t: t, name: name, ns: ns, helm: helmCLI(t)}
 	r.upgrade(sets...)
 	t.Cleanup(func() {
-		if _, err := r.helm.Run(context.Background(), "uninstall", name, "-n", ns, "--wait"); err != nil {
+		// No hooks: kwok would only pretend to run the release hook (TestChartUninstallLeavesNoFinalizer
+		// runs it for real); the test namespaces are released before they are deleted.
+		if _, err := r.helm.Run(context.Background(), "uninstall", name, "-n", ns, "--wait", "--no-hooks", "--ignore-not-found"); err != nil {
 			t.Logf("cleanup: %v", err)
 		}
 	})
@@ -397,7 +399,8 @@ func TestChartUninstallLeavesNoFinalizer(t *testing.T) {
 	d := r.deployment()
 	p := r.runController(d)
 	r.expectLeader(p)
-	cm, _ := givenConfiguredRollout(t, appNS, "demo", true, nil)
+	cm, rs := givenConfiguredRollout(t, appNS, "demo", true, nil)
+	must(t, e2e.cluster.WaitAttached(ctx, attachWithin, appNS, refs.ConfigMap, cm, rs))
 	must(t, e2e.cluster.WaitProtected(ctx, attachWithin, appNS, refs.ConfigMap, cm))
 	t.Logf("given: the chart's controller runs and %s/%s carries the in-use protection finalizer", appNS, cm)
 

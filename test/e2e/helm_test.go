@@ -368,27 +368,36 @@ func TestHelmPostRendererOnAPlainChart(t *testing.T) {
 // Negative control: a chart that hashes its ConfigMap names itself but does not ask Helm to keep them.
 // Helm deletes the previous revision on upgrade although the old ReplicaSet still needs it, attached or
 // not: the keep policy is what lets old and new config coexist.
-func TestHelmUpgradeWithoutKeepDeletesConfigStillInUse(t *testing.T) {
+// Without helm.sh/resource-policy: keep, helm upgrade deletes the previous revision of a renamed
+// ConfigMap while the previous ReplicaSet still runs pods mounting it. With the controller, in-use
+// protection holds the deletion until that ReplicaSet is gone.
+func TestHelmUpgradeWithoutKeepIsHeldWhileTheConfigIsInUse(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	ns := givenNamespace(t, "e2e-helm-without-keep")
 	startController(t, nil, ns)
-	h := helmCLI(t)
-	s := &helmStory{t: t, ns: ns, rollout: "app"}
-	deploy := func(verb string, i int) {
-		helmRun(t, h, verb, "plain", testdataPath("plain-chart"), "-n", ns,
-			"--set", "prehashedName=true", "--set", "optIn=true", "--set-string", fmt.Sprintf("config.greeting=hello-%d", i))
-	}
+	s, old, cur := helmUpgradeWithoutKeep(t, ns)
 
-	t.Log("given: a hashed, opted-in ConfigMap without helm.sh/resource-policy: keep, attached to its ReplicaSet")
-	deploy("install", 0)
-	old := s.waitNewRevision(nil, 3)
-	s.expectEveryReplicaSetHasItsConfig()
+	t.Logf("then: Helm has deleted %s, but in-use protection holds it while ReplicaSet %s runs", old.cm, old.rs.Name)
+	must(t, e2e.cluster.WaitHeld(ctx, 10*time.Second, ns, refs.ConfigMap, old.cm))
+	stillThere(t, ns, refs.ConfigMap, old.cm, "ReplicaSet "+old.rs.Name+" still runs pods mounting it")
 
-	t.Log("when: helm upgrade changes the config (a canary starts)")
-	deploy("upgrade", 1)
-	cur := s.waitNewRevision(old.rs, 1)
-	must(t, s.waitPaused())
+	t.Logf("when: the canary is promoted and ReplicaSet %s is pruned (revisionHistoryLimit)", old.rs.Name)
+	must(t, e2e.cluster.Promote(ctx, ns, s.rollout))
+	bg := metav1.DeletePropagationBackground
+	must(t, e2e.cluster.Kube.AppsV1().ReplicaSets(ns).Delete(ctx, old.rs.Name, metav1.DeleteOptions{PropagationPolicy: &bg}))
+	t.Logf("then: %s goes, and %s stays", old.cm, cur.cm)
+	must(t, e2e.cluster.WaitGone(ctx, freedWithin, ns, refs.ConfigMap, old.cm))
+	stillThere(t, ns, refs.ConfigMap, cur.cm, "the current ReplicaSet uses it")
+}
+
+// The same upgrade with only the Job mode (no controller, so no in-use protection): Helm deletes the
+// config the old ReplicaSet's pods mount. Why render sets keep, and what a Job-only setup stays exposed to.
+func TestHelmUpgradeWithoutKeepDeletesConfigStillInUseWithoutTheController(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	ns := givenNamespace(t, "e2e-helm-without-keep-job")
+	_, old, cur := helmUpgradeWithoutKeep(t, ns)
 
 	t.Logf("then: Helm has deleted %s, although ReplicaSet %s still runs pods mounting it", old.cm, old.rs.Name)
 	_, err := e2e.cluster.Kube.CoreV1().ConfigMaps(ns).Get(ctx, old.cm, metav1.GetOptions{})
@@ -402,6 +411,31 @@ func TestHelmUpgradeWithoutKeepDeletesConfigStillInUse(t *testing.T) {
 	}
 	t.Logf("then: a spot replacement of those %d pods would fail to mount %s (FailedMount); only the canary %s has its config %s",
 		len(pods), old.cm, cur.rs.Name, cur.cm)
+}
+
+// helmUpgradeWithoutKeep installs a plain chart whose hashed, opted-in ConfigMap lacks keep, attaches
+// it (the Job mode, as its arguments would), and upgrades with a config change: a canary starts.
+func helmUpgradeWithoutKeep(t *testing.T, ns string) (s *helmStory, old, cur revisionOf) {
+	t.Helper()
+	h := helmCLI(t)
+	s = &helmStory{t: t, ns: ns, rollout: "app"}
+	deploy := func(verb string, i int) {
+		helmRun(t, h, verb, "plain", testdataPath("plain-chart"), "-n", ns,
+			"--set", "prehashedName=true", "--set", "optIn=true", "--set-string", fmt.Sprintf("config.greeting=hello-%d", i))
+	}
+	t.Log("given: a hashed, opted-in ConfigMap without helm.sh/resource-policy: keep, attached to its ReplicaSet")
+	deploy("install", 0)
+	old = s.waitNewRevision(nil, 3)
+	if r := e2e.bin.Run(context.Background(), nil, "-rollout", s.rollout, "-namespace", ns, "-configmaps", old.cm); r.Code != 0 {
+		t.Fatalf("attaching: %s", r)
+	}
+	s.expectEveryReplicaSetHasItsConfig()
+
+	t.Log("when: helm upgrade changes the config (a canary starts)")
+	deploy("upgrade", 1)
+	cur = s.waitNewRevision(old.rs, 1)
+	must(t, s.waitPaused())
+	return s, old, cur
 }
 
 // base-app with attacher: job. The hook cannot complete on kwok, so: install/upgrade --no-hooks, read
