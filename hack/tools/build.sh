@@ -9,6 +9,7 @@
 #   kwok           kwok kwokctl
 #   argo-rollouts  rollouts-controller kubectl-argo-rollouts (+ CRDs in _output/tools/crds/argo-rollouts)
 #   helm           helm
+#   argo-cd        argocd, and argocd-* names linked to it (+ CRDs in _output/tools/crds/argo-cd)
 # A binary name selects its tool (e.g. `build.sh kubectl`).
 #
 # A tool is rebuilt only when one of its inputs changed: its versions.env entries, its module files
@@ -34,7 +35,7 @@ if ! command -v go >/dev/null; then
   export PATH=/usr/local/go/bin:$PATH
 fi
 
-ALL_TOOLS=(kubernetes etcd kwok argo-rollouts helm)
+ALL_TOOLS=(kubernetes etcd kwok argo-rollouts helm argo-cd)
 
 # binaries_<tool> list what a tool installs; vars_<tool> the versions.env keys it depends on
 # (read through namerefs, hence invisible to shellcheck).
@@ -50,6 +51,12 @@ ALL_TOOLS=(kubernetes etcd kwok argo-rollouts helm)
   vars_argo_rollouts=(ARGO_ROLLOUTS_VERSION ARGO_ROLLOUTS_GOTOOLCHAIN)
   binaries_helm=(helm)
   vars_helm=(HELM_VERSION)
+  # argocd is multi-call (it dispatches on its executable name): the argocd-* are symlinks to it.
+  # The repo server runs git-verify-wrapper.sh on every Git checkout (gpg-wrapper.sh with GPG on).
+  binaries_argo_cd=(argocd argocd-application-controller argocd-repo-server argocd-cmp-server
+    argocd-server argocd-commit-server argocd-applicationset-controller argocd-notifications
+    argocd-git-ask-pass argocd-k8s-auth git-verify-wrapper.sh gpg-wrapper.sh)
+  vars_argo_cd=(ARGOCD_VERSION ARGOCD_GITOPS_ENGINE_VERSION)
 }
 
 log() { printf '[tools %s] %s\n' "$(date +%H:%M:%S)" "$*"; }
@@ -202,6 +209,33 @@ build_helm() {
   ldflags+=" -X $mod/pkg/lint/rules.k8sVersionMajor=1 -X $mod/pkg/lint/rules.k8sVersionMinor=$minor"
   ldflags+=" -X $mod/pkg/chartutil.k8sVersionMajor=1 -X $mod/pkg/chartutil.k8sVersionMinor=$minor"
   go_build helm -ldflags "$ldflags" "$mod/cmd/helm"
+}
+
+build_argo_cd() {
+  local mod=github.com/argoproj/argo-cd/v3 engine=github.com/argoproj/argo-cd/gitops-engine
+  local pkg=github.com/argoproj/argo-cd/v3/common dir client_go got b ldflags
+  check_pin argo-cd "$mod" "$ARGOCD_VERSION"
+  got=$(cd "$TOOLS_SRC/argo-cd" && go_for argo-cd list -m -f '{{with .Replace}}{{.Version}}{{end}}' "$engine")
+  [[ $got == "$ARGOCD_GITOPS_ENGINE_VERSION" ]] || die "hack/tools/argo-cd/go.mod replaces $engine by version '$got' but versions.env pins $ARGOCD_GITOPS_ENGINE_VERSION; run: hack/tools/update-modules.sh argo-cd"
+  # Argo CD's Makefile stamps these (its release also sets gitCommit, which the module zip does not
+  # record, so `argocd version` says v3.x.y+unknown).
+  client_go=$(cd "$TOOLS_SRC/argo-cd" && go_for argo-cd list -m -f '{{with .Replace}}{{.Version}}{{else}}{{.Version}}{{end}}' k8s.io/client-go)
+  ldflags="-s -w -X $pkg.version=${ARGOCD_VERSION#v} -X $pkg.gitTag=$ARGOCD_VERSION -X $pkg.gitTreeState=clean"
+  ldflags+=" -X $pkg.kubectlVersion=$client_go -X $pkg.extraBuildInfo=gitops-engine@$ARGOCD_GITOPS_ENGINE_VERSION"
+  # One binary (cmd/main.go picks the component from its executable name), like the upstream image.
+  (cd "$TOOLS_SRC/argo-cd" && go_for argo-cd build -trimpath -ldflags "$ldflags" -o "$BIN/argocd" "$mod/cmd")
+  for b in $(tool_binaries argo-cd); do
+    [[ $b != argocd-* ]] || ln -sfn argocd "$BIN/$b"
+  done
+
+  # The upstream image puts these scripts on PATH; without git-verify-wrapper.sh a Git source
+  # fails with "permission denied" (Helm repository sources do not need it).
+  dir=$(module_dir argo-cd "$mod")
+  install -m 0755 "$dir"/hack/git-verify-wrapper.sh "$dir"/hack/gpg-wrapper.sh "$BIN/"
+  rm -rf "$OUT/crds/argo-cd"
+  mkdir -p "$OUT/crds/argo-cd"
+  cp "$dir"/manifests/crds/*-crd.yaml "$OUT/crds/argo-cd/"
+  chmod u+w "$OUT"/crds/argo-cd/*.yaml
 }
 
 # with_heartbeat runs a command, printing a line every minute so CI logs show a long build is alive.
