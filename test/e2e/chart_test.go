@@ -395,7 +395,7 @@ func TestChartUninstallLeavesNoFinalizer(t *testing.T) {
 	ctx := context.Background()
 	ns := givenNamespace(t, "e2e-chart-uninstall")
 	appNS := givenNamespace(t, "e2e-chart-uninstall-app")
-	r := installChart(t, "cma-uninstall", ns, "watchNamespaces={"+appNS+"}")
+	r := installChart(t, "cma-uninstall", ns, "watchNamespaces={"+appNS+"}", "rbac.ownerReferencesPermissionEnforcement=true")
 	d := r.deployment()
 	p := r.runController(d)
 	r.expectLeader(p)
