@@ -5,7 +5,7 @@ GO ?= go
 VERSION ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo devel)
 LDFLAGS := -s -w -X github.com/configmap-attacher/configmap-attacher/internal/version.stamped=$(VERSION)
 
-.PHONY: all build image tools cluster-up cluster-down test test-unit test-race test-e2e demo clean
+.PHONY: all build image tools cluster-up cluster-down argocd-up argocd-down test test-unit test-race test-e2e demo clean
 
 all: build
 
@@ -17,7 +17,7 @@ build:
 image:
 	VERSION='$(VERSION)' LDFLAGS='$(LDFLAGS)' hack/image/build.sh
 
-## tools: build the local control plane (etcd, kube-*, kwok, Argo Rollouts, helm) into _output/tools.
+## tools: build the local control plane (etcd, kube-*, kwok, Argo Rollouts, helm, Argo CD) into _output/tools.
 tools:
 	hack/tools/build.sh
 
@@ -27,6 +27,13 @@ cluster-up:
 
 cluster-down:
 	hack/cluster/down.sh
+
+## argocd-up: run Argo CD (application controller, repo server, redis; no API server) on the local cluster.
+argocd-up:
+	hack/cluster/argocd.sh up
+
+argocd-down:
+	hack/cluster/argocd.sh down
 
 ## demo: the write-up replayed on the local control plane (or DEMO_KUBECONFIG=<path>), narrated.
 demo:

@@ -1,0 +1,359 @@
+#!/usr/bin/env bash
+# Runs Argo CD against a local cluster made by hack/cluster/up.sh (same CLUSTER_NAME):
+#
+#   hack/cluster/argocd.sh up       apply the CRDs and settings, start (or reuse) the components
+#   hack/cluster/argocd.sh down     stop the components (the CRDs and Applications stay)
+#   hack/cluster/argocd.sh status   show which components run, on which ports
+#
+# Only what syncs Applications runs, on loopback, detached with setsid like the Rollouts controller:
+# redis (Debian's redis-server), argocd-repo-server and argocd-application-controller. No API server,
+# no UI, no Dex: Applications are created and synced through the Kubernetes API (kubectl, client-go).
+# The controller reaches the in-cluster destination https://kubernetes.default.svc through the
+# cluster's kubeconfig (ARGOCD_FAKE_IN_CLUSTER=true, Argo CD's own switch for local runs).
+#
+# `up` is idempotent: live components are reused, dead ones restarted. Its progress goes to stderr;
+# stdout gets one line, ARGOCD_NAMESPACE=<namespace>. A watchdog stops the components when the
+# cluster's kubeconfig disappears (hack/cluster/down.sh), so deleting the cluster never leaves them
+# behind. Contract (paths, ports, logs): hack/cluster/README.md.
+# shellcheck disable=SC2016 # single-quoted `bash -c` scripts expand their own arguments
+set -euo pipefail
+source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
+
+WAIT_TIMEOUT=${WAIT_TIMEOUT:-120}
+# How often the controller re-reads every Application's source even when nothing changed (a new
+# chart version in a repo is only noticed then); Argo CD's default is 120 s.
+ARGOCD_APP_RESYNC=${ARGOCD_APP_RESYNC:-60}
+ARGOCD_NAMESPACE=argocd
+ARGOCD_DIR=$CLUSTER_DIR/argocd
+ARGOCD_CRDS_DIR=${TOOLS_OUT:-$ROOT/_output/tools}/crds/argo-cd
+ARGOCD_PORTS_FILE=$ARGOCD_DIR/ports
+ARGOCD_CRDS_STAMP=$ARGOCD_DIR/crds.sha256
+# Components in start order; each has $ARGOCD_DIR/<name>.pid and $LOG_DIR/argocd-<name>.log.
+COMPONENTS=(redis repo-server application-controller)
+
+# --- helpers (the same as up.sh's, which keeps its own private) ---
+
+wait_until() {
+  local what=$1; shift
+  local deadline=$(( $(date +%s) + WAIT_TIMEOUT ))
+  until "$@" >/dev/null 2>&1; do
+    (( $(date +%s) < deadline )) || die "timed out after ${WAIT_TIMEOUT}s waiting for $what"
+    sleep 0.5
+  done
+}
+
+port_free() {
+  ! (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null
+}
+
+http_ok() {
+  local status
+  status=$(timeout 2 bash -c '
+    exec 3<>"/dev/tcp/127.0.0.1/$1" || exit 1
+    printf "GET %s HTTP/1.0\r\nHost: 127.0.0.1\r\n\r\n" "$2" >&3
+    head -n1 <&3' _ "$1" "$2" 2>/dev/null) || return 1
+  [[ $status == *" 200"* ]]
+}
+
+redis_ok() {
+  local reply
+  reply=$(timeout 2 bash -c '
+    exec 3<>"/dev/tcp/127.0.0.1/$1" || exit 1
+    printf "PING\r\n" >&3
+    head -c5 <&3' _ "$1" 2>/dev/null) || return 1
+  [[ $reply == +PONG ]]
+}
+
+# component_pid prints the pid of a live component of this cluster's Argo CD. Every component runs
+# in $ARGOCD_DIR (redis in $ARGOCD_DIR/redis), so a recycled pid of another process never counts.
+component_pid() {
+  local name=$1 pid cwd
+  [[ -f $ARGOCD_DIR/$name.pid ]] || return 1
+  pid=$(<"$ARGOCD_DIR/$name.pid")
+  [[ $pid =~ ^[0-9]+$ ]] && kill -0 "$pid" 2>/dev/null || return 1
+  cwd=$(readlink "/proc/$pid/cwd" 2>/dev/null) || return 1
+  [[ $cwd == "$ARGOCD_DIR" || $cwd == "$ARGOCD_DIR"/* ]] || return 1
+  echo "$pid"
+}
+
+stop_component() {
+  local name=$1 pid i
+  if pid=$(component_pid "$name"); then
+    log "stopping argocd $name (pid $pid)"
+    kill "$pid" 2>/dev/null || true
+    for ((i = 0; i < 100; i++)); do
+      kill -0 "$pid" 2>/dev/null || break
+      sleep 0.1
+    done
+    if kill -0 "$pid" 2>/dev/null; then
+      log "argocd $name did not stop in 10s, killing it"
+      kill -9 "$pid" 2>/dev/null || true
+    fi
+  fi
+  rm -f "$ARGOCD_DIR/$name.pid"
+}
+
+# start_component runs a command detached (setsid, outliving this script) in $ARGOCD_DIR, appending
+# to its log; the wrapper writes its own pid and then execs, so the pid file is the component's pid.
+start_component() {
+  local name=$1 i; shift
+  local logf=$LOG_DIR/argocd-$name.log
+  log "starting argocd $name (log $logf)"
+  echo "--- $(date -u +%FT%TZ) starting" >>"$logf"
+  rm -f "$ARGOCD_DIR/$name.pid"
+  (cd "$ARGOCD_DIR" && exec setsid bash -c 'echo $$ >"$0"; exec "$@"' "$ARGOCD_DIR/$name.pid" "$@") \
+    </dev/null >>"$logf" 2>&1 &
+  disown
+  for ((i = 0; i < 50; i++)); do
+    [[ -s $ARGOCD_DIR/$name.pid ]] && break
+    sleep 0.1
+  done
+}
+
+# --- up ---
+
+check_prerequisites() {
+  if [[ ${SKIP_TOOLS_BUILD:-} == 1 ]]; then
+    log "SKIP_TOOLS_BUILD=1: using tools as they are in $TOOLS_BIN"
+  else
+    "$ROOT/hack/tools/build.sh" argo-cd helm kubectl >&2
+  fi
+  local b
+  for b in argocd argocd-repo-server argocd-application-controller helm kubectl; do
+    [[ -x $TOOLS_BIN/$b ]] || die "$TOOLS_BIN/$b is missing: run hack/tools/build.sh argo-cd"
+  done
+  [[ -f $ARGOCD_CRDS_DIR/application-crd.yaml ]] || die "Argo CD CRDs missing in $ARGOCD_CRDS_DIR: run hack/tools/build.sh argo-cd"
+  command -v redis-server >/dev/null || die "redis-server is missing: apt-get install redis-server"
+  if [[ ! -f $KUBECONFIG_PATH ]] || ! kctl get --raw /readyz >/dev/null 2>&1; then
+    die "cluster $CLUSTER_NAME is not running (no $KUBECONFIG_PATH or kube-apiserver not ready): run hack/cluster/up.sh"
+  fi
+  mkdir -p "$ARGOCD_DIR"/{tmp,redis,config/tls,config/ssh,config/gpg/source,config/gpg/keys,plugins} "$LOG_DIR"
+}
+
+install_crds() {
+  local hash
+  hash=$(cat "$ARGOCD_CRDS_DIR"/*.yaml | sha256sum | cut -d' ' -f1)
+  if [[ -f $ARGOCD_CRDS_STAMP && $(<"$ARGOCD_CRDS_STAMP") == "$hash" ]] &&
+    kctl get crd applications.argoproj.io appprojects.argoproj.io applicationsets.argoproj.io >/dev/null 2>&1; then
+    log "Argo CD CRDs already applied"
+    return
+  fi
+  # Server-side: the ApplicationSet CRD is far too large for client-side apply's annotation.
+  log "applying Argo CD CRDs"
+  kctl apply --server-side --force-conflicts --field-manager=hack-cluster -f "$ARGOCD_CRDS_DIR" >&2
+  # Retried: `kubectl wait` fails outright ("accessor error") while a new CRD has no conditions yet.
+  wait_until "the Argo CD CRDs to be Established" kctl wait --for condition=Established --timeout 10s \
+    crd/applications.argoproj.io crd/appprojects.argoproj.io crd/applicationsets.argoproj.io
+  echo "$hash" >"$ARGOCD_CRDS_STAMP"
+}
+
+# install_settings creates what the controller reads: argocd-cm and argocd-secret (it finds both by
+# the part-of=argocd label and reports incomplete settings without server.secretkey), and the
+# `default` AppProject, which argocd-server would otherwise create on its first start.
+# argocd-cmd-params-cm and argocd-rbac-cm are not needed: the former only feeds the upstream
+# Deployments' environment (here: flags below), the latter only argocd-server.
+install_settings() {
+  log "applying namespace $ARGOCD_NAMESPACE, argocd-cm and the default AppProject"
+  kctl apply --server-side --force-conflicts --field-manager=hack-cluster -f - >&2 <<EOF
+apiVersion: v1
+kind: Namespace
+metadata:
+  name: $ARGOCD_NAMESPACE
+---
+apiVersion: v1
+kind: ConfigMap
+metadata:
+  name: argocd-cm
+  namespace: $ARGOCD_NAMESPACE
+  labels: {app.kubernetes.io/name: argocd-cm, app.kubernetes.io/part-of: argocd}
+data:
+  # The v3 default, spelled out: the controller tracks what it applied by an annotation.
+  application.resourceTrackingMethod: annotation
+---
+apiVersion: argoproj.io/v1alpha1
+kind: AppProject
+metadata:
+  name: default
+  namespace: $ARGOCD_NAMESPACE
+spec:
+  sourceRepos: ["*"]
+  destinations: [{server: "*", namespace: "*"}]
+  clusterResourceWhitelist: [{group: "*", kind: "*"}]
+EOF
+  if ! kctl -n "$ARGOCD_NAMESPACE" get secret argocd-secret >/dev/null 2>&1; then
+    log "creating argocd-secret"
+    kctl -n "$ARGOCD_NAMESPACE" create -f - >&2 <<EOF
+apiVersion: v1
+kind: Secret
+metadata:
+  name: argocd-secret
+  labels: {app.kubernetes.io/name: argocd-secret, app.kubernetes.io/part-of: argocd}
+type: Opaque
+data:
+  server.secretkey: $(head -c 32 /dev/urandom | base64 -w0)
+EOF
+  fi
+}
+
+# pick_ports chooses redis, repo-server (gRPC), repo-server metrics and controller metrics ports: the
+# ones from before if each is still free or held by its live component, else four free ports from a
+# base derived from the cluster name (10000..19999, below the Rollouts controller's range). Prints
+# them, and restarts nothing itself: a component whose port moved is stopped so it starts again.
+pick_ports() {
+  local ports=() owners=(redis repo-server repo-server application-controller) i ok=1 base p
+  if [[ -f $ARGOCD_PORTS_FILE ]]; then
+    read -r -a ports <"$ARGOCD_PORTS_FILE" || true
+    ((${#ports[@]} == 4)) || ok=0
+    for ((i = 0; ok && i < 4; i++)); do
+      [[ ${ports[i]} =~ ^[0-9]+$ ]] || { ok=0; break; }
+      component_pid "${owners[i]}" >/dev/null || port_free "${ports[i]}" || ok=0
+    done
+    if ((ok)); then
+      echo "${ports[*]}"
+      return
+    fi
+    log "Argo CD's ports are taken by something else: restarting it on new ones"
+    for ((i = ${#COMPONENTS[@]} - 1; i >= 0; i--)); do stop_component "${COMPONENTS[i]}"; done
+  fi
+  base=$(( 10000 + ($(cksum <<<"$CLUSTER_NAME" | cut -d' ' -f1) % 2000) * 5 ))
+  ports=()
+  for ((p = base; p < 20000 && ${#ports[@]} < 4; p++)); do
+    port_free "$p" && ports+=("$p")
+  done
+  ((${#ports[@]} == 4)) || die "no four free ports for Argo CD in $base..20000"
+  echo "${ports[*]}" >"$ARGOCD_PORTS_FILE"
+  echo "${ports[*]}"
+}
+
+start_redis() {
+  local port=$1 pid
+  if pid=$(component_pid redis); then
+    log "argocd redis already running (pid $pid, :$port)"
+  else
+    # A cache only: no persistence, loopback only, no password (nothing else can reach it).
+    start_component redis redis-server --bind 127.0.0.1 --port "$port" --save '' --appendonly no \
+      --dir "$ARGOCD_DIR/redis" --daemonize no --logfile ''
+  fi
+  wait_until "argocd redis on :$port" redis_ok "$port"
+  component_pid redis >/dev/null || die "argocd redis exited; see $LOG_DIR/argocd-redis.log"
+}
+
+# The repo server renders manifests (helm template, ...) and never talks to Kubernetes. Everything
+# it would read from /app/config in the upstream image and its temporary files live in $ARGOCD_DIR.
+start_repo_server() {
+  local redis=$1 port=$2 metrics=$3 pid sock=$ARGOCD_DIR/askpass.sock
+  if pid=$(component_pid repo-server); then
+    log "argocd repo-server already running (pid $pid, :$port, metrics :$metrics)"
+  else
+    # A unix socket path must fit in 108 bytes.
+    ((${#sock} < 100)) || sock=/tmp/argocd-askpass-$(cksum <<<"$ARGOCD_DIR" | cut -d' ' -f1).sock
+    start_component repo-server env \
+      TMPDIR="$ARGOCD_DIR/tmp" \
+      ARGOCD_ASK_PASS_SOCK="$sock" \
+      ARGOCD_APP_CONFIG_PATH="$ARGOCD_DIR/config" \
+      ARGOCD_TLS_DATA_PATH="$ARGOCD_DIR/config/tls" \
+      ARGOCD_SSH_DATA_PATH="$ARGOCD_DIR/config/ssh" \
+      ARGOCD_GPG_ENABLED=false \
+      ARGOCD_GNUPGHOME="$ARGOCD_DIR/config/gpg/keys" \
+      ARGOCD_GPG_DATA_PATH="$ARGOCD_DIR/config/gpg/source" \
+      ARGOCD_PLUGINSOCKFILEPATH="$ARGOCD_DIR/plugins" \
+      "$TOOLS_BIN/argocd-repo-server" \
+      --address 127.0.0.1 --port "$port" \
+      --metrics-address 127.0.0.1 --metrics-port "$metrics" \
+      --redis "127.0.0.1:$redis" \
+      --disable-tls --client-ca-path= \
+      --loglevel info --logformat text
+  fi
+  wait_until "argocd repo-server healthz on :$metrics" http_ok "$metrics" /healthz
+  component_pid repo-server >/dev/null || die "argocd repo-server exited; see $LOG_DIR/argocd-repo-server.log"
+}
+
+start_application_controller() {
+  local redis=$1 repo=$2 metrics=$3 pid
+  if pid=$(component_pid application-controller); then
+    log "argocd application-controller already running (pid $pid, metrics :$metrics)"
+  else
+    # The metrics/healthz server listens on all interfaces (Argo CD hard-codes 0.0.0.0).
+    start_component application-controller env \
+      KUBECONFIG="$KUBECONFIG_PATH" \
+      ARGOCD_FAKE_IN_CLUSTER=true \
+      ARGOCD_APP_CONFIG_PATH="$ARGOCD_DIR/config" \
+      ARGOCD_TLS_DATA_PATH="$ARGOCD_DIR/config/tls" \
+      ARGOCD_SSH_DATA_PATH="$ARGOCD_DIR/config/ssh" \
+      TMPDIR="$ARGOCD_DIR/tmp" \
+      "$TOOLS_BIN/argocd-application-controller" \
+      --kubeconfig "$KUBECONFIG_PATH" --namespace "$ARGOCD_NAMESPACE" \
+      --redis "127.0.0.1:$redis" \
+      --repo-server "127.0.0.1:$repo" --repo-server-plaintext \
+      --metrics-port "$metrics" \
+      --app-resync "$ARGOCD_APP_RESYNC" \
+      --loglevel info --logformat text
+  fi
+  wait_until "argocd application-controller healthz on :$metrics" http_ok "$metrics" /healthz
+  component_pid application-controller >/dev/null || die "argocd application-controller exited; see $LOG_DIR/argocd-application-controller.log"
+}
+
+# start_watchdog runs a small loop that stops the components once the cluster's kubeconfig is gone
+# (down.sh deletes the cluster directory, pid files included, so it remembers the pids).
+start_watchdog() {
+  local pid
+  if pid=$(component_pid watchdog); then
+    return
+  fi
+  start_component watchdog bash -c '
+    kubeconfig=$1 dir=$2 pids=""
+    while [[ -e $kubeconfig ]]; do
+      pids=$(cat "$dir"/redis.pid "$dir"/repo-server.pid "$dir"/application-controller.pid 2>/dev/null || true)
+      sleep 2
+    done
+    echo "$(date -u +%FT%TZ) $kubeconfig is gone: stopping the Argo CD components ($(echo $pids))"
+    for p in $pids; do
+      [[ $(readlink "/proc/$p/cwd" 2>/dev/null) == "$dir"* ]] && kill "$p" 2>/dev/null
+    done
+    exit 0' argocd-watchdog "$KUBECONFIG_PATH" "$ARGOCD_DIR"
+}
+
+up() {
+  local start ports redis repo repo_metrics ctrl_metrics
+  start=$(date +%s)
+  check_prerequisites
+  install_crds
+  install_settings
+  ports=$(pick_ports)
+  read -r redis repo repo_metrics ctrl_metrics <<<"$ports"
+  start_redis "$redis"
+  start_repo_server "$redis" "$repo" "$repo_metrics"
+  start_application_controller "$redis" "$repo" "$ctrl_metrics"
+  start_watchdog
+  log "Argo CD ready in $(( $(date +%s) - start ))s (redis :$redis, repo-server :$repo, logs: $LOG_DIR/argocd-*.log)"
+  echo "ARGOCD_NAMESPACE=$ARGOCD_NAMESPACE"
+}
+
+down() {
+  local i
+  stop_component watchdog
+  for ((i = ${#COMPONENTS[@]} - 1; i >= 0; i--)); do
+    stop_component "${COMPONENTS[i]}"
+  done
+  log "Argo CD stopped (CRDs, settings and Applications stay in the cluster)"
+}
+
+status() {
+  local name pid ports=""
+  [[ -f $ARGOCD_PORTS_FILE ]] && ports=$(<"$ARGOCD_PORTS_FILE")
+  echo "ports (redis repo-server repo-server-metrics controller-metrics): ${ports:-none}"
+  for name in "${COMPONENTS[@]}" watchdog; do
+    if pid=$(component_pid "$name"); then
+      echo "$name: running (pid $pid)"
+    else
+      echo "$name: not running"
+    fi
+  done
+}
+
+case ${1:-} in
+  up) up ;;
+  down) down ;;
+  status) status ;;
+  *) echo "usage: $0 up|down|status" >&2; exit 2 ;;
+esac
