@@ -66,6 +66,15 @@ func TestRunLeadingReturnsOnlyAfterRunHasReturned(t *testing.T) {
 
 func TestRunLeadingReportsALostLease(t *testing.T) {
 	client := fake.NewSimpleClientset()
+	// The fake's reactors may not change while it serves requests: this one is there from the start
+	// and switched on later.
+	var partitioned atomic.Bool
+	client.PrependReactor("update", "leases", func(clienttesting.Action) (bool, runtime.Object, error) {
+		if partitioned.Load() {
+			return true, nil, errors.New("connection refused")
+		}
+		return false, nil, nil
+	})
 	started := make(chan struct{})
 	done := make(chan error, 1)
 	var states []bool
@@ -78,9 +87,7 @@ func TestRunLeadingReportsALostLease(t *testing.T) {
 	}()
 	<-started
 	// The API server stops accepting renewals (this replica is partitioned, say) past the renew deadline.
-	client.PrependReactor("update", "leases", func(clienttesting.Action) (bool, runtime.Object, error) {
-		return true, nil, errors.New("connection refused")
-	})
+	partitioned.Store(true)
 	select {
 	case err := <-done:
 		if !errors.Is(err, ErrLostLease) {
