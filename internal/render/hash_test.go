@@ -6,6 +6,7 @@ import (
 
 	"k8s.io/apimachinery/pkg/util/validation"
 
+	"github.com/configmap-attacher/configmap-attacher/internal/content"
 	"github.com/configmap-attacher/configmap-attacher/internal/refs"
 )
 
@@ -19,7 +20,7 @@ func hashOf(t *testing.T, doc string) string {
 		t.Fatalf("renames %v", res.renames)
 	}
 	to := res.renames[0].To
-	return to[len(to)-HashLength:]
+	return to[len(to)-content.HashLength:]
 }
 
 func TestContentHash(t *testing.T) {
@@ -96,21 +97,21 @@ func TestRevisionName(t *testing.T) {
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
-			got := revisionName(tc.base, hash)
+			got := content.Name(tc.base, hash)
 			if got != tc.want {
 				t.Errorf("revisionName = %q (%d), want %q", got, len(got), tc.want)
 			}
 			if msgs := validation.IsDNS1123Subdomain(got); len(msgs) > 0 && validation.IsDNS1123Subdomain(tc.base) == nil {
 				t.Errorf("%q is not a valid name: %v", got, msgs)
 			}
-			if !isRevisionOf(got, tc.base) {
-				t.Errorf("isRevisionOf(%q, %q) = false", got, tc.base)
+			if !content.IsRevisionOf(got, tc.base) {
+				t.Errorf("content.IsRevisionOf(%q, %q) = false", got, tc.base)
 			}
 		})
 	}
 	for _, name := range []string{"app", "app-", "app-012345678", "app-0123456789a", "app-012345678G", "app-ABCDEF0123", "other-0123456789"} {
-		if isRevisionOf(name, "app") {
-			t.Errorf("isRevisionOf(%q, app) = true", name)
+		if content.IsRevisionOf(name, "app") {
+			t.Errorf("content.IsRevisionOf(%q, app) = true", name)
 		}
 	}
 }

@@ -9,6 +9,7 @@ import (
 	"k8s.io/apimachinery/pkg/util/validation"
 
 	"github.com/configmap-attacher/configmap-attacher/internal/api"
+	"github.com/configmap-attacher/configmap-attacher/internal/content"
 	"github.com/configmap-attacher/configmap-attacher/internal/refs"
 )
 
@@ -246,11 +247,11 @@ func (p *planner) revision(o *object, kind refs.Kind) (*configObject, error) {
 	c := &configObject{object: o, kind: kind, ns: p.ns(o), base: o.name}
 	// Our own earlier output: keep its original name, so a re-render names it exactly as before (and a
 	// render of edited output names the new content after the same original).
-	if orig, _ := o.annotations[api.OriginalNameAnnotation].(string); orig != "" && isRevisionOf(o.name, orig) &&
+	if orig, _ := o.annotations[api.OriginalNameAnnotation].(string); orig != "" && content.IsRevisionOf(o.name, orig) &&
 		len(validation.IsDNS1123Subdomain(orig)) == 0 {
 		c.base = orig
 	}
-	c.newName = revisionName(c.base, hash)
+	c.newName = content.Name(c.base, hash)
 	if kind == refs.Secret && (rest.Type == string(corev1.SecretTypeDockerConfigJson) || rest.Type == string(corev1.SecretTypeDockercfg)) {
 		p.log.Warn("image pull Secret revisioned: imagePullSecrets references are not rewritten, only volumes and env",
 			"object", o.String(), "document", o.doc.index, "source", o.doc.source)

@@ -1,0 +1,109 @@
+// Package content names a config revision after what a pod sees of it: <name>-<hash>, the hash taken
+// over the data in a canonical form, so the same content gets the same name anywhere — from a manifest
+// (render), from a chart's own template helper (charts/base-app), or from a live object (a pinning
+// snapshot).
+package content
+
+import (
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"strings"
+
+	"k8s.io/apimachinery/pkg/util/validation"
+)
+
+// HashLength is the number of hex digits of the content hash appended to a revisioned name: 40 bits,
+// so two revisions of one object colliding is a one-in-a-trillion event, and the suffix stays short
+// enough to read in kubectl output.
+const HashLength = 10
+
+// maxBaseLength keeps <base>-<hash> within the 253 characters of a DNS subdomain name.
+const maxBaseLength = validation.DNS1123SubdomainMaxLength - 1 - HashLength
+
+// ConfigMap is what a pod sees of a ConfigMap.
+type ConfigMap struct {
+	Data       map[string]string `json:"data,omitempty"`
+	BinaryData map[string][]byte `json:"binaryData,omitempty"`
+}
+
+// Secret is a Secret as the API server stores it: stringData merged into data (stringData wins, as on
+// the server), the type defaulted to Opaque. Writing the same Secret with stringData or with base64
+// data therefore gives the same name.
+type Secret struct {
+	Type string            `json:"type"`
+	Data map[string][]byte `json:"data,omitempty"`
+}
+
+// Hash returns the first HashLength hex digits of the SHA-256 of the content in canonical JSON
+// (encoding/json sorts map keys and base64-encodes bytes), so equal content gives the same hash on any
+// machine whatever the key order or YAML style it came in. Metadata is not hashed: labels and
+// annotations do not reach the pod.
+//
+// json.Marshal's HTML escaping (< > & as \u003c \u003e \u0026) is part of the scheme: Helm's
+// `toJson | sha256sum | trunc 10` computes the same hash, which is how a chart can name revisions
+// itself and pass through the renderer unchanged (charts/base-app does).
+func (c ConfigMap) Hash() (string, error) {
+	c.BinaryData = nonNil(c.BinaryData)
+	return hash(c)
+}
+
+// Hash is ConfigMap.Hash for a Secret.
+func (s Secret) Hash() (string, error) {
+	if s.Type == "" {
+		s.Type = "Opaque"
+	}
+	s.Data = nonNil(s.Data)
+	return hash(s)
+}
+
+func hash(v any) (string, error) {
+	b, err := json.Marshal(v)
+	if err != nil {
+		return "", err
+	}
+	sum := sha256.Sum256(b)
+	return hex.EncodeToString(sum[:])[:HashLength], nil
+}
+
+// nonNil makes `key: null` hash like `key: ""`: the API server stores both as empty.
+func nonNil(m map[string][]byte) map[string][]byte {
+	if m == nil {
+		return nil
+	}
+	out := make(map[string][]byte, len(m))
+	for k, v := range m {
+		if v == nil {
+			v = []byte{}
+		}
+		out[k] = v
+	}
+	return out
+}
+
+// Name is <base>-<hash>; a base too long for that is truncated (never the hash, which is what makes
+// the name unique) and trimmed of trailing dots and dashes to stay a valid name.
+func Name(base, hash string) string {
+	return truncateBase(base) + "-" + hash
+}
+
+func truncateBase(base string) string {
+	if len(base) <= maxBaseLength {
+		return base
+	}
+	return strings.TrimRight(base[:maxBaseLength], "-.")
+}
+
+// IsRevisionOf reports whether name is base with some content hash appended.
+func IsRevisionOf(name, base string) bool {
+	rest, ok := strings.CutPrefix(name, truncateBase(base)+"-")
+	if !ok || len(rest) != HashLength {
+		return false
+	}
+	for _, r := range rest {
+		if !(r >= '0' && r <= '9' || r >= 'a' && r <= 'f') {
+			return false
+		}
+	}
+	return true
+}
