@@ -40,3 +40,23 @@ func HasFinalizer(finalizers []string, f string) bool {
 	}
 	return false
 }
+
+// Zero-touch pinning (docs/pinning.md): each revision's pods read the config the revision was created
+// with, though the config object keeps its name and is changed in place.
+const (
+	// PinningNamespaceLabel=PinningEnabled on a Namespace turns pinning on for its pods.
+	PinningNamespaceLabel = "configmap-attacher.io/pinning"
+	PinningEnabled        = "enabled"
+	// PinLabel=PinValue on a ConfigMap or Secret pins it: pods get the snapshot of their revision
+	// instead. Only labelled objects, so Secrets rotated in place by cert-manager or external-secrets
+	// are never pinned by accident.
+	PinLabel = "configmap-attacher.io/pin"
+	PinValue = "true"
+	// SnapshotLabel=SnapshotValue marks the immutable snapshots we take; their OriginalNameAnnotation
+	// names the object they copy, their ownerReferences the revisions pinned to them.
+	SnapshotLabel = "configmap-attacher.io/snapshot"
+	SnapshotValue = "true"
+)
+
+// Pinned reports whether an object carries the pin label.
+func Pinned(labels map[string]string) bool { return labels[PinLabel] == PinValue }

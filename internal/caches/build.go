@@ -30,6 +30,8 @@ type Caches struct {
 	Users map[Kind]*Informer[*User]
 	// Configs are the opted-in ConfigMaps and Secrets, metadata only.
 	Configs map[refs.Kind]*Informer[*metav1.PartialObjectMetadata]
+	// Pinning is set when zero-touch pinning is on (NewPinning).
+	Pinning *Pinning
 
 	start  []func(stop <-chan struct{})
 	synced []cache.InformerSynced

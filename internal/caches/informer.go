@@ -6,6 +6,7 @@ import (
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/tools/cache"
 
 	"github.com/configmap-attacher/configmap-attacher/internal/refs"
@@ -16,6 +17,7 @@ import (
 const (
 	ByConfig = "byConfig"
 	ByOwner  = "byOwner"
+	ByUID    = "byUID"
 )
 
 // ConfigIndexers are the indexes every config informer has.
@@ -41,7 +43,7 @@ func ConfigKey(namespace string, r refs.Ref) string {
 
 // UserIndexers are the indexes every User informer has.
 func UserIndexers() cache.Indexers {
-	return cache.Indexers{ByConfig: indexByConfig, ByOwner: indexByOwner}
+	return cache.Indexers{ByConfig: indexByConfig, ByOwner: indexByOwner, ByUID: indexByUID}
 }
 
 func indexByConfig(obj any) ([]string, error) {
@@ -54,6 +56,13 @@ func indexByConfig(obj any) ([]string, error) {
 		keys[i] = ConfigKey(u.Namespace, r)
 	}
 	return keys, nil
+}
+
+func indexByUID(obj any) ([]string, error) {
+	if u, ok := obj.(*User); ok {
+		return []string{string(u.UID)}, nil
+	}
+	return nil, nil
 }
 
 func indexByOwner(obj any) ([]string, error) {
@@ -78,11 +87,15 @@ func NewInformer[T runtime.Object](informers ...cache.SharedIndexInformer) *Info
 	return &Informer[T]{informers: informers}
 }
 
-// Get returns the cached object namespace/name.
+// Get returns the cached object namespace/name (namespace "" for a cluster-scoped object).
 func (i *Informer[T]) Get(namespace, name string) (T, bool, error) {
 	var zero T
+	key := name
+	if namespace != "" {
+		key = namespace + "/" + name
+	}
 	for _, inf := range i.informers {
-		obj, exists, err := inf.GetIndexer().GetByKey(namespace + "/" + name)
+		obj, exists, err := inf.GetIndexer().GetByKey(key)
 		if err != nil || !exists {
 			if err != nil {
 				return zero, false, err
@@ -195,8 +208,10 @@ func NewConfigInformerForTest(objs ...*metav1.PartialObjectMetadata) *Informer[*
 	return NewInformer[*metav1.PartialObjectMetadata](inf)
 }
 
-// UsersOf returns every cached object, of any kind, whose pods or pod template reference r.
-func (c *Caches) UsersOf(namespace string, r refs.Ref) ([]*User, error) {
+// UsersOf returns every cached object, of any kind, whose pods or pod template reference r, and the
+// cached objects with the given uids (the revisions a pinning snapshot belongs to, which need it while
+// they exist, pods or not).
+func (c *Caches) UsersOf(namespace string, r refs.Ref, owners ...types.UID) ([]*User, error) {
 	var out []*User
 	var errs []error
 	for _, kind := range UserKinds() {
@@ -209,6 +224,13 @@ func (c *Caches) UsersOf(namespace string, r refs.Ref) ([]*User, error) {
 			errs = append(errs, err)
 		}
 		out = append(out, us...)
+		for _, uid := range owners {
+			us, err := inf.ByIndex(ByUID, string(uid))
+			if err != nil {
+				errs = append(errs, err)
+			}
+			out = append(out, us...)
+		}
 	}
 	return out, errors.Join(errs...)
 }

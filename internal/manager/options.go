@@ -8,6 +8,7 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"net/url"
 	"strings"
 	"time"
 
@@ -36,6 +37,21 @@ type Options struct {
 	LeaderElect    bool
 	LeaderElection LeaderElectionOptions
 	Client         kube.ClientOptions
+	Pinning        PinningOptions
+}
+
+// PinningOptions turn on zero-touch pinning and say how the API server reaches its webhook.
+type PinningOptions struct {
+	Enabled bool
+	// URL: serve the webhook at this https URL and register it there (local runs and tests).
+	URL string
+	// Service is NAMESPACE/NAME of the Service in front of the webhook (in a cluster; the chart).
+	Service       string
+	BindAddress   string
+	Configuration string
+	FailurePolicy string
+	// CertSecret holds the serving certificate, in the leader election namespace.
+	CertSecret string
 }
 
 // LeaderElectionOptions tune the Lease; defaults match kube-controller-manager's.
@@ -64,7 +80,8 @@ func NewOptions(lookup func(string) (string, bool)) *Options {
 			LeaseDuration: 15 * time.Second, RenewDeadline: 10 * time.Second, RetryPeriod: 2 * time.Second,
 		},
 		// Each attach is one PATCH; client-go's default 5 QPS would queue a 500-Rollout deploy for minutes.
-		Client: kube.ClientOptions{QPS: 100, Burst: 200},
+		Client:  kube.ClientOptions{QPS: 100, Burst: 200},
+		Pinning: PinningOptions{BindAddress: ":9443", Configuration: "configmap-attacher", FailurePolicy: "Fail"},
 	}
 }
 
@@ -99,6 +116,13 @@ func (o *Options) AddFlags(fs *flag.FlagSet) {
 	fs.DurationVar(&o.LeaderElection.LeaseDuration, "leader-election-lease-duration", o.LeaderElection.LeaseDuration, "how long a standby waits before taking over an unrenewed Lease")
 	fs.DurationVar(&o.LeaderElection.RenewDeadline, "leader-election-renew-deadline", o.LeaderElection.RenewDeadline, "how long the leader retries renewing before giving up")
 	fs.DurationVar(&o.LeaderElection.RetryPeriod, "leader-election-retry-period", o.LeaderElection.RetryPeriod, "how often candidates retry")
+	fs.BoolVar(&o.Pinning.Enabled, "pinning", o.Pinning.Enabled, "zero-touch pinning: serve the pod webhook and snapshot pinned config per revision (docs/pinning.md)")
+	fs.StringVar(&o.Pinning.URL, "webhook-url", o.Pinning.URL, "serve the pinning webhook at this URL (https://127.0.0.1:PORT) and register it there; local runs and tests")
+	fs.StringVar(&o.Pinning.Service, "webhook-service", o.Pinning.Service, "NAMESPACE/NAME of the Service in front of the pinning webhook (in a cluster)")
+	fs.StringVar(&o.Pinning.BindAddress, "webhook-bind-address", o.Pinning.BindAddress, "address the pinning webhook listens on (with -webhook-service)")
+	fs.StringVar(&o.Pinning.Configuration, "webhook-configuration-name", o.Pinning.Configuration, "name of the MutatingWebhookConfiguration")
+	fs.StringVar(&o.Pinning.FailurePolicy, "webhook-failure-policy", o.Pinning.FailurePolicy, "Fail or Ignore, with -webhook-url (docs/pinning.md: the trade-off)")
+	fs.StringVar(&o.Pinning.CertSecret, "webhook-cert-secret", o.Pinning.CertSecret, "Secret (in the leader election namespace) holding the webhook's serving certificate (default: <webhook-configuration-name>-webhook-tls)")
 	fs.Float64Var(&o.Client.QPS, "kube-api-qps", o.Client.QPS, "client-side rate limit for API requests")
 	fs.IntVar(&o.Client.Burst, "kube-api-burst", o.Client.Burst, "client-side burst for API requests")
 	o.Client.AddFlags(fs)
@@ -129,6 +153,7 @@ func (o *Options) Validate() error {
 	if o.Workers < 1 {
 		errs = append(errs, "-workers must be at least 1")
 	}
+	errs = append(errs, o.Pinning.validate()...)
 	if o.LeaderElect {
 		le := o.LeaderElection
 		if le.Name == "" || le.Namespace == "" {
@@ -142,4 +167,41 @@ func (o *Options) Validate() error {
 		return errors.New(strings.Join(errs, "; "))
 	}
 	return nil
+}
+
+func (p *PinningOptions) validate() []string {
+	var errs []string
+	switch {
+	case !p.Enabled && (p.URL != "" || p.Service != ""):
+		errs = append(errs, "-webhook-url and -webhook-service serve the pinning webhook: add -pinning")
+	case !p.Enabled:
+		return nil
+	case p.URL == "" && p.Service == "":
+		errs = append(errs, "-pinning needs -webhook-url=https://127.0.0.1:PORT (local) or -webhook-service=NAMESPACE/NAME (in a cluster)")
+	case p.URL != "" && p.Service != "":
+		errs = append(errs, "-webhook-url and -webhook-service are exclusive")
+	}
+	if p.URL != "" {
+		if _, _, err := p.urlHostPort(); err != nil {
+			errs = append(errs, err.Error())
+		}
+	}
+	if p.Service != "" {
+		if ns, name, ok := strings.Cut(p.Service, "/"); !ok || ns == "" || name == "" {
+			errs = append(errs, fmt.Sprintf("-webhook-service %q must be NAMESPACE/NAME", p.Service))
+		}
+	}
+	if p.FailurePolicy != "Fail" && p.FailurePolicy != "Ignore" {
+		errs = append(errs, fmt.Sprintf("-webhook-failure-policy %q: use Fail or Ignore", p.FailurePolicy))
+	}
+	return errs
+}
+
+// urlHostPort splits -webhook-url, which must be https://HOST:PORT with no path.
+func (p *PinningOptions) urlHostPort() (string, string, error) {
+	u, err := url.Parse(p.URL)
+	if err != nil || u.Scheme != "https" || u.Port() == "" || (u.Path != "" && u.Path != "/") {
+		return "", "", fmt.Errorf("-webhook-url %q must be https://HOST:PORT, e.g. https://127.0.0.1:9443", p.URL)
+	}
+	return u.Hostname(), u.Port(), nil
 }

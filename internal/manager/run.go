@@ -2,11 +2,16 @@ package manager
 
 import (
 	"context"
+	"crypto/tls"
 	"fmt"
+	"net"
+	"net/http"
 	"os"
+	"strings"
 	"sync"
 	"sync/atomic"
 
+	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/util/uuid"
@@ -19,13 +24,16 @@ import (
 	"github.com/configmap-attacher/configmap-attacher/internal/kube"
 	"github.com/configmap-attacher/configmap-attacher/internal/logging"
 	"github.com/configmap-attacher/configmap-attacher/internal/metrics"
+	"github.com/configmap-attacher/configmap-attacher/internal/pinning"
 	"github.com/configmap-attacher/configmap-attacher/internal/protection"
+	"github.com/configmap-attacher/configmap-attacher/internal/reconcile"
 	"github.com/configmap-attacher/configmap-attacher/internal/refs"
 	"github.com/configmap-attacher/configmap-attacher/internal/workload"
 )
 
 // Run serves metrics and probes, then runs the controllers, under leader election when enabled, until
-// ctx ends (graceful shutdown) or leadership is lost (an error: the pod restarts and stands by).
+// ctx ends (graceful shutdown) or leadership is lost (an error: the pod restarts and stands by). Every
+// replica keeps the caches warm and, with pinning, serves the webhook; only the leader writes.
 func Run(ctx context.Context, o *Options, clients *kube.Clients) error {
 	log := logging.FromContext(ctx)
 	if err := kube.WaitReachable(ctx, clients.Kube, clients.Config.Host); err != nil {
@@ -46,29 +54,27 @@ func Run(ctx context.Context, o *Options, clients *kube.Clients) error {
 	if o.Secrets {
 		kinds = append(kinds, refs.Secret)
 	}
-	cs, err := caches.New(clients, caches.Options{Namespaces: o.Namespaces, ConfigKinds: kinds, Rollouts: withRollouts})
+	cacheOpts := caches.Options{Namespaces: o.Namespaces, ConfigKinds: kinds, Rollouts: withRollouts}
+	cs, err := caches.New(clients, cacheOpts)
 	if err != nil {
 		return err
+	}
+	if o.Pinning.Enabled {
+		if err := cs.NewPinning(clients, cacheOpts); err != nil {
+			return err
+		}
 	}
 	m := metrics.New()
 	events, stopEvents := attach.NewRecorderEvents(ctx, clients.Kube)
 	defer stopEvents()
 	writer := &attach.Writer{Client: clients.Metadata, Events: events}
-	attacher, err := controller.New(cs, writer, m, controller.Options{ReplicaSetSelector: selector, AttachAllNamespaces: o.AttachAllNamespaces})
-	if err != nil {
-		return err
-	}
-	protector, err := protection.New(cs, writer, protection.APIUsers{Kube: clients.Kube, Dynamic: clients.Dynamic, Rollouts: withRollouts},
-		clients.Kube, events.Recorder, m)
+	loops, err := controllers(cs, writer, m, events, clients, o, selector, withRollouts)
 	if err != nil {
 		return err
 	}
 
-	var synced, leading atomic.Bool
-	p := &probes{ready: func() bool {
-		// A standby is ready to take over; it has nothing else to be ready for.
-		return synced.Load() || (o.LeaderElect && !leading.Load())
-	}}
+	var synced atomic.Bool
+	p := &probes{ready: synced.Load}
 	if o.LeaderElect {
 		p.leaderCheck = leaderelection.NewLeaderHealthzAdaptor(o.LeaderElection.RenewDeadline + o.LeaderElection.RetryPeriod)
 	}
@@ -79,20 +85,28 @@ func Run(ctx context.Context, o *Options, clients *kube.Clients) error {
 		return err
 	}
 
+	// Every replica caches: a standby's webhook answers from warm caches, and it takes over faster.
+	cs.Start(ctx.Done())
+	for _, ns := range displayNamespaces(o.Namespaces) {
+		log.Info("watching", "namespace", ns)
+	}
+	if !cs.WaitForSync(ctx.Done()) {
+		return fmt.Errorf("informer caches did not sync before shutdown")
+	}
+	if o.Pinning.Enabled {
+		if err := serveWebhook(ctx, o, clients, cs, writer); err != nil {
+			return err
+		}
+	}
+	synced.Store(true)
+
 	run := func(ctx context.Context) error {
-		cs.Start(ctx.Done())
-		for _, ns := range displayNamespaces(o.Namespaces) {
-			log.Info("watching", "namespace", ns)
-		}
-		if !cs.WaitForSync(ctx.Done()) {
-			return fmt.Errorf("informer caches did not sync before shutdown")
-		}
-		synced.Store(true)
-		log.Info("caches synced; reconciling every existing revision and config object", "workers", o.Workers)
+		log.Info("reconciling every existing revision and config object", "workers", o.Workers)
 		var wg sync.WaitGroup
-		wg.Add(2)
-		go func() { defer wg.Done(); attacher.Loop().Run(ctx, o.Workers) }()
-		go func() { defer wg.Done(); protector.Loop().Run(ctx, o.Workers) }()
+		for _, l := range loops {
+			wg.Add(1)
+			go func() { defer wg.Done(); l.Run(ctx, o.Workers) }()
+		}
 		if err := protection.Sweep(ctx, writer, o.Namespaces, kinds); err != nil {
 			log.Warn("sweeping objects opted out while the controller was away", "err", err)
 		}
@@ -124,7 +138,70 @@ func Run(ctx context.Context, o *Options, clients *kube.Clients) error {
 				log.Info("standing by", "leader", identity)
 			}
 		}},
-	}, func(yes bool) { leading.Store(yes); m.Leading(yes) }, run)
+	}, m.Leading, run)
+}
+
+// controllers builds the controllers the leader runs.
+func controllers(cs *caches.Caches, writer *attach.Writer, m *metrics.Metrics, events *attach.RecorderEvents, clients *kube.Clients,
+	o *Options, selector labels.Selector, withRollouts bool) ([]*reconcile.Loop, error) {
+	attacher, err := controller.New(cs, writer, m, controller.Options{ReplicaSetSelector: selector, AttachAllNamespaces: o.AttachAllNamespaces})
+	if err != nil {
+		return nil, err
+	}
+	protector, err := protection.New(cs, writer, protection.APIUsers{Kube: clients.Kube, Dynamic: clients.Dynamic, Rollouts: withRollouts},
+		clients.Kube, events.Recorder, m)
+	if err != nil {
+		return nil, err
+	}
+	loops := []*reconcile.Loop{attacher.Loop(), protector.Loop()}
+	if o.Pinning.Enabled {
+		pinner, err := pinning.New(cs, &pinning.Taker{Kube: clients.Kube, Writer: writer}, events.Recorder, m)
+		if err != nil {
+			return nil, err
+		}
+		loops = append(loops, pinner.Loop())
+	}
+	return loops, nil
+}
+
+// serveWebhook makes (or loads) the serving certificate, serves the pinning webhook over TLS and
+// registers it: the whole configuration at -webhook-url, or the caBundle of the chart's.
+func serveWebhook(ctx context.Context, o *Options, clients *kube.Clients, cs *caches.Caches, writer *attach.Writer) error {
+	po := o.Pinning
+	reg := pinning.Registration{Configuration: po.Configuration, URL: strings.TrimSuffix(po.URL, "/"),
+		FailurePolicy: admissionregistrationv1.FailurePolicyType(po.FailurePolicy), Namespaces: o.Namespaces}
+	addr := po.BindAddress
+	var hosts []string
+	if po.URL != "" {
+		host, port, _ := po.urlHostPort()
+		addr, hosts = net.JoinHostPort(host, port), []string{host}
+	} else {
+		ns, name, _ := strings.Cut(po.Service, "/")
+		hosts = []string{name + "." + ns + ".svc", name + "." + ns + ".svc.cluster.local", name + "." + ns, name}
+	}
+	secret := po.CertSecret
+	if secret == "" {
+		secret = po.Configuration + "-webhook-tls"
+	}
+	certs := &pinning.Certs{Kube: clients.Kube, Namespace: o.LeaderElection.Namespace, Secret: secret, Hosts: hosts}
+	if err := certs.Ensure(ctx); err != nil {
+		return err
+	}
+	hook := &pinning.Webhook{Caches: cs, Taker: &pinning.Taker{Kube: clients.Kube, Writer: writer}, Log: logging.FromContext(ctx)}
+	mux := http.NewServeMux()
+	mux.Handle(pinning.Path, hook)
+	if _, err := serveTLS(ctx, "webhook", addr, mux, &tls.Config{GetCertificate: certs.GetCertificate, MinVersion: tls.VersionTLS12}); err != nil {
+		return err
+	}
+	register := func(ctx context.Context, ca []byte) error { return reg.Register(ctx, clients.Kube, ca) }
+	if err := register(ctx, certs.CA()); err != nil {
+		if apierrors.IsNotFound(err) && po.URL == "" {
+			return fmt.Errorf("%w: the chart creates MutatingWebhookConfiguration %s; check -webhook-configuration-name", err, po.Configuration)
+		}
+		return err
+	}
+	go certs.Renew(ctx, register)
+	return nil
 }
 
 // noRolloutsMessage says what a cluster without Argo Rollouts changes: ReplicaSets are watched

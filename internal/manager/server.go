@@ -2,6 +2,7 @@ package manager
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"net"
@@ -42,12 +43,20 @@ func (p *probes) readyz(w http.ResponseWriter, _ *http.Request) {
 
 // serve runs an HTTP server on addr until ctx ends; an empty addr disables it.
 func serve(ctx context.Context, name, addr string, h http.Handler) (string, error) {
+	return serveTLS(ctx, name, addr, h, nil)
+}
+
+// serveTLS is serve over TLS when tlsConfig is set.
+func serveTLS(ctx context.Context, name, addr string, h http.Handler, tlsConfig *tls.Config) (string, error) {
 	if addr == "" {
 		return "", nil
 	}
 	ln, err := net.Listen("tcp", addr)
 	if err != nil {
 		return "", fmt.Errorf("%s server: %w", name, err)
+	}
+	if tlsConfig != nil {
+		ln = tls.NewListener(ln, tlsConfig)
 	}
 	srv := &http.Server{Handler: h, ReadHeaderTimeout: 5 * time.Second}
 	go func() {

@@ -20,6 +20,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/client-go/tools/record"
@@ -168,13 +169,14 @@ func (c *Controller) syncDeleting(ctx context.Context, kind refs.Kind, m *metav1
 		log.Info("namespace is being deleted: releasing")
 		return ignoreGone(c.finalizers.Remove(ctx, kind, m.Namespace, m.Name, m.ResourceVersion))
 	}
-	users, err := c.liveCachedUsers(m.Namespace, ref)
+	owners := snapshotOwners(m)
+	users, err := c.liveCachedUsers(m.Namespace, ref, owners)
 	if err != nil {
 		return err
 	}
 	if len(users) == 0 {
 		// The cache may not show a user created a moment ago: ask the API server before letting go.
-		if users, err = c.live.Users(ctx, m.Namespace, ref); err != nil {
+		if users, err = c.live.Users(ctx, m.Namespace, ref, owners...); err != nil {
 			return err
 		}
 	}
@@ -223,8 +225,21 @@ func optOut(ctx context.Context, w *attach.Writer, f Finalizers, kind refs.Kind,
 	return errors.Join(errs...)
 }
 
-func (c *Controller) liveCachedUsers(ns string, r refs.Ref) ([]*caches.User, error) {
-	all, err := c.caches.UsersOf(ns, r)
+// snapshotOwners are the revisions a pinning snapshot belongs to: each needs it while it exists, with
+// pods or not (a rollback recreates its pods from it).
+func snapshotOwners(m *metav1.PartialObjectMetadata) []types.UID {
+	if m.Labels[api.SnapshotLabel] != api.SnapshotValue {
+		return nil
+	}
+	out := make([]types.UID, len(m.OwnerReferences))
+	for i, o := range m.OwnerReferences {
+		out[i] = o.UID
+	}
+	return out
+}
+
+func (c *Controller) liveCachedUsers(ns string, r refs.Ref, owners []types.UID) ([]*caches.User, error) {
+	all, err := c.caches.UsersOf(ns, r, owners...)
 	var live []*caches.User
 	for _, u := range all {
 		if u.Live() {

@@ -4,11 +4,13 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/kubernetes"
 
@@ -17,9 +19,10 @@ import (
 	"github.com/configmap-attacher/configmap-attacher/internal/workload"
 )
 
-// UserLister finds the live users of a config object.
+// UserLister finds the live users of a config object: what references it, and the given owners (a
+// pinning snapshot's revisions).
 type UserLister interface {
-	Users(ctx context.Context, namespace string, r refs.Ref) ([]*caches.User, error)
+	Users(ctx context.Context, namespace string, r refs.Ref, owners ...types.UID) ([]*caches.User, error)
 }
 
 // APIUsers lists users straight from the API server: the check pvcprotection makes before it lets a
@@ -32,8 +35,9 @@ type APIUsers struct {
 	Rollouts bool
 }
 
-// Users lists every live object in namespace whose pods or pod template reference r.
-func (a APIUsers) Users(ctx context.Context, ns string, r refs.Ref) ([]*caches.User, error) {
+// Users lists every live object in namespace whose pods or pod template reference r, or whose uid is
+// one of owners.
+func (a APIUsers) Users(ctx context.Context, ns string, r refs.Ref, owners ...types.UID) ([]*caches.User, error) {
 	var objs []runtime.Object
 	add := func(list runtime.Object, err error) error {
 		if err != nil {
@@ -74,7 +78,7 @@ func (a APIUsers) Users(ctx context.Context, ns string, r refs.Ref) ([]*caches.U
 		if err != nil {
 			return nil, err
 		}
-		if u.Live() && u.Uses(r) {
+		if u.Live() && (u.Uses(r) || slices.Contains(owners, u.UID)) {
 			out = append(out, u)
 		}
 	}

@@ -1,0 +1,214 @@
+package caches
+
+import (
+	"fmt"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/client-go/informers"
+	"k8s.io/client-go/metadata/metadatainformer"
+	"k8s.io/client-go/tools/cache"
+
+	"github.com/configmap-attacher/configmap-attacher/internal/api"
+	"github.com/configmap-attacher/configmap-attacher/internal/kube"
+	"github.com/configmap-attacher/configmap-attacher/internal/refs"
+)
+
+// ByPin indexes snapshots by "<revision uid>/<Kind>/<original name>" (PinKey): the pin of one revision
+// for one config object, found without listing.
+const ByPin = "byPin"
+
+// PinKey is the ByPin index value of a revision's pin for a config object.
+func PinKey(revision string, r refs.Ref) string { return fmt.Sprintf("%s/%s/%s", revision, r.Kind, r.Name) }
+
+func indexByPin(kind refs.Kind) cache.IndexFunc {
+	return func(obj any) ([]string, error) {
+		m, ok := obj.(*metav1.PartialObjectMetadata)
+		if !ok {
+			return nil, nil
+		}
+		orig := m.Annotations[api.OriginalNameAnnotation]
+		if orig == "" {
+			return nil, nil
+		}
+		out := make([]string, len(m.OwnerReferences))
+		for i, o := range m.OwnerReferences {
+			out[i] = PinKey(string(o.UID), refs.Ref{Kind: kind, Name: orig})
+		}
+		return out, nil
+	}
+}
+
+// Pinning are the caches zero-touch pinning reads; the webhook's pod path reads nothing else.
+type Pinning struct {
+	// Pins are the objects labelled configmap-attacher.io/pin, whole: their content is snapshotted.
+	Pins map[refs.Kind]*Informer[runtime.Object]
+	// Snapshots are our snapshots, metadata only, indexed ByPin.
+	Snapshots map[refs.Kind]*Informer[*metav1.PartialObjectMetadata]
+	// Namespaces, metadata only: which have pinning enabled.
+	Namespaces *Informer[*metav1.PartialObjectMetadata]
+}
+
+// NewPinning adds the pinning caches to c.
+func (c *Caches) NewPinning(clients *kube.Clients, o Options) error {
+	p := &Pinning{Pins: map[refs.Kind]*Informer[runtime.Object]{}, Snapshots: map[refs.Kind]*Informer[*metav1.PartialObjectMetadata]{}}
+	namespaces := o.Namespaces
+	if len(namespaces) == 0 {
+		namespaces = []string{metav1.NamespaceAll}
+	}
+	pins := map[refs.Kind][]cache.SharedIndexInformer{}
+	snaps := map[refs.Kind][]cache.SharedIndexInformer{}
+	pinSelector := labels.SelectorFromSet(labels.Set{api.PinLabel: api.PinValue}).String()
+	snapSelector := labels.SelectorFromSet(labels.Set{api.SnapshotLabel: api.SnapshotValue}).String()
+	for _, ns := range namespaces {
+		typed := informers.NewSharedInformerFactoryWithOptions(clients.Kube, 0, informers.WithNamespace(ns),
+			informers.WithTweakListOptions(func(lo *metav1.ListOptions) { lo.LabelSelector = pinSelector }),
+			informers.WithTransform(trimPin))
+		for _, kind := range o.ConfigKinds {
+			var inf cache.SharedIndexInformer
+			switch kind {
+			case refs.ConfigMap:
+				inf = typed.Core().V1().ConfigMaps().Informer()
+			case refs.Secret:
+				inf = typed.Core().V1().Secrets().Informer()
+			}
+			pins[kind] = append(pins[kind], inf)
+		}
+		c.start = append(c.start, typed.Start)
+
+		meta := metadatainformer.NewFilteredSharedInformerFactory(clients.Metadata, 0, ns,
+			func(lo *metav1.ListOptions) { lo.LabelSelector = snapSelector })
+		for _, kind := range o.ConfigKinds {
+			inf := meta.ForResource(kind.GVR()).Informer()
+			if err := inf.SetTransform(trimSnapshot); err != nil {
+				return err
+			}
+			if err := inf.AddIndexers(cache.Indexers{ByPin: indexByPin(kind)}); err != nil {
+				return err
+			}
+			snaps[kind] = append(snaps[kind], inf)
+		}
+		c.start = append(c.start, meta.Start)
+	}
+	for kind, infs := range pins {
+		p.Pins[kind] = NewInformer[runtime.Object](infs...)
+		for _, inf := range infs {
+			c.synced = append(c.synced, inf.HasSynced)
+		}
+	}
+	for kind, infs := range snaps {
+		p.Snapshots[kind] = NewInformer[*metav1.PartialObjectMetadata](infs...)
+		for _, inf := range infs {
+			c.synced = append(c.synced, inf.HasSynced)
+		}
+	}
+	nsFactory := metadatainformer.NewSharedInformerFactory(clients.Metadata, 0)
+	nsInf := nsFactory.ForResource(corev1.SchemeGroupVersion.WithResource("namespaces")).Informer()
+	if err := nsInf.SetTransform(trimNamespace); err != nil {
+		return err
+	}
+	p.Namespaces = NewInformer[*metav1.PartialObjectMetadata](nsInf)
+	c.synced = append(c.synced, nsInf.HasSynced)
+	c.start = append(c.start, nsFactory.Start)
+	c.Pinning = p
+	return nil
+}
+
+// Snapshot returns the name of the snapshot pinned for revision uid and config object r, if any.
+func (p *Pinning) Snapshot(namespace, revision string, r refs.Ref) (string, bool) {
+	inf, ok := p.Snapshots[r.Kind]
+	if !ok {
+		return "", false
+	}
+	snaps, err := inf.ByIndex(ByPin, PinKey(revision, r))
+	for _, s := range snaps {
+		if err == nil && s.Namespace == namespace && s.DeletionTimestamp == nil {
+			return s.Name, true
+		}
+	}
+	return "", false
+}
+
+// Pin returns the pinned object r in namespace, if it is labelled for pinning.
+func (p *Pinning) Pin(namespace string, r refs.Ref) (runtime.Object, bool) {
+	inf, ok := p.Pins[r.Kind]
+	if !ok {
+		return nil, false
+	}
+	obj, exists, err := inf.Get(namespace, r.Name)
+	return obj, err == nil && exists
+}
+
+// Enabled reports whether the namespace has pinning on.
+func (p *Pinning) Enabled(namespace string) bool {
+	ns, exists, err := p.Namespaces.Get("", namespace)
+	return err == nil && exists && ns.Labels[api.PinningNamespaceLabel] == api.PinningEnabled
+}
+
+// trimPin keeps a pinned object's content and identity; managedFields and the last-applied
+// annotation (a copy of all the data) go.
+func trimPin(obj any) (any, error) {
+	switch o := obj.(type) {
+	case *corev1.ConfigMap:
+		o.ManagedFields = nil
+		delete(o.Annotations, corev1.LastAppliedConfigAnnotation)
+	case *corev1.Secret:
+		o.ManagedFields = nil
+		delete(o.Annotations, corev1.LastAppliedConfigAnnotation)
+	}
+	return obj, nil
+}
+
+func trimSnapshot(obj any) (any, error) {
+	if m, ok := obj.(*metav1.PartialObjectMetadata); ok {
+		m.ManagedFields = nil
+		orig := m.Annotations[api.OriginalNameAnnotation]
+		m.Annotations = map[string]string{api.OriginalNameAnnotation: orig}
+	}
+	return obj, nil
+}
+
+func trimNamespace(obj any) (any, error) {
+	if m, ok := obj.(*metav1.PartialObjectMetadata); ok {
+		m.ManagedFields = nil
+		m.Annotations = nil
+	}
+	return obj, nil
+}
+
+// NewPinningForTest is pinning caches that are never started: tests fill them directly. pins are
+// ConfigMaps and Secrets labelled for pinning, snapshots their snapshots' metadata, enabled the
+// namespaces with pinning on.
+func NewPinningForTest(pins []runtime.Object, snapshots []*metav1.PartialObjectMetadata, enabled ...string) *Pinning {
+	p := &Pinning{Pins: map[refs.Kind]*Informer[runtime.Object]{}, Snapshots: map[refs.Kind]*Informer[*metav1.PartialObjectMetadata]{}}
+	for _, kind := range refs.Kinds() {
+		pinInf := cache.NewSharedIndexInformer(nil, &corev1.ConfigMap{}, 0, cache.Indexers{})
+		for _, o := range pins {
+			if (kind == refs.ConfigMap) == isConfigMap(o) {
+				_ = pinInf.GetIndexer().Add(o)
+			}
+		}
+		p.Pins[kind] = NewInformer[runtime.Object](pinInf)
+		snapInf := cache.NewSharedIndexInformer(nil, &metav1.PartialObjectMetadata{}, 0, cache.Indexers{ByPin: indexByPin(kind)})
+		for _, s := range snapshots {
+			if s.Kind == string(kind) {
+				_ = snapInf.GetIndexer().Add(s)
+			}
+		}
+		p.Snapshots[kind] = NewInformer[*metav1.PartialObjectMetadata](snapInf)
+	}
+	nsInf := cache.NewSharedIndexInformer(nil, &metav1.PartialObjectMetadata{}, 0, cache.Indexers{})
+	for _, ns := range enabled {
+		_ = nsInf.GetIndexer().Add(&metav1.PartialObjectMetadata{ObjectMeta: metav1.ObjectMeta{Name: ns,
+			Labels: map[string]string{api.PinningNamespaceLabel: api.PinningEnabled}}})
+	}
+	p.Namespaces = NewInformer[*metav1.PartialObjectMetadata](nsInf)
+	return p
+}
+
+func isConfigMap(o runtime.Object) bool {
+	_, ok := o.(*corev1.ConfigMap)
+	return ok
+}

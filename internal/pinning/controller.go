@@ -1,0 +1,333 @@
+package pinning
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/client-go/tools/cache"
+	"k8s.io/client-go/tools/record"
+
+	"github.com/configmap-attacher/configmap-attacher/internal/api"
+	"github.com/configmap-attacher/configmap-attacher/internal/caches"
+	"github.com/configmap-attacher/configmap-attacher/internal/logging"
+	"github.com/configmap-attacher/configmap-attacher/internal/metrics"
+	"github.com/configmap-attacher/configmap-attacher/internal/reconcile"
+	"github.com/configmap-attacher/configmap-attacher/internal/refs"
+)
+
+// Name names the controller in logs and metrics.
+const Name = "pinning"
+
+// Reasons of the Events it records.
+const (
+	ReasonPinned   = "Pinned"      // on a revision: which snapshot each pinned object gets
+	ReasonDrift    = "ConfigDrift" // on a pinned object: changed, but no revision runs the new content
+	ReasonUnpinned = "Unpinned"    // on a pod: it reads a pinned object by its own name
+)
+
+// driftDelay leaves a deploy that changes the object and the template together time to create its
+// new revision before a change without one is reported.
+const driftDelay = 30 * time.Second
+
+// revisionKinds are the revisions pods are pinned to.
+func revisionKinds() []caches.Kind { return []caches.Kind{caches.ReplicaSet, caches.ControllerRevision} }
+
+// Controller takes each revision's snapshots when the revision appears, and reports drift and unpinned
+// pods. Keys: revision keys (caches.Key), and "drift/Kind/namespace/name" for pinned objects.
+type Controller struct {
+	caches *caches.Caches
+	taker  *Taker
+	events record.EventRecorder
+	loop   *reconcile.Loop
+}
+
+// New wires the controller to the caches (which must include the pinning caches).
+func New(c *caches.Caches, taker *Taker, events record.EventRecorder, m *metrics.Metrics) (*Controller, error) {
+	if c.Pinning == nil {
+		return nil, errors.New("pinning caches missing")
+	}
+	ctl := &Controller{caches: c, taker: taker, events: events}
+	ctl.loop = &reconcile.Loop{Name: Name, Queue: reconcile.NewQueue(Name), Sync: ctl.sync, Metrics: m}
+	for _, kind := range revisionKinds() {
+		if inf, ok := c.Users[kind]; ok {
+			if err := inf.AddEventHandler(ctl.revisionHandler()); err != nil {
+				return nil, err
+			}
+		}
+	}
+	for kind, inf := range c.Pinning.Pins {
+		if err := inf.AddEventHandler(ctl.pinHandler(kind)); err != nil {
+			return nil, err
+		}
+	}
+	if err := c.Pinning.Namespaces.AddEventHandler(ctl.namespaceHandler()); err != nil {
+		return nil, err
+	}
+	if pods, ok := c.Users[caches.Pod]; ok {
+		if err := pods.AddEventHandler(cache.ResourceEventHandlerFuncs{AddFunc: ctl.auditPod}); err != nil {
+			return nil, err
+		}
+	}
+	if m != nil {
+		m.Gauge("configmap_attacher_unpinned_pods", "Pods of pinning namespaces reading a pinned object by its own name.", func() float64 { return float64(len(ctl.unpinnedPods())) })
+		m.Gauge("configmap_attacher_pinned_drift", "Pinned objects whose content no revision runs.", func() float64 { return float64(len(ctl.drifted())) })
+	}
+	return ctl, nil
+}
+
+// Loop is the controller's queue and workers.
+func (c *Controller) Loop() *reconcile.Loop { return c.loop }
+
+func (c *Controller) revisionHandler() cache.ResourceEventHandler {
+	return cache.ResourceEventHandlerFuncs{
+		AddFunc: func(obj any) {
+			if u, ok := caches.UserOf(obj); ok {
+				c.loop.Queue.Add(u.Key())
+			}
+		},
+		UpdateFunc: func(_, cur any) {
+			if u, ok := caches.UserOf(cur); ok {
+				c.loop.Queue.Add(u.Key())
+			}
+		},
+	}
+}
+
+// pinHandler: an object newly labelled for pinning is snapshotted for the revisions using it; a change
+// is checked for drift once a deploy carrying it has had time to create its revision.
+func (c *Controller) pinHandler(kind refs.Kind) cache.ResourceEventHandler {
+	return cache.ResourceEventHandlerFuncs{
+		AddFunc: func(obj any) {
+			if m, ok := obj.(metav1.Object); ok {
+				c.enqueueUsers(m.GetNamespace(), refs.Ref{Kind: kind, Name: m.GetName()})
+			}
+		},
+		UpdateFunc: func(_, cur any) {
+			if m, ok := cur.(metav1.Object); ok {
+				c.loop.Queue.AddAfter(driftKey(kind, m.GetNamespace(), m.GetName()), driftDelay)
+			}
+		},
+	}
+}
+
+// namespaceHandler pins every revision of a namespace that turns pinning on.
+func (c *Controller) namespaceHandler() cache.ResourceEventHandler {
+	enqueue := func(ns string) {
+		for _, kind := range revisionKinds() {
+			if inf, ok := c.caches.Users[kind]; ok {
+				users, _ := inf.ByIndex(cache.NamespaceIndex, ns)
+				for _, u := range users {
+					c.loop.Queue.Add(u.Key())
+				}
+			}
+		}
+	}
+	return cache.ResourceEventHandlerFuncs{
+		UpdateFunc: func(old, cur any) {
+			o, okO := caches.MetaOf(old)
+			n, okN := caches.MetaOf(cur)
+			if okO && okN && o.Labels[api.PinningNamespaceLabel] != n.Labels[api.PinningNamespaceLabel] {
+				enqueue(n.Name)
+			}
+		},
+	}
+}
+
+func (c *Controller) enqueueUsers(ns string, r refs.Ref) {
+	for _, kind := range revisionKinds() {
+		if inf, ok := c.caches.Users[kind]; ok {
+			users, _ := inf.ByIndex(caches.ByConfig, caches.ConfigKey(ns, r))
+			for _, u := range users {
+				c.loop.Queue.Add(u.Key())
+			}
+		}
+	}
+}
+
+func driftKey(kind refs.Kind, ns, name string) string {
+	return fmt.Sprintf("drift/%s/%s/%s", kind, ns, name)
+}
+
+func (c *Controller) sync(ctx context.Context, key string) (reconcile.Result, error) {
+	if rest, ok := strings.CutPrefix(key, "drift/"); ok {
+		return reconcile.Result{}, c.checkDrift(rest)
+	}
+	parts := strings.SplitN(key, "/", 3)
+	if len(parts) != 3 {
+		return reconcile.Result{}, fmt.Errorf("bad key %q: %w", key, reconcile.ErrPermanent)
+	}
+	kind, ns, name := caches.Kind(parts[0]), parts[1], parts[2]
+	inf, ok := c.caches.Users[kind]
+	if !ok {
+		return reconcile.Result{}, nil
+	}
+	u, exists, err := inf.Get(ns, name)
+	if err != nil || !exists || u.DeletionTimestamp != nil || !isRevision(u) || !c.caches.Pinning.Enabled(ns) {
+		return reconcile.Result{}, err
+	}
+	ctx = logging.NewContext(ctx, logging.FromContext(ctx).With("revision", key))
+	rev := u.Revision()
+	var taken []string
+	var errs []error
+	for _, r := range u.Refs {
+		if _, pinned := c.caches.Pinning.Pin(ns, r); !pinned {
+			continue
+		}
+		if _, ok := c.caches.Pinning.Snapshot(ns, string(u.UID), r); ok {
+			continue
+		}
+		snap, err := c.taker.Take(ctx, rev, r)
+		if errors.Is(err, ErrNotPinned) {
+			continue // the label went away meanwhile
+		}
+		if err != nil {
+			errs = append(errs, err)
+			continue
+		}
+		taken = append(taken, fmt.Sprintf("%s/%s -> %s", strings.ToLower(string(r.Kind)), r.Name, snap))
+	}
+	if len(taken) > 0 {
+		logging.FromContext(ctx).Info("pinned", "snapshots", taken)
+		c.event(&corev1.ObjectReference{APIVersion: u.APIVersion, Kind: u.TypeMeta.Kind, Namespace: ns, Name: name, UID: u.UID},
+			corev1.EventTypeNormal, ReasonPinned, "pods of this revision read "+strings.Join(taken, ", "))
+	}
+	return reconcile.Result{}, errors.Join(errs...)
+}
+
+// isRevision: a ReplicaSet, or a ControllerRevision of a StatefulSet or DaemonSet.
+func isRevision(u *caches.User) bool {
+	if u.Kind() == caches.ReplicaSet {
+		return true
+	}
+	owner := metav1.GetControllerOfNoCopy(u)
+	if owner == nil {
+		return false
+	}
+	gv, err := schema.ParseGroupVersion(owner.APIVersion)
+	return err == nil && gv.Group == "apps" && (owner.Kind == "StatefulSet" || owner.Kind == "DaemonSet")
+}
+
+// checkDrift reports a pinned object whose current content no revision using it runs: it changed in
+// place and no new revision came (the template did not change: no checksum annotation).
+func (c *Controller) checkDrift(key string) error {
+	parts := strings.SplitN(key, "/", 3)
+	if len(parts) != 3 {
+		return nil
+	}
+	r := refs.Ref{Kind: refs.Kind(parts[0]), Name: parts[2]}
+	if d, ok := c.driftOf(parts[1], r); ok {
+		c.event(&corev1.ObjectReference{APIVersion: "v1", Kind: string(r.Kind), Namespace: parts[1], Name: r.Name}, corev1.EventTypeWarning, ReasonDrift, d)
+	}
+	return nil
+}
+
+// driftOf describes the drift of one pinned object, if its revisions all run other content.
+func (c *Controller) driftOf(ns string, r refs.Ref) (string, bool) {
+	if !c.caches.Pinning.Enabled(ns) {
+		return "", false
+	}
+	obj, ok := c.caches.Pinning.Pin(ns, r)
+	if !ok {
+		return "", false
+	}
+	m, ok := obj.(metav1.Object)
+	if !ok {
+		return "", false
+	}
+	current, err := SnapshotName(m)
+	if err != nil {
+		return "", false
+	}
+	var snapshots []string
+	for _, kind := range revisionKinds() {
+		inf, ok := c.caches.Users[kind]
+		if !ok {
+			continue
+		}
+		users, _ := inf.ByIndex(caches.ByConfig, caches.ConfigKey(ns, r))
+		for _, u := range users {
+			snap, ok := c.caches.Pinning.Snapshot(ns, string(u.UID), r)
+			if !ok || u.DeletionTimestamp != nil {
+				continue
+			}
+			if snap == current {
+				return "", false
+			}
+			snapshots = append(snapshots, snap)
+		}
+	}
+	if len(snapshots) == 0 {
+		return "", false
+	}
+	return fmt.Sprintf("changed, but no revision runs its content (%s): pods keep their revision's snapshot (%s) until the pod "+
+		"template changes, e.g. its checksum annotation", current, strings.Join(snapshots, ", ")), true
+}
+
+func (c *Controller) drifted() []string {
+	var out []string
+	for kind, inf := range c.caches.Pinning.Pins {
+		for _, obj := range inf.List() {
+			if m, ok := obj.(metav1.Object); ok {
+				if _, d := c.driftOf(m.GetNamespace(), refs.Ref{Kind: kind, Name: m.GetName()}); d {
+					out = append(out, m.GetNamespace()+"/"+m.GetName())
+				}
+			}
+		}
+	}
+	return out
+}
+
+// auditPod records an Event on a pod of a pinning namespace that a revision controls but that reads a
+// pinned object by its own name: created before pinning, or while the webhook was down with
+// failurePolicy Ignore. It sees changes to that object, the very thing pinning prevents.
+func (c *Controller) auditPod(obj any) {
+	u, ok := caches.UserOf(obj)
+	if !ok {
+		return
+	}
+	if reads := c.unpinned(u); len(reads) > 0 {
+		c.event(&corev1.ObjectReference{APIVersion: "v1", Kind: "Pod", Namespace: u.Namespace, Name: u.Name, UID: u.UID}, corev1.EventTypeWarning, ReasonUnpinned,
+			"reads "+strings.Join(reads, ", ")+" directly, not its revision's snapshot: it sees every change to it (created before pinning, or while the webhook was unreachable)")
+	}
+}
+
+func (c *Controller) unpinned(u *caches.User) []string {
+	if !u.Live() || !c.caches.Pinning.Enabled(u.Namespace) {
+		return nil
+	}
+	owner := metav1.GetControllerOfNoCopy(u)
+	if owner == nil || (owner.Kind != "ReplicaSet" && owner.Kind != "StatefulSet" && owner.Kind != "DaemonSet") {
+		return nil
+	}
+	var reads []string
+	for _, r := range u.Refs {
+		if _, pinned := c.caches.Pinning.Pin(u.Namespace, r); pinned {
+			reads = append(reads, strings.ToLower(string(r.Kind))+"/"+r.Name)
+		}
+	}
+	return reads
+}
+
+func (c *Controller) unpinnedPods() []string {
+	var out []string
+	if pods, ok := c.caches.Users[caches.Pod]; ok {
+		for _, u := range pods.List() {
+			if len(c.unpinned(u)) > 0 {
+				out = append(out, u.Namespace+"/"+u.Name)
+			}
+		}
+	}
+	return out
+}
+
+func (c *Controller) event(ref *corev1.ObjectReference, typ, reason, msg string) {
+	if c.events != nil {
+		c.events.Event(ref, typ, reason, msg)
+	}
+}

@@ -1,0 +1,83 @@
+package pinning
+
+import (
+	"context"
+	"strings"
+	"testing"
+
+	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/tools/record"
+
+	"github.com/configmap-attacher/configmap-attacher/internal/caches"
+	"github.com/configmap-attacher/configmap-attacher/internal/refs"
+	"github.com/configmap-attacher/configmap-attacher/internal/revision"
+)
+
+func replicaSet(t *testing.T, name string, uid types.UID) *caches.User {
+	t.Helper()
+	rs := &appsv1.ReplicaSet{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: ns, UID: uid,
+		OwnerReferences: []metav1.OwnerReference{controlledBy("Deployment", "web", "d-uid")}},
+		Spec: appsv1.ReplicaSetSpec{Template: corev1.PodTemplateSpec{Spec: pod(metav1.OwnerReference{}, nil).Spec}}}
+	u, err := caches.Reduce(rs)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return u
+}
+
+func TestControllerPinsANewRevision(t *testing.T) {
+	rs := replicaSet(t, "web-5d8f", "rs-new")
+	// The object's v1 snapshot exists already for an older revision: same content, same name.
+	v1, _ := SnapshotName(appConfig("v1"))
+	old := snapshot(refs.ConfigMap, v1, "app-config", "rs-old")
+	// The typed and metadata fakes stand in for one API server: the snapshot is in both.
+	existing := &corev1.ConfigMap{ObjectMeta: old.ObjectMeta, Data: appConfig("v1").Data}
+	f := newFixture(t, []*caches.User{rs}, []*metav1.PartialObjectMetadata{old}, appConfig("v1"), appSecret(), existing)
+	events := record.NewFakeRecorder(5)
+	c, err := New(f.hook.Caches, f.hook.Taker, events, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.sync(context.Background(), rs.Key()); err != nil {
+		t.Fatal(err)
+	}
+	// app-config: the existing snapshot gains the new revision as an owner (the one attach step);
+	m, err := f.meta.Resource(refs.ConfigMap.GVR()).Namespace(ns).Get(context.Background(), v1, metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(m.OwnerReferences) != 2 || !revision.OwnedBy(&m.ObjectMeta, "rs-old") || !revision.OwnedBy(&m.ObjectMeta, "rs-new") {
+		t.Errorf("owners of %s: %v; want rs-old and rs-new", v1, m.OwnerReferences)
+	}
+	// app-env: a new snapshot.
+	sec, _ := SnapshotName(appSecret())
+	if _, err := f.kube.CoreV1().Secrets(ns).Get(context.Background(), sec, metav1.GetOptions{}); err != nil {
+		t.Errorf("snapshot %s: %v", sec, err)
+	}
+	if e := <-events.Events; !strings.Contains(e, ReasonPinned) || !strings.Contains(e, "configmap/app-config -> "+v1) {
+		t.Errorf("event %q", e)
+	}
+}
+
+func TestControllerReportsDrift(t *testing.T) {
+	rs := replicaSet(t, "web-5d8f", "rs-new")
+	v0 := "app-config-0000000000" // what the revision was created with; the live object is v1 now
+	f := newFixture(t, []*caches.User{rs}, []*metav1.PartialObjectMetadata{snapshot(refs.ConfigMap, v0, "app-config", "rs-new")})
+	events := record.NewFakeRecorder(5)
+	c, err := New(f.hook.Caches, f.hook.Taker, events, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.sync(context.Background(), driftKey(refs.ConfigMap, ns, "app-config")); err != nil {
+		t.Fatal(err)
+	}
+	if e := <-events.Events; !strings.Contains(e, ReasonDrift) || !strings.Contains(e, v0) {
+		t.Errorf("event %q, want ConfigDrift naming %s", e, v0)
+	}
+	if d := c.drifted(); len(d) != 1 {
+		t.Errorf("drifted %v, want app-config", d)
+	}
+}

@@ -1,0 +1,145 @@
+// Package pinning is zero-touch pinning: every revision's pods read the config the revision was
+// created with, though the ConfigMap or Secret keeps its name and is changed in place.
+//
+// When a revision (a ReplicaSet, or a StatefulSet's or DaemonSet's ControllerRevision) appears in a
+// namespace labelled configmap-attacher.io/pinning=enabled, the controller snapshots every object
+// labelled configmap-attacher.io/pin its pod template references: an immutable copy named
+// <name>-<content hash>, owned by the revision (the garbage collector frees it with the last revision
+// pinned to it) and protected while in use. A mutating admission webhook then rewrites each new pod's
+// references to the snapshots of the pod's own revision. Templates are never changed: the Deployment
+// controller finds its ReplicaSets by template equality, and Argo Rollouts' undo copies templates back.
+//
+// The pin is "the snapshot this revision's uid owns", found through an index; nothing is stored in an
+// annotation, which `kubectl rollout undo` would copy from revision to revision.
+package pinning
+
+import (
+	"context"
+	"errors"
+	"fmt"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes"
+
+	"github.com/configmap-attacher/configmap-attacher/internal/api"
+	"github.com/configmap-attacher/configmap-attacher/internal/attach"
+	"github.com/configmap-attacher/configmap-attacher/internal/content"
+	"github.com/configmap-attacher/configmap-attacher/internal/refs"
+	"github.com/configmap-attacher/configmap-attacher/internal/revision"
+)
+
+// ErrNotPinned means the object is not (or no longer) labelled for pinning.
+var ErrNotPinned = errors.New("not labelled " + api.PinLabel + "=" + api.PinValue)
+
+// SnapshotName is the name of the snapshot of obj's current content.
+func SnapshotName(obj metav1.Object) (string, error) {
+	var hash string
+	var err error
+	switch o := obj.(type) {
+	case *corev1.ConfigMap:
+		hash, err = content.ConfigMap{Data: o.Data, BinaryData: o.BinaryData}.Hash()
+	case *corev1.Secret:
+		hash, err = content.Secret{Type: string(o.Type), Data: o.Data}.Hash()
+	default:
+		return "", fmt.Errorf("%T is not a ConfigMap or Secret", obj)
+	}
+	if err != nil {
+		return "", err
+	}
+	return content.Name(obj.GetName(), hash), nil
+}
+
+// snapshotOf is the immutable copy of obj for rev: its content, none of its labels and annotations
+// (Helm's and Argo CD's tracking metadata would make them claim the copy), our labels (opted in, so
+// in-use protection covers it; a snapshot), the name of the original, our finalizer from the start,
+// and an ownerReference to the revision.
+func snapshotOf(obj metav1.Object, rev *revision.Revision) (metav1.Object, error) {
+	name, err := SnapshotName(obj)
+	if err != nil {
+		return nil, err
+	}
+	meta := metav1.ObjectMeta{
+		Name: name, Namespace: obj.GetNamespace(),
+		Labels:          map[string]string{api.RevisionedLabel: api.RevisionedValue, api.SnapshotLabel: api.SnapshotValue},
+		Annotations:     map[string]string{api.OriginalNameAnnotation: obj.GetName()},
+		Finalizers:      []string{api.InUseFinalizer},
+		OwnerReferences: []metav1.OwnerReference{rev.OwnerReference()},
+	}
+	yes := true
+	switch o := obj.(type) {
+	case *corev1.ConfigMap:
+		return &corev1.ConfigMap{ObjectMeta: meta, Data: o.Data, BinaryData: o.BinaryData, Immutable: &yes}, nil
+	case *corev1.Secret:
+		return &corev1.Secret{ObjectMeta: meta, Type: o.Type, Data: o.Data, Immutable: &yes}, nil
+	}
+	return nil, fmt.Errorf("%T is not a ConfigMap or Secret", obj)
+}
+
+// Taker takes snapshots.
+type Taker struct {
+	Kube   kubernetes.Interface
+	Writer *attach.Writer // adds the revision to a snapshot that exists already (same content)
+}
+
+// Take snapshots the object r as it is now, for rev, and returns the snapshot's name. It reads the
+// object from the API server, not a cache: a revision created right after the object changed must get
+// the new content. Taking what exists already (the same content, another revision or a concurrent
+// taker) only adds rev's ownerReference, through the one attach step.
+func (t *Taker) Take(ctx context.Context, rev *revision.Revision, r refs.Ref) (string, error) {
+	live, err := t.get(ctx, rev.Namespace, r)
+	if err != nil {
+		return "", err
+	}
+	if !api.Pinned(live.GetLabels()) {
+		return "", fmt.Errorf("%s %s/%s: %w", r.Kind, rev.Namespace, r.Name, ErrNotPinned)
+	}
+	snap, err := snapshotOf(live, rev)
+	if err != nil {
+		return "", err
+	}
+	err = t.create(ctx, r.Kind, snap)
+	if err == nil {
+		return snap.GetName(), nil
+	}
+	if !apierrors.IsAlreadyExists(err) {
+		return "", fmt.Errorf("snapshotting %s %s/%s for %s: %w", r.Kind, rev.Namespace, r.Name, rev, err)
+	}
+	m, err := t.Writer.Client.Resource(r.Kind.GVR()).Namespace(rev.Namespace).Get(ctx, snap.GetName(), metav1.GetOptions{})
+	if err != nil {
+		return "", err
+	}
+	if _, err := t.Writer.Attach(ctx, rev, []attach.Object{{Kind: r.Kind, Meta: m}}, attach.Options{}); err != nil {
+		return "", fmt.Errorf("pinning %s to snapshot %s: %w", rev, snap.GetName(), err)
+	}
+	return snap.GetName(), nil
+}
+
+// DryRunName is the name Take would return, computed from a cached copy without writing anything:
+// what a server-side dry run of a pod gets (the webhook declares sideEffects NoneOnDryRun).
+func DryRunName(cached metav1.Object) (string, error) { return SnapshotName(cached) }
+
+func (t *Taker) get(ctx context.Context, ns string, r refs.Ref) (metav1.Object, error) {
+	switch r.Kind {
+	case refs.ConfigMap:
+		return t.Kube.CoreV1().ConfigMaps(ns).Get(ctx, r.Name, metav1.GetOptions{})
+	case refs.Secret:
+		return t.Kube.CoreV1().Secrets(ns).Get(ctx, r.Name, metav1.GetOptions{})
+	}
+	return nil, fmt.Errorf("%s is not a config kind", r.Kind)
+}
+
+func (t *Taker) create(ctx context.Context, kind refs.Kind, obj metav1.Object) error {
+	opts := metav1.CreateOptions{FieldManager: api.FieldManager}
+	var err error
+	switch o := obj.(type) {
+	case *corev1.ConfigMap:
+		_, err = t.Kube.CoreV1().ConfigMaps(o.Namespace).Create(ctx, o, opts)
+	case *corev1.Secret:
+		_, err = t.Kube.CoreV1().Secrets(o.Namespace).Create(ctx, o, opts)
+	default:
+		err = fmt.Errorf("%s is not a config kind", kind)
+	}
+	return err
+}

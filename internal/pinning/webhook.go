@@ -1,0 +1,238 @@
+package pinning
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"log/slog"
+	"net/http"
+	"strconv"
+	"strings"
+
+	admissionv1 "k8s.io/api/admission/v1"
+	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/types"
+
+	"github.com/configmap-attacher/configmap-attacher/internal/caches"
+	"github.com/configmap-attacher/configmap-attacher/internal/logging"
+	"github.com/configmap-attacher/configmap-attacher/internal/refs"
+	"github.com/configmap-attacher/configmap-attacher/internal/revision"
+)
+
+// Path is where the webhook is served.
+const Path = "/pin-pods"
+
+// Webhook rewrites a new pod's references to pinned objects into its revision's snapshots. Its pod
+// path reads caches only; it writes (takes a snapshot itself) only when the pod arrives before the
+// controller has pinned the revision, and never on a dry run.
+type Webhook struct {
+	Caches *caches.Caches
+	Taker  *Taker
+	// Log is the serving process's logger: requests arrive with the HTTP server's context.
+	Log *slog.Logger
+}
+
+var podResource = metav1.GroupVersionResource{Version: "v1", Resource: "pods"}
+
+func (w *Webhook) ServeHTTP(rw http.ResponseWriter, req *http.Request) {
+	if req.Method != http.MethodPost {
+		http.Error(rw, "POST an AdmissionReview", http.StatusMethodNotAllowed)
+		return
+	}
+	body, err := io.ReadAll(io.LimitReader(req.Body, 8<<20))
+	if err != nil {
+		http.Error(rw, err.Error(), http.StatusBadRequest)
+		return
+	}
+	var review admissionv1.AdmissionReview
+	if err := json.Unmarshal(body, &review); err != nil || review.Request == nil {
+		http.Error(rw, fmt.Sprintf("not an AdmissionReview: %v", err), http.StatusBadRequest)
+		return
+	}
+	resp := w.Admit(req.Context(), review.Request)
+	resp.UID = review.Request.UID
+	review.Response, review.Request = resp, nil
+	rw.Header().Set("Content-Type", "application/json")
+	_ = json.NewEncoder(rw).Encode(&review)
+}
+
+// Admit decides one admission request.
+func (w *Webhook) Admit(ctx context.Context, req *admissionv1.AdmissionRequest) *admissionv1.AdmissionResponse {
+	allow := &admissionv1.AdmissionResponse{Allowed: true}
+	if req.Resource != podResource || req.Operation != admissionv1.Create || req.SubResource != "" {
+		return allow
+	}
+	var pod corev1.Pod
+	if err := json.Unmarshal(req.Object.Raw, &pod); err != nil {
+		return deny(fmt.Errorf("decoding the pod: %w", err))
+	}
+	pod.Namespace = req.Namespace // unset in the request's object when the client left it out
+	dryRun := req.DryRun != nil && *req.DryRun
+	patch, pinned, err := w.pin(w.ctx(ctx), &pod, dryRun)
+	if err != nil {
+		return deny(err)
+	}
+	if len(patch) == 0 {
+		return allow
+	}
+	body, err := json.Marshal(patch)
+	if err != nil {
+		return deny(err)
+	}
+	jsonPatch := admissionv1.PatchTypeJSONPatch
+	allow.Patch, allow.PatchType = body, &jsonPatch
+	allow.AuditAnnotations = map[string]string{"pinned": strings.Join(pinned, ",")}
+	return allow
+}
+
+func (w *Webhook) ctx(ctx context.Context) context.Context {
+	if w.Log != nil {
+		return logging.NewContext(ctx, w.Log)
+	}
+	return ctx
+}
+
+// patchOp is one JSON Patch operation.
+type patchOp struct {
+	Op    string `json:"op"`
+	Path  string `json:"path"`
+	Value string `json:"value"`
+}
+
+// pin returns the JSON Patch that points the pod's references to pinned objects at its revision's
+// snapshots. A pod already rewritten (webhook reinvocation) references snapshots, not pinned objects,
+// and gets an empty patch.
+func (w *Webhook) pin(ctx context.Context, pod *corev1.Pod, dryRun bool) ([]patchOp, []string, error) {
+	p := w.Caches.Pinning
+	if p == nil || !p.Enabled(pod.Namespace) {
+		return nil, nil, nil
+	}
+	var rev *revision.Revision
+	var patch []patchOp
+	var pinned []string
+	done := map[refs.Ref]string{}
+	for _, use := range refs.Uses(&pod.Spec) {
+		pin, ok := p.Pin(pod.Namespace, use.Ref)
+		if !ok {
+			continue
+		}
+		name, seen := done[use.Ref]
+		if !seen {
+			if rev == nil {
+				var err error
+				if rev, err = w.revisionOf(ctx, pod); err != nil || rev == nil {
+					return nil, nil, err // not a revision's pod: nothing to pin it to
+				}
+			}
+			var err error
+			if name, err = w.snapshot(ctx, rev, use.Ref, pin, dryRun); err != nil {
+				return nil, nil, err
+			}
+			done[use.Ref] = name
+			pinned = append(pinned, fmt.Sprintf("%s/%s=%s", strings.ToLower(string(use.Kind)), use.Name, name))
+		}
+		patch = append(patch, patchOp{Op: "replace", Path: "/spec" + pointer(use.Path), Value: name})
+	}
+	return patch, pinned, nil
+}
+
+// snapshot finds the revision's pin for r, or takes it: the controller normally has (it sees a new
+// ReplicaSet within milliseconds), but the first pod can be faster.
+func (w *Webhook) snapshot(ctx context.Context, rev *revision.Revision, r refs.Ref, cached any, dryRun bool) (string, error) {
+	if name, ok := w.Caches.Pinning.Snapshot(rev.Namespace, string(rev.UID), r); ok {
+		return name, nil
+	}
+	if dryRun {
+		obj, ok := cached.(metav1.Object)
+		if !ok {
+			return "", fmt.Errorf("cached %s is a %T", r, cached)
+		}
+		return DryRunName(obj)
+	}
+	logging.FromContext(ctx).Info("the pod came before its revision was pinned: snapshotting now", "revision", rev.String(), "object", r.String())
+	return w.Taker.Take(ctx, rev, r)
+}
+
+// revisionOf names the revision a pod is made from: its controlling ReplicaSet (known by uid even
+// before the pod has a name), or the ControllerRevision its StatefulSet or DaemonSet labelled it with.
+// nil for other pods.
+func (w *Webhook) revisionOf(ctx context.Context, pod *corev1.Pod) (*revision.Revision, error) {
+	owner := metav1.GetControllerOf(pod)
+	if owner == nil {
+		return nil, nil
+	}
+	gv, err := schema.ParseGroupVersion(owner.APIVersion)
+	if err != nil || gv.Group != appsv1.GroupName {
+		return nil, nil
+	}
+	apps := appsv1.SchemeGroupVersion.String()
+	switch owner.Kind {
+	case "ReplicaSet":
+		return &revision.Revision{APIVersion: apps, Kind: "ReplicaSet", Namespace: pod.Namespace, Name: owner.Name, UID: owner.UID}, nil
+	case "StatefulSet", "DaemonSet":
+		hash := pod.Labels[appsv1.ControllerRevisionHashLabelKey]
+		if hash == "" {
+			return nil, nil
+		}
+		name := hash // a StatefulSet labels its pods with the revision's name
+		if owner.Kind == "DaemonSet" {
+			name = owner.Name + "-" + hash // a DaemonSet, with the hash alone
+		}
+		uid, err := w.controllerRevisionUID(ctx, pod.Namespace, name, owner.UID)
+		if err != nil || uid == "" {
+			return nil, err
+		}
+		return &revision.Revision{APIVersion: apps, Kind: "ControllerRevision", Namespace: pod.Namespace, Name: name, UID: uid}, nil
+	}
+	return nil, nil
+}
+
+// controllerRevisionUID finds the uid of the named ControllerRevision of owner: from the cache, or,
+// when the cache has not seen it yet (the pod raced its revision), from the API server.
+func (w *Webhook) controllerRevisionUID(ctx context.Context, ns, name string, owner types.UID) (types.UID, error) {
+	if inf, ok := w.Caches.Users[caches.ControllerRevision]; ok {
+		if u, exists, err := inf.Get(ns, name); err == nil && exists {
+			if c := metav1.GetControllerOfNoCopy(u); c != nil && c.UID == owner {
+				return u.UID, nil
+			}
+		}
+	}
+	cr, err := w.Taker.Kube.AppsV1().ControllerRevisions(ns).Get(ctx, name, metav1.GetOptions{})
+	if apierrors.IsNotFound(err) {
+		return "", nil
+	}
+	if err != nil {
+		return "", fmt.Errorf("reading ControllerRevision %s/%s: %w", ns, name, err)
+	}
+	if c := metav1.GetControllerOf(cr); c == nil || c.UID != owner {
+		return "", nil
+	}
+	return cr.UID, nil
+}
+
+// pointer turns a refs.Path into a JSON Pointer (RFC 6901).
+func pointer(p refs.Path) string {
+	var b strings.Builder
+	for _, e := range p {
+		b.WriteByte('/')
+		switch v := e.(type) {
+		case int:
+			b.WriteString(strconv.Itoa(v))
+		default:
+			b.WriteString(strings.NewReplacer("~", "~0", "/", "~1").Replace(fmt.Sprint(v)))
+		}
+	}
+	return b.String()
+}
+
+func deny(err error) *admissionv1.AdmissionResponse {
+	return &admissionv1.AdmissionResponse{Allowed: false, Result: &metav1.Status{
+		Status: metav1.StatusFailure, Code: http.StatusInternalServerError, Reason: metav1.StatusReasonInternalError,
+		Message: "configmap-attacher pinning: " + err.Error(),
+	}}
+}

@@ -1,0 +1,300 @@
+package pinning
+
+import (
+	"context"
+	"encoding/json"
+	"reflect"
+	"slices"
+	"strings"
+	"testing"
+
+	admissionv1 "k8s.io/api/admission/v1"
+	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/types"
+	kubefake "k8s.io/client-go/kubernetes/fake"
+	metafake "k8s.io/client-go/metadata/fake"
+
+	"github.com/configmap-attacher/configmap-attacher/internal/api"
+	"github.com/configmap-attacher/configmap-attacher/internal/attach"
+	"github.com/configmap-attacher/configmap-attacher/internal/caches"
+	"github.com/configmap-attacher/configmap-attacher/internal/refs"
+	"github.com/configmap-attacher/configmap-attacher/internal/testutil"
+)
+
+const ns = testutil.Namespace
+
+func appConfig(data string) *corev1.ConfigMap {
+	return &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: "app-config", Namespace: ns, UID: "cm-uid",
+		Labels:      map[string]string{api.PinLabel: api.PinValue, "app.kubernetes.io/instance": "shop"},
+		Annotations: map[string]string{"meta.helm.sh/release-name": "shop"}},
+		Data: map[string]string{"config.json": data}}
+}
+
+func appSecret() *corev1.Secret {
+	return &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: "app-env", Namespace: ns, UID: "s-uid",
+		Labels: map[string]string{api.PinLabel: api.PinValue}}, Type: corev1.SecretTypeOpaque,
+		Data: map[string][]byte{"TOKEN": []byte("t0k3n")}}
+}
+
+// snapshot is the metadata of a snapshot of r owned by the revision with uid owner.
+func snapshot(kind refs.Kind, name, original string, owners ...types.UID) *metav1.PartialObjectMetadata {
+	m := &metav1.PartialObjectMetadata{TypeMeta: metav1.TypeMeta{APIVersion: "v1", Kind: string(kind)},
+		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: ns, UID: types.UID("uid-" + name),
+			Labels:      map[string]string{api.SnapshotLabel: api.SnapshotValue, api.RevisionedLabel: api.RevisionedValue},
+			Annotations: map[string]string{api.OriginalNameAnnotation: original}}}
+	for _, o := range owners {
+		no := false
+		m.OwnerReferences = append(m.OwnerReferences, metav1.OwnerReference{APIVersion: "apps/v1", Kind: "ReplicaSet", Name: "rs", UID: o, Controller: &no})
+	}
+	return m
+}
+
+// pod is a pod of the ReplicaSet with this uid reading app-config through a projected volume, an
+// init container's envFrom and a configMapKeyRef, and app-env through a secret volume.
+func pod(owner metav1.OwnerReference, labels map[string]string) *corev1.Pod {
+	envRef := corev1.EnvVar{Name: "FLAG", ValueFrom: &corev1.EnvVarSource{ConfigMapKeyRef: &corev1.ConfigMapKeySelector{
+		LocalObjectReference: corev1.LocalObjectReference{Name: "app-config"}, Key: "config.json"}}}
+	return &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{GenerateName: "web-", Namespace: ns, Labels: labels, OwnerReferences: []metav1.OwnerReference{owner}},
+		Spec: corev1.PodSpec{
+			Volumes: []corev1.Volume{
+				{Name: "cfg", VolumeSource: corev1.VolumeSource{Projected: &corev1.ProjectedVolumeSource{Sources: []corev1.VolumeProjection{
+					{ConfigMap: &corev1.ConfigMapProjection{LocalObjectReference: corev1.LocalObjectReference{Name: "app-config"}}},
+					{ConfigMap: &corev1.ConfigMapProjection{LocalObjectReference: corev1.LocalObjectReference{Name: "not-pinned"}}}}}}},
+				{Name: "env", VolumeSource: corev1.VolumeSource{Secret: &corev1.SecretVolumeSource{SecretName: "app-env"}}},
+			},
+			InitContainers: []corev1.Container{{Name: "init", EnvFrom: []corev1.EnvFromSource{{ConfigMapRef: &corev1.ConfigMapEnvSource{
+				LocalObjectReference: corev1.LocalObjectReference{Name: "app-config"}}}}}},
+			Containers: []corev1.Container{{Name: "app", Env: []corev1.EnvVar{envRef}}},
+		},
+	}
+}
+
+func controlledBy(kind, name string, uid types.UID) metav1.OwnerReference {
+	yes := true
+	return metav1.OwnerReference{APIVersion: "apps/v1", Kind: kind, Name: name, UID: uid, Controller: &yes}
+}
+
+type fixture struct {
+	hook *Webhook
+	kube *kubefake.Clientset
+	meta *metafake.FakeMetadataClient
+}
+
+func newFixture(t *testing.T, users []*caches.User, snapshots []*metav1.PartialObjectMetadata, live ...runtime.Object) *fixture {
+	t.Helper()
+	scheme := metafake.NewTestScheme()
+	_ = metav1.AddMetaToScheme(scheme)
+	var metas []runtime.Object
+	for _, s := range snapshots {
+		metas = append(metas, s)
+	}
+	f := &fixture{kube: kubefake.NewClientset(live...), meta: metafake.NewSimpleMetadataClient(scheme, metas...)}
+	cs := &caches.Caches{Users: map[caches.Kind]*caches.Informer[*caches.User]{}}
+	byKind := map[caches.Kind][]*caches.User{}
+	for _, u := range users {
+		byKind[u.Kind()] = append(byKind[u.Kind()], u)
+	}
+	for _, k := range caches.UserKinds() {
+		cs.Users[k] = caches.NewUserInformerForTest(byKind[k]...)
+	}
+	cs.Pinning = caches.NewPinningForTest([]runtime.Object{appConfig("v1"), appSecret()}, snapshots, ns)
+	f.hook = &Webhook{Caches: cs, Taker: &Taker{Kube: f.kube, Writer: &attach.Writer{Client: f.meta}}}
+	return f
+}
+
+func (f *fixture) admit(t *testing.T, p *corev1.Pod, dryRun bool) (*admissionv1.AdmissionResponse, map[string]string) {
+	t.Helper()
+	raw, err := json.Marshal(p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	req := &admissionv1.AdmissionRequest{UID: "req", Namespace: p.Namespace, Operation: admissionv1.Create,
+		Resource: metav1.GroupVersionResource{Version: "v1", Resource: "pods"}, Object: runtime.RawExtension{Raw: raw}, DryRun: &dryRun}
+	resp := f.hook.Admit(context.Background(), req)
+	got := map[string]string{}
+	if resp.Patch != nil {
+		var ops []patchOp
+		if err := json.Unmarshal(resp.Patch, &ops); err != nil {
+			t.Fatal(err)
+		}
+		for _, o := range ops {
+			if o.Op != "replace" {
+				t.Errorf("op %s: only replace", o.Op)
+			}
+			got[o.Path] = o.Value
+		}
+	}
+	return resp, got
+}
+
+func wantPinnedTo(cm, secret string) map[string]string {
+	return map[string]string{
+		"/spec/volumes/0/projected/sources/0/configMap/name":      cm,
+		"/spec/volumes/1/secret/secretName":                       secret,
+		"/spec/initContainers/0/envFrom/0/configMapRef/name":      cm,
+		"/spec/containers/0/env/0/valueFrom/configMapKeyRef/name": cm,
+	}
+}
+
+func equal(a, b map[string]string) bool {
+	if len(a) != len(b) {
+		return false
+	}
+	for k, v := range a {
+		if b[k] != v {
+			return false
+		}
+	}
+	return true
+}
+
+func TestWebhookPinsAReplicaSetsPodsToItsSnapshots(t *testing.T) {
+	f := newFixture(t, nil, []*metav1.PartialObjectMetadata{
+		snapshot(refs.ConfigMap, "app-config-aaaaaaaaaa", "app-config", "rs-old"),
+		snapshot(refs.ConfigMap, "app-config-bbbbbbbbbb", "app-config", "rs-new"),
+		snapshot(refs.Secret, "app-env-cccccccccc", "app-env", "rs-old", "rs-new"),
+	})
+	for _, tt := range []struct {
+		rs   types.UID
+		want map[string]string
+	}{
+		{"rs-old", wantPinnedTo("app-config-aaaaaaaaaa", "app-env-cccccccccc")},
+		{"rs-new", wantPinnedTo("app-config-bbbbbbbbbb", "app-env-cccccccccc")},
+	} {
+		resp, got := f.admit(t, pod(controlledBy("ReplicaSet", "web-"+string(tt.rs), tt.rs), nil), false)
+		if !resp.Allowed || !equal(got, tt.want) {
+			t.Errorf("pod of %s: allowed %v, patch %v; want %v", tt.rs, resp.Allowed, got, tt.want)
+		}
+	}
+	if n := len(f.kube.Actions()) + len(f.meta.Actions()); n != 0 {
+		t.Errorf("%d API requests on the pod path; want none (caches only)", n)
+	}
+}
+
+// The webhook is reinvoked when a later webhook changes the pod: a pinned pod has nothing left to pin.
+func TestWebhookIsIdempotent(t *testing.T) {
+	f := newFixture(t, nil, []*metav1.PartialObjectMetadata{
+		snapshot(refs.ConfigMap, "app-config-bbbbbbbbbb", "app-config", "rs-new"),
+		snapshot(refs.Secret, "app-env-cccccccccc", "app-env", "rs-new"),
+	})
+	p := pod(controlledBy("ReplicaSet", "web-new", "rs-new"), nil)
+	_, patch := f.admit(t, p, false)
+	p.Spec.Volumes[0].Projected.Sources[0].ConfigMap.Name = patch["/spec/volumes/0/projected/sources/0/configMap/name"]
+	p.Spec.Volumes[1].Secret.SecretName = patch["/spec/volumes/1/secret/secretName"]
+	p.Spec.InitContainers[0].EnvFrom[0].ConfigMapRef.Name = patch["/spec/initContainers/0/envFrom/0/configMapRef/name"]
+	p.Spec.Containers[0].Env[0].ValueFrom.ConfigMapKeyRef.Name = patch["/spec/containers/0/env/0/valueFrom/configMapKeyRef/name"]
+	resp, again := f.admit(t, p, false)
+	if !resp.Allowed || len(again) != 0 {
+		t.Fatalf("second pass: allowed %v, patch %v; want nothing", resp.Allowed, again)
+	}
+}
+
+func TestWebhookLeavesOtherPodsAlone(t *testing.T) {
+	f := newFixture(t, nil, nil)
+	other := pod(controlledBy("ReplicaSet", "web", "rs"), nil)
+	other.Namespace = "not-enabled"
+	bare := pod(metav1.OwnerReference{}, nil)
+	bare.OwnerReferences = nil
+	for name, p := range map[string]*corev1.Pod{"a namespace without pinning": other, "a pod no revision controls": bare} {
+		if resp, patch := f.admit(t, p, false); !resp.Allowed || len(patch) != 0 {
+			t.Errorf("%s: allowed %v, patch %v; want untouched", name, resp.Allowed, patch)
+		}
+	}
+}
+
+// The first pod can arrive before the controller pinned its revision: the webhook takes the snapshot
+// (from the live object), owned by the revision, protected from the start; on a dry run it only
+// computes the name.
+func TestWebhookTakesTheSnapshotWhenThePodComesFirst(t *testing.T) {
+	f := newFixture(t, nil, nil, appConfig("v2"), appSecret())
+	p := pod(controlledBy("ReplicaSet", "web-5d8f", "rs-uid"), nil)
+
+	cm, err := SnapshotName(appConfig("v2"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	cmCached, _ := SnapshotName(appConfig("v1")) // the cache lags behind the live object
+	sec, _ := SnapshotName(appSecret())
+
+	resp, got := f.admit(t, p, true)
+	if !resp.Allowed || !equal(got, wantPinnedTo(cmCached, sec)) {
+		t.Fatalf("dry run: %v, %v", resp.Allowed, got)
+	}
+	if writes := creates(f); len(writes) != 0 {
+		t.Fatalf("a dry run created %v", writes)
+	}
+
+	resp, got = f.admit(t, p, false)
+	if !resp.Allowed || !equal(got, wantPinnedTo(cm, sec)) {
+		t.Fatalf("allowed %v, patch %v; want the live content's snapshot %s", resp.Allowed, got, cm)
+	}
+	snap, err := f.kube.CoreV1().ConfigMaps(ns).Get(context.Background(), cm, metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	no := false
+	wantOwner := metav1.OwnerReference{APIVersion: "apps/v1", Kind: "ReplicaSet", Name: "web-5d8f", UID: "rs-uid", Controller: &no}
+	switch {
+	case snap.Immutable == nil || !*snap.Immutable:
+		t.Error("snapshot not immutable")
+	case snap.Data["config.json"] != "v2":
+		t.Errorf("snapshot data %v", snap.Data)
+	case len(snap.OwnerReferences) != 1 || !reflect.DeepEqual(snap.OwnerReferences[0], wantOwner):
+		t.Errorf("owners %v, want %v", snap.OwnerReferences, wantOwner)
+	case !slices.Contains(snap.Finalizers, api.InUseFinalizer):
+		t.Error("snapshot not protected")
+	case snap.Labels["app.kubernetes.io/instance"] != "" || snap.Annotations["meta.helm.sh/release-name"] != "":
+		t.Errorf("the snapshot copies Helm/Argo CD tracking metadata: %v %v", snap.Labels, snap.Annotations)
+	case snap.Annotations[api.OriginalNameAnnotation] != "app-config" || !api.OptedIn(snap.Labels):
+		t.Errorf("labels %v annotations %v", snap.Labels, snap.Annotations)
+	}
+}
+
+func creates(f *fixture) []string {
+	var out []string
+	for _, a := range f.kube.Actions() {
+		if a.GetVerb() == "create" {
+			out = append(out, a.GetResource().Resource)
+		}
+	}
+	return out
+}
+
+func TestWebhookFindsTheRevisionOfStatefulSetAndDaemonSetPods(t *testing.T) {
+	cr := func(name string, uid types.UID, owner metav1.OwnerReference) *caches.User {
+		u, err := caches.Reduce(&appsv1.ControllerRevision{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: ns, UID: uid,
+			OwnerReferences: []metav1.OwnerReference{owner}}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return u
+	}
+	sts, ds := controlledBy("StatefulSet", "db", "sts-uid"), controlledBy("DaemonSet", "agent", "ds-uid")
+	f := newFixture(t, []*caches.User{cr("db-7c9d8f", "cr-db", sts), cr("agent-5f6b7c", "cr-agent", ds)}, []*metav1.PartialObjectMetadata{
+		snapshot(refs.ConfigMap, "app-config-dddddddddd", "app-config", "cr-db"),
+		snapshot(refs.ConfigMap, "app-config-eeeeeeeeee", "app-config", "cr-agent"),
+		snapshot(refs.Secret, "app-env-cccccccccc", "app-env", "cr-db", "cr-agent"),
+	})
+	// A StatefulSet labels its pods with its revision's name, a DaemonSet with the hash alone.
+	_, got := f.admit(t, pod(sts, map[string]string{appsv1.ControllerRevisionHashLabelKey: "db-7c9d8f"}), false)
+	if want := wantPinnedTo("app-config-dddddddddd", "app-env-cccccccccc"); !equal(got, want) {
+		t.Errorf("StatefulSet pod: %v, want %v", got, want)
+	}
+	_, got = f.admit(t, pod(ds, map[string]string{appsv1.ControllerRevisionHashLabelKey: "5f6b7c"}), false)
+	if want := wantPinnedTo("app-config-eeeeeeeeee", "app-env-cccccccccc"); !equal(got, want) {
+		t.Errorf("DaemonSet pod: %v, want %v", got, want)
+	}
+}
+
+func TestPointer(t *testing.T) {
+	if got := pointer(refs.Path{"volumes", 2, "projected", "sources", 0, "configMap", "name"}); got != "/volumes/2/projected/sources/0/configMap/name" {
+		t.Errorf("pointer = %q", got)
+	}
+	if got := pointer(refs.Path{"a/b", "c~d"}); !strings.EqualFold(got, "/a~1b/c~0d") {
+		t.Errorf("escaping: %q", got)
+	}
+}
