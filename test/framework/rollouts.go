@@ -272,8 +272,12 @@ func (c *Cluster) Rollout(ctx context.Context, ns, name string) (*RolloutInfo, e
 
 // Resolve reads a Rollout with its ReplicaSets (newest revision first).
 func (c *Cluster) Resolve(ctx context.Context, ns, name string) (*workload.Resolved, error) {
-	return workload.Resolve(ctx, workload.ClientSource{Kube: c.Kube, Dynamic: c.Dynamic},
-		workload.Ref{Kind: workload.Rollout, Namespace: ns, Name: name})
+	return c.ResolveWorkload(ctx, workload.Ref{Kind: workload.Rollout, Namespace: ns, Name: name})
+}
+
+// ResolveWorkload reads a Rollout or Deployment with its ReplicaSets (newest revision first).
+func (c *Cluster) ResolveWorkload(ctx context.Context, ref workload.Ref) (*workload.Resolved, error) {
+	return workload.Resolve(ctx, workload.ClientSource{Kube: c.Kube, Dynamic: c.Dynamic}, ref)
 }
 
 // PauseConditionCount is how many reasons the Rollout is paused for (a canary waiting at pause: {}).
