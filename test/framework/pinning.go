@@ -113,11 +113,12 @@ func (c *Cluster) Snapshots(ctx context.Context, ns, original string) ([]corev1.
 	return out, nil
 }
 
-// ReadsConfigMaps lists the ConfigMaps a pod's spec references, sorted.
+// ReadsConfigMaps lists the ConfigMaps a pod's spec references, sorted, but kube-root-ca.crt, which
+// the ServiceAccount admission plugin projects into every pod with a service account token.
 func ReadsConfigMaps(p *corev1.Pod) []string {
 	var out []string
 	for _, r := range refs.FromPodSpec(&p.Spec).Sorted() {
-		if r.Kind == refs.ConfigMap {
+		if r.Kind == refs.ConfigMap && r.Name != "kube-root-ca.crt" {
 			out = append(out, r.Name)
 		}
 	}
