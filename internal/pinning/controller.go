@@ -70,7 +70,7 @@ func New(c *caches.Caches, taker *Taker, events record.EventRecorder, m *metrics
 		return nil, err
 	}
 	if pods, ok := c.Users[caches.Pod]; ok {
-		if err := pods.AddEventHandler(cache.ResourceEventHandlerFuncs{AddFunc: ctl.auditPod}); err != nil {
+		if err := pods.AddEventHandler(cache.ResourceEventHandlerFuncs{AddFunc: ctl.enqueueAudit}); err != nil {
 			return nil, err
 		}
 	}
@@ -154,9 +154,21 @@ func driftKey(kind refs.Kind, ns, name string) string {
 	return fmt.Sprintf("drift/%s/%s/%s", kind, ns, name)
 }
 
+// enqueueAudit queues a new pod for the audit: through the queue, because its workers start only
+// once every cache (namespaces, pins) has synced.
+func (c *Controller) enqueueAudit(obj any) {
+	if u, ok := caches.UserOf(obj); ok {
+		c.loop.Queue.Add("audit/" + u.Namespace + "/" + u.Name)
+	}
+}
+
 func (c *Controller) sync(ctx context.Context, key string) (reconcile.Result, error) {
 	if rest, ok := strings.CutPrefix(key, "drift/"); ok {
 		return reconcile.Result{}, c.checkDrift(rest)
+	}
+	if rest, ok := strings.CutPrefix(key, "audit/"); ok {
+		c.auditPod(rest)
+		return reconcile.Result{}, nil
 	}
 	parts := strings.SplitN(key, "/", 3)
 	if len(parts) != 3 {
@@ -283,12 +295,18 @@ func (c *Controller) drifted() []string {
 	return out
 }
 
-// auditPod records an Event on a pod of a pinning namespace that a revision controls but that reads a
-// pinned object by its own name: created before pinning, or while the webhook was down with
-// failurePolicy Ignore. It sees changes to that object, the very thing pinning prevents.
-func (c *Controller) auditPod(obj any) {
-	u, ok := caches.UserOf(obj)
+// auditPod records an Event on a pod ("namespace/name") of a pinning namespace that a revision
+// controls but that reads a pinned object by its own name: created before pinning, or while the
+// webhook was down with failurePolicy Ignore. It sees changes to that object, the very thing pinning
+// prevents.
+func (c *Controller) auditPod(key string) {
+	ns, name, _ := strings.Cut(key, "/")
+	pods, ok := c.caches.Users[caches.Pod]
 	if !ok {
+		return
+	}
+	u, exists, err := pods.Get(ns, name)
+	if err != nil || !exists {
 		return
 	}
 	if reads := c.unpinned(u); len(reads) > 0 {
