@@ -147,6 +147,11 @@ func (r *chartRelease) runController(d *appsv1.Deployment, extraArgs ...string) 
 	kubeconfig := serviceAccountKubeconfig(t, r.ns, pod.ServiceAccountName)
 	var args []string
 	for _, a := range pod.Containers[0].Args {
+		// A -webhook-url among extraArgs replaces the Service the chart's pods are reached through.
+		if slices.ContainsFunc(extraArgs, func(e string) bool { return strings.HasPrefix(e, "-webhook-url=") }) &&
+			(strings.HasPrefix(a, "-webhook-service=") || strings.HasPrefix(a, "-webhook-bind-address=")) {
+			continue
+		}
 		switch {
 		case strings.HasPrefix(a, "-metrics-bind-address="):
 			a = "-metrics-bind-address=127.0.0.1:0"
@@ -462,4 +467,47 @@ func TestChartUninstallLeavesNoFinalizer(t *testing.T) {
 	if owners := configOwners(t, appNS, cm); len(owners) != 1 {
 		t.Errorf("owners of %s after uninstall: %v; want its ReplicaSet's reference kept", cm, owners)
 	}
+}
+
+// pinning.enabled: the chart's RBAC suffices for zero-touch pinning (namespaces, the webhook
+// configuration, the certificate Secret, snapshots). kwok runs no container and the API server could
+// not reach one here, so the controller runs locally as the chart's ServiceAccount with the chart's
+// arguments, serving the webhook at a loopback URL instead of behind the chart's Service: it then
+// writes its URL into the chart's own MutatingWebhookConfiguration.
+func TestChartPinningRBACSuffices(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	ns := givenNamespace(t, "e2e-chart-pinning")
+	appNS := givenNamespace(t, "e2e-chart-pinning-app")
+	r := installChart(t, "cma-pin", ns, "watchNamespaces={"+appNS+"}", "pinning.enabled=true", "rbac.ownerReferencesPermissionEnforcement=true")
+	d := r.deployment()
+	if *d.Spec.Replicas != 2 || d.Spec.Template.Spec.Affinity == nil || d.Spec.Template.Spec.Affinity.PodAntiAffinity == nil {
+		t.Fatalf("pinning: want 2 replicas with anti-affinity, got %d, %+v", *d.Spec.Replicas, d.Spec.Template.Spec.Affinity)
+	}
+	if _, err := e2e.cluster.Kube.PolicyV1().PodDisruptionBudgets(ns).Get(ctx, r.fullname(), metav1.GetOptions{}); err != nil {
+		t.Fatalf("pinning: want a PodDisruptionBudget: %v", err)
+	}
+	cfg, err := e2e.cluster.Kube.AdmissionregistrationV1().MutatingWebhookConfigurations().Get(ctx, r.fullname(), metav1.GetOptions{})
+	must(t, err)
+	t.Cleanup(func() {
+		_ = e2e.cluster.Kube.AdmissionregistrationV1().MutatingWebhookConfigurations().Delete(context.Background(), r.fullname(), metav1.DeleteOptions{})
+	})
+	wh := cfg.Webhooks[0]
+	if wh.ClientConfig.Service == nil || *wh.FailurePolicy != "Fail" || *wh.SideEffects != "NoneOnDryRun" || *wh.TimeoutSeconds > 5 || len(wh.MatchConditions) != 1 {
+		t.Fatalf("the chart's webhook: %+v", wh)
+	}
+	t.Log("given: the chart installed with pinning.enabled: 2 replicas, PDB, anti-affinity, a Fail webhook behind a Service")
+
+	port, err := framework.FreeLoopbackPort()
+	must(t, err)
+	must(t, e2e.cluster.EnablePinning(ctx, appNS))
+	p := r.runController(d, fmt.Sprintf("-webhook-url=https://127.0.0.1:%d", port))
+	r.expectLeader(p)
+	must(t, e2e.cluster.PutPinnedConfigMap(ctx, appNS, "app-config", pinV1))
+	web, err := e2e.cluster.CreateDeployment(ctx, appNS, "web", framework.PinnedTemplate("web", []string{"app-config"}, pinV1), nil)
+	must(t, err)
+	rs := deploymentReplicaSet(t, appNS, web)
+	must(t, e2e.cluster.WaitPods(ctx, 60*time.Second, rs, 1))
+	pinnedRollout{t: t, ns: appNS}.expectReads(rs, pinV1)
+	t.Log("then: as the chart's ServiceAccount the controller made its certificate, registered the webhook and pinned the pod")
 }

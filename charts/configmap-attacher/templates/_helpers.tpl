@@ -90,6 +90,16 @@ needed.
 - apiGroups: [""]
   resources: [events]
   verbs: [create, patch]
+{{- if .Values.pinning.enabled }}
+# Pinning: snapshots are created (with their ownerReference and finalizer); a pod racing its
+# StatefulSet's or DaemonSet's revision reads that ControllerRevision directly.
+- apiGroups: [""]
+  resources: {{ if .Values.secrets }}[configmaps, secrets]{{ else }}[configmaps]{{ end }}
+  verbs: [create]
+- apiGroups: [apps]
+  resources: [controllerrevisions]
+  verbs: [get]
+{{- end }}
 {{- end }}
 
 {{/* Namespaces: in-use protection releases at once in a namespace being deleted. Cluster-wide only; a
@@ -118,4 +128,14 @@ namespaced install cannot read namespaces and releases as the namespace's worklo
 - apiGroups: [""]
   resources: [events]
   verbs: [create]
+{{- end }}
+
+{{/* Replicas: with pinning at least 2, since with failurePolicy Fail no pod of a pinning namespace is
+created while no replica answers the webhook. */}}
+{{- define "configmap-attacher.replicas" -}}
+{{- if .Values.pinning.enabled }}{{ max (int .Values.replicas) 2 }}{{ else }}{{ .Values.replicas }}{{ end }}
+{{- end }}
+
+{{- define "configmap-attacher.webhookService" -}}
+{{- printf "%s-webhook" (include "configmap-attacher.fullname" .) | trunc 63 | trimSuffix "-" }}
 {{- end }}
