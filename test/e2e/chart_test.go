@@ -16,6 +16,7 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/clientcmd"
 
@@ -500,8 +501,14 @@ func TestChartPinningRBACSuffices(t *testing.T) {
 
 	port, err := framework.FreeLoopbackPort()
 	must(t, err)
+	url := fmt.Sprintf("https://127.0.0.1:%d", port)
+	// Only here is the chart's webhook served at a URL: an administrator repoints it (clientConfig
+	// holds a url or a service, and the controller's apply cannot take the chart's service away).
+	patch := fmt.Sprintf(`[{"op":"remove","path":"/webhooks/0/clientConfig/service"},{"op":"add","path":"/webhooks/0/clientConfig/url","value":%q}]`, url+"/pin-pods")
+	_, err = e2e.cluster.Kube.AdmissionregistrationV1().MutatingWebhookConfigurations().Patch(ctx, r.fullname(), types.JSONPatchType, []byte(patch), metav1.PatchOptions{})
+	must(t, err)
 	must(t, e2e.cluster.EnablePinning(ctx, appNS))
-	p := r.runController(d, fmt.Sprintf("-webhook-url=https://127.0.0.1:%d", port))
+	p := r.runController(d, "-webhook-url="+url)
 	r.expectLeader(p)
 	must(t, e2e.cluster.PutPinnedConfigMap(ctx, appNS, "app-config", pinV1))
 	web, err := e2e.cluster.CreateDeployment(ctx, appNS, "web", framework.PinnedTemplate("web", []string{"app-config"}, pinV1), nil)
