@@ -100,12 +100,15 @@ func render(ctx context.Context, opts *Options, docs []*document) (*result, erro
 	return &result{out: buf.Bytes(), docs: docs, renames: p.renames, rewrites: p.rewrites}, nil
 }
 
+// outputIndent is the indentation of everything the renderer writes, as Helm writes its output.
+const outputIndent = 2
+
 // encode writes the document after an explicit "---", as Helm does: without it, a document holding
 // only a comment (an empty template's "# Source:" line) would merge into the next one when read back.
 func (d *document) encode(w *bytes.Buffer) error {
 	var buf bytes.Buffer
 	enc := yaml.NewEncoder(&buf)
-	enc.SetIndent(2)
+	enc.SetIndent(outputIndent)
 	err := enc.Encode(d.root)
 	if err == nil {
 		err = enc.Close()

@@ -32,6 +32,7 @@ var goldenCases = []struct {
 	{fixture: "select.yaml", golden: "select.all.yaml", opts: func(o *Options) { o.AllConfigMaps, o.AllSecrets = true, true }},
 	{fixture: "anchors.yaml", golden: "anchors.yaml"},
 	{fixture: "styles.yaml", golden: "styles.yaml"},
+	{fixture: "blockscalars.yaml", golden: "blockscalars.yaml"},
 }
 
 func must(err error) {

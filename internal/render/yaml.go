@@ -14,10 +14,13 @@ const maxExpandedNodes = 1 << 20
 
 // jsonOf returns what Kubernetes clients see in a document: kubectl and Helm read YAML with
 // sigs.k8s.io/yaml (YAML 1.1 scalars: yes/no/on/off are booleans), so so does the renderer, and the
-// renderer's output is checked with the same reader.
+// renderer's output is checked with the same reader. It encodes as the output is encoded (indent 2):
+// at its default indent of 4, yaml.v3 writes a block scalar that starts with an empty line, in a
+// sequence, with an indentation indicator (`- |4`) that go-yaml v2 reads as a syntax error.
 func jsonOf(doc *yaml.Node) ([]byte, error) {
 	var buf bytes.Buffer
 	enc := yaml.NewEncoder(&buf)
+	enc.SetIndent(outputIndent)
 	if err := enc.Encode(doc); err != nil {
 		return nil, err
 	}
