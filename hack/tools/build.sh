@@ -10,6 +10,8 @@
 #   argo-rollouts  rollouts-controller kubectl-argo-rollouts (+ CRDs in _output/tools/crds/argo-rollouts)
 #   helm           helm
 #   argo-cd        argocd, and argocd-* names linked to it (+ CRDs in _output/tools/crds/argo-cd)
+# Built only when named (not part of `make tools`, so CI does not pay for them):
+#   peers          configmap-attacher-original configmap-rs-operator reloader (hack/bench's peers)
 # A binary name selects its tool (e.g. `build.sh kubectl`).
 #
 # A tool is rebuilt only when one of its inputs changed: its versions.env entries, its module files
@@ -36,6 +38,8 @@ if ! command -v go >/dev/null; then
 fi
 
 ALL_TOOLS=(kubernetes etcd kwok argo-rollouts helm argo-cd)
+# Built only when named on the command line.
+OPTIONAL_TOOLS=(peers)
 
 # binaries_<tool> list what a tool installs; vars_<tool> the versions.env keys it depends on
 # (read through namerefs, hence invisible to shellcheck).
@@ -57,6 +61,8 @@ ALL_TOOLS=(kubernetes etcd kwok argo-rollouts helm argo-cd)
     argocd-server argocd-commit-server argocd-applicationset-controller argocd-notifications
     argocd-git-ask-pass argocd-k8s-auth git-verify-wrapper.sh gpg-wrapper.sh)
   vars_argo_cd=(ARGOCD_VERSION ARGOCD_GITOPS_ENGINE_VERSION)
+  binaries_peers=(configmap-attacher-original configmap-rs-operator reloader)
+  vars_peers=(ORIGINAL_ATTACHER_COMMIT CONFIGMAP_RS_OPERATOR_COMMIT RELOADER_VERSION RELOADER_COMMIT)
 }
 
 log() { printf '[tools %s] %s\n' "$(date +%H:%M:%S)" "$*"; }
@@ -75,13 +81,13 @@ tool_binaries() {
 # resolve_tool maps a tool or binary name to its tool.
 resolve_tool() {
   local t b
-  for t in "${ALL_TOOLS[@]}"; do
+  for t in "${ALL_TOOLS[@]}" "${OPTIONAL_TOOLS[@]}"; do
     [[ $1 == "$t" ]] && { echo "$t"; return; }
     while read -r b; do
       [[ $1 == "$b" ]] && { echo "$t"; return; }
     done < <(tool_binaries "$t")
   done
-  die "unknown tool or binary '$1' (tools: ${ALL_TOOLS[*]})"
+  die "unknown tool or binary '$1' (tools: ${ALL_TOOLS[*]} ${OPTIONAL_TOOLS[*]})"
 }
 
 # go_for runs go with the toolchain a tool module needs (only argo-rollouts differs).
@@ -236,6 +242,44 @@ build_argo_cd() {
   mkdir -p "$OUT/crds/argo-cd"
   cp "$dir"/manifests/crds/*-crd.yaml "$OUT/crds/argo-cd/"
   chmod u+w "$OUT"/crds/argo-cd/*.yaml
+}
+
+# peer_source extracts a GitHub repository at a commit into $OUT/src/peers/<name> (`git archive`: the
+# tree only), from a bare mirror $PEERS_GIT_DIR/<owner>+<repo>/repo when it holds the commit, else
+# from a shallow fetch of https://github.com/<owner>/<repo> into $OUT/src/peers/git.
+peer_source() {
+  local repo=$1 commit=$2 name=$3 git_dir
+  git_dir=${PEERS_GIT_DIR:-/work/.mirror}/${repo/\//+}/repo
+  if ! git --git-dir="$git_dir" cat-file -e "$commit^{commit}" 2>/dev/null; then
+    git_dir=$OUT/src/peers/git/${repo/\//+}
+    [[ -d $git_dir ]] || git init -q --bare "$git_dir"
+    git --git-dir="$git_dir" cat-file -e "$commit^{commit}" 2>/dev/null ||
+      git --git-dir="$git_dir" fetch -q --depth 1 "https://github.com/$repo" "$commit" ||
+      die "peers: cannot get $repo@$commit (no mirror in PEERS_GIT_DIR, GitHub unreachable)"
+  fi
+  rm -rf "$OUT/src/peers/$name"
+  mkdir -p "$OUT/src/peers/$name"
+  git --git-dir="$git_dir" archive "$commit" | tar -x -C "$OUT/src/peers/$name"
+}
+
+# peer_build runs go build in an extracted peer, with its own go.mod and go.sum (-mod=readonly).
+peer_build() {
+  local name=$1; shift
+  (cd "$OUT/src/peers/$name" && GOTOOLCHAIN=local go build -trimpath "$@")
+}
+
+# The benchmark peers: never part of the project, only measured beside it (hack/bench). Their
+# modules are not on the proxy; each builds as its upstream does (same go.mod, same ldflags).
+build_peers() {
+  peer_source liorfranko/configmap-attacher "$ORIGINAL_ATTACHER_COMMIT" configmap-attacher-original
+  peer_build configmap-attacher-original -ldflags "-s -w" -o "$BIN/configmap-attacher-original" .
+  peer_source matanbaruch/configmap-rs-operator "$CONFIGMAP_RS_OPERATOR_COMMIT" configmap-rs-operator
+  peer_build configmap-rs-operator -ldflags "-s -w" -o "$BIN/configmap-rs-operator" ./cmd
+  peer_source stakater/Reloader "$RELOADER_COMMIT" reloader
+  [[ $(<"$OUT/src/peers/reloader/VERSION") == "${RELOADER_VERSION#v}" ]] ||
+    die "peers: Reloader $RELOADER_COMMIT has VERSION $(<"$OUT/src/peers/reloader/VERSION"), versions.env says $RELOADER_VERSION"
+  local pkg=github.com/stakater/Reloader/pkg/common
+  peer_build reloader -ldflags "-s -w -X $pkg.Version=${RELOADER_VERSION#v} -X $pkg.Commit=$RELOADER_COMMIT" -o "$BIN/reloader" .
 }
 
 # with_heartbeat runs a command, printing a line every minute so CI logs show a long build is alive.

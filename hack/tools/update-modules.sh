@@ -118,6 +118,11 @@ go.mod, but its gitops-engine comes from the proxy at \$ARGOCD_GITOPS_ENGINE_VER
     go mod tidy)
 }
 
+update_peers() {
+  # Not on the proxy: built from pinned commits with their own go.mod (see build_peers in build.sh).
+  log "peers: nothing to regenerate; change the commits in versions.env and run hack/tools/build.sh peers"
+}
+
 tools=("$@")
 ((${#tools[@]})) || tools=(kubernetes etcd kwok argo-rollouts helm argo-cd)
 for t in "${tools[@]}"; do
