@@ -4,7 +4,6 @@ import (
 	"context"
 	"strconv"
 
-	"github.com/configmap-attacher/configmap-attacher/internal/history"
 	"github.com/configmap-attacher/configmap-attacher/internal/history/load"
 	"github.com/configmap-attacher/configmap-attacher/internal/history/printer"
 )
@@ -18,6 +17,11 @@ name without its trailing -<hash>).
                 the previous revision against the current one
   FROM          revision FROM against the current one
   FROM TO       revision FROM against revision TO
+  [FROM] live   revision FROM (default: the current one) against the live objects: pinned objects as
+                they are now, i.e. what the next revision would be pinned to
+
+With zero-touch pinning, a revision's pods read the snapshot it owns of each pinned object, not the
+object: diff compares those snapshots, so a config changed in place shows as a content change.
 
 Secret values are never printed unless -show-secrets: changed, added and removed keys are listed with
 a keyed hash of each value (random key per run: equal hashes in one output mean equal values, and the
@@ -26,6 +30,7 @@ garbage-collected with its last ReplicaSet) is reported as such.
 
 Usage:
   configmap-attacher diff KIND/NAME [FROM [TO]] [-n NAMESPACE] [-show-secrets] [flags]
+  configmap-attacher diff KIND/NAME [FROM] live [-n NAMESPACE] [-show-secrets] [flags]
   kubectl configmap-revisions diff KIND/NAME [FROM [TO]] [-n NAMESPACE]   (installed as a kubectl plugin)
 
 KIND is rollout (ro) or deployment (deploy); FROM and TO are revision numbers, as 'history' lists
@@ -35,6 +40,7 @@ Examples:
   configmap-attacher diff rollout/demo -n devops-apps-01          (what the paused canary changes)
   configmap-attacher diff rollout/demo 3 4 -n devops-apps-01
   configmap-attacher diff deployment/web 2 | less -R
+  configmap-attacher diff rollout/demo live                        (a pinned config changed in place)
 
 Environment:
   IS_IN_CLUSTER  unset: kubeconfig like kubectl (in a pod: its service account); false: kubeconfig
@@ -61,6 +67,13 @@ func runDiff(ctx context.Context, env Env, args []string) error {
 		return usage("want a workload and up to two revisions, e.g. diff rollout/demo 3 4; got %d arguments", len(positional))
 	}
 	var revisions []int64
+	live := positional[len(positional)-1] == "live"
+	if live {
+		positional = positional[:len(positional)-1]
+	}
+	if len(positional) < 1 || (live && len(positional) > 2) {
+		return usage("want a workload, at most one revision and live, e.g. diff rollout/demo 3 live")
+	}
 	for _, a := range positional[1:] {
 		n, err := strconv.ParseInt(a, 10, 64)
 		if err != nil || n < 1 {
@@ -73,16 +86,11 @@ func runDiff(ctx context.Context, env Env, args []string) error {
 		return err
 	}
 	// Select first, then read only the two revisions' objects: no other Secret is read.
-	h := history.Build(res, nil)
-	from, to, err := history.Select(h, revisions)
+	c, err := load.Comparison(ctx, clients, res, revisions, live)
 	if err != nil {
 		return err
 	}
-	objs, err := load.Read(ctx, clients, res.Ref.Namespace, history.ConfigRefs(from, to), true)
-	if err != nil {
-		return err
-	}
-	return printer.WriteDiff(env.Stdout, history.Compare(h, from, to, objs), printer.DiffOptions{
+	return printer.WriteDiff(env.Stdout, c, printer.DiffOptions{
 		ShowSecrets: showSecrets, Context: printer.DefaultContext, Style: printer.Style{Color: colorOutput(env)},
 	})
 }

@@ -11,7 +11,6 @@ import (
 
 	"golang.org/x/term"
 
-	"github.com/configmap-attacher/configmap-attacher/internal/history"
 	"github.com/configmap-attacher/configmap-attacher/internal/history/load"
 	"github.com/configmap-attacher/configmap-attacher/internal/history/printer"
 	"github.com/configmap-attacher/configmap-attacher/internal/kube"
@@ -32,7 +31,13 @@ Secrets each one runs with: the config a rollback to that revision gets.
             (not attached)       opted in, but no ownerReference to that ReplicaSet: its lifetime
                                  is not tied to the revision (run the attacher)
             (not revisioned)     a plain shared object: a change to it reaches every revision
-Only metadata is read: no Secret value.
+            -> NAME (pinned)     zero-touch pinning: the revision's pods read its snapshot NAME
+            (not pinned yet)     labelled for pinning, but the revision owns no snapshot: its pods
+                                 read the object as it is now
+          A DRIFT line under the table names a pinned object changed in place since the current
+          revision was created: no pod reads that content until the pod template changes.
+Only metadata is read: no Secret value. To tell drift, the pinned objects the current revision reads
+through a snapshot are read whole and hashed, never printed.
 
 Usage:
   configmap-attacher history KIND/NAME [-n NAMESPACE] [-o table|json|yaml] [flags]
@@ -157,9 +162,9 @@ func runHistory(ctx context.Context, env Env, args []string) error {
 	if err != nil {
 		return err
 	}
-	objs, err := load.Read(ctx, clients, res.Ref.Namespace, history.AllConfigRefs(res), false)
+	h, err := load.History(ctx, clients, res)
 	if err != nil {
 		return err
 	}
-	return printer.Write(env.Stdout, history.Build(res, objs), output, time.Now(), printer.Style{Color: colorOutput(env)})
+	return printer.Write(env.Stdout, h, output, time.Now(), printer.Style{Color: colorOutput(env)})
 }

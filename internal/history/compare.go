@@ -42,12 +42,24 @@ type Pair struct {
 
 // Member is the revision of a config object one side references.
 type Member struct {
+	// Name is the object the side's pods read: the referenced object, or the snapshot of a pinned one.
 	Name string
 	// Object is nil when the object does not exist (deleted, or garbage-collected with the last
 	// ReplicaSet it was attached to).
 	Object   *Object
 	Optional bool
+	// Pinned is set when the pod template references a pinned object: its name. Name is then the
+	// revision's snapshot of it, or the pinned object itself when the side reads it live (a revision
+	// that owns no snapshot yet, or the live side).
+	Pinned string
 }
+
+// Snapshot reports whether the member is a pinned object's snapshot (not the object itself).
+func (m *Member) Snapshot() bool { return m.Pinned != "" && m.Name != m.Pinned }
+
+// RoleLive is the role of the live side of a comparison: the config objects as they are now, pinned
+// ones included, which is what a new revision would be pinned to.
+const RoleLive workload.Role = "live"
 
 // Select picks the two revisions to compare from the revision numbers given on the command line:
 //   - none: a Rollout's stable revision and its canary while one is in progress, otherwise the
@@ -99,6 +111,33 @@ func Select(h *History, revisions []int64) (from, to *Revision, err error) {
 	return nil, nil, fmt.Errorf("%s has only revision %d (%s): %w", h.Workload, to.Revision, to.ReplicaSet, ErrNothingToCompare)
 }
 
+// SelectLive picks what `diff KIND/NAME [FROM] live` compares: revision FROM (default: the current
+// one) with the live side, a revision that references what the current one does but reads pinned
+// objects as they are now instead of through snapshots. Without pinning the live side is the current
+// revision itself.
+func SelectLive(h *History, revisions []int64) (from, to *Revision, err error) {
+	cur, err := current(h)
+	if err != nil {
+		return nil, nil, err
+	}
+	switch len(revisions) {
+	case 0:
+		from = cur
+	case 1:
+		if from, _, err = Select(h, revisions); err != nil {
+			return nil, nil, err
+		}
+	default:
+		return nil, nil, fmt.Errorf("at most one revision before live, got %d", len(revisions))
+	}
+	live := Revision{Role: RoleLive, Config: make([]Config, len(cur.Config))}
+	for i, c := range cur.Config {
+		c.Snapshot = ""
+		live.Config[i] = c
+	}
+	return from, &live, nil
+}
+
 // current is the revision the workload's spec asks for: a Rollout's canary (or its stable revision
 // once promoted), a Deployment's current ReplicaSet.
 func current(h *History) (*Revision, error) {
@@ -126,9 +165,18 @@ func Compare(h *History, from, to *Revision, objs Objects) *Comparison {
 	group := func(r *Revision) map[refs.Ref][]*Member {
 		out := map[refs.Ref][]*Member{}
 		for _, cfg := range r.Config {
-			o := objs[refs.Ref{Kind: cfg.Kind, Name: cfg.Name}]
-			k := refs.Ref{Kind: cfg.Kind, Name: OriginalName(o, cfg.Name)}
-			out[k] = append(out[k], &Member{Name: cfg.Name, Object: o, Optional: cfg.Optional})
+			m := &Member{Name: cfg.Name, Optional: cfg.Optional}
+			m.Object = objs[refs.Ref{Kind: cfg.Kind, Name: cfg.Name}]
+			k := refs.Ref{Kind: cfg.Kind, Name: OriginalName(m.Object, cfg.Name)}
+			if cfg.Pinned {
+				// What the pods read: the revision's snapshot, paired by the pinned object's own
+				// name (the snapshots' name annotation), whatever hash-like suffix it may have.
+				m.Pinned, k.Name = cfg.Name, cfg.Name
+				if cfg.Snapshot != "" {
+					m.Name, m.Object = cfg.Snapshot, objs[refs.Ref{Kind: cfg.Kind, Name: cfg.Snapshot}]
+				}
+			}
+			out[k] = append(out[k], m)
 		}
 		return out
 	}

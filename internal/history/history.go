@@ -7,9 +7,12 @@
 package history
 
 import (
+	"sort"
+
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/types"
 
 	"github.com/configmap-attacher/configmap-attacher/internal/api"
 	"github.com/configmap-attacher/configmap-attacher/internal/refs"
@@ -22,6 +25,9 @@ import (
 type History struct {
 	Workload  Workload   `json:"workload"`
 	Revisions []Revision `json:"revisions"`
+	// Drift lists the pinned objects changed in place since the current revision's snapshot was taken:
+	// content no pod reads until the pod template changes.
+	Drift []Drift `json:"drift,omitempty"`
 }
 
 // Workload names the workload and, for Rollouts, its state.
@@ -72,6 +78,29 @@ type Config struct {
 	// protection keeps it while anything uses it, the revisions listed as using it among them.
 	Deleting bool `json:"deleting,omitempty"`
 	Held     bool `json:"held,omitempty"`
+	// Pinned is true when the object carries the pin label (configmap-attacher.io/pin): the revision's
+	// pods do not read it but Snapshot, the immutable copy the revision owns.
+	Pinned bool `json:"pinned,omitempty"`
+	// Snapshot names the snapshot of a pinned object this revision owns: what its pods read. Empty
+	// when the revision owns none yet (its pods read the object as it is now).
+	Snapshot string `json:"snapshot,omitempty"`
+}
+
+// Drift is a pinned object whose content is no longer what the current revision's pods read: it was
+// changed in place without a change to the pod template, so no new revision (and no snapshot) came of
+// it. Pods keep reading their snapshots; the next pod template change rolls the content out.
+type Drift struct {
+	Kind refs.Kind `json:"kind"`
+	Name string    `json:"name"`
+	// Revision is the current revision and Snapshot the snapshot its pods read.
+	Revision int64  `json:"revision"`
+	Snapshot string `json:"snapshot"`
+	// Live is the name a snapshot of the object's content as it is now gets: what a new revision
+	// would be pinned to.
+	Live string `json:"live"`
+	// LiveRevisions are the revisions already pinned to that content, newest first (the object was
+	// set back to an older revision's content, or an undo went back past it); empty when none is.
+	LiveRevisions []int64 `json:"liveRevisions,omitempty"`
 }
 
 // Missing reports whether pods of the revision need this object and it does not exist.
@@ -86,6 +115,7 @@ func Build(res *workload.Resolved, objs Objects) *History {
 	if ro := res.Rollout; ro != nil {
 		h.Workload.Phase, h.Workload.Aborted = ro.Status.Phase, ro.Status.Abort
 	}
+	snapshots := indexSnapshots(objs)
 	for _, rs := range res.Owned {
 		desired := int32(1)
 		if rs.Spec.Replicas != nil {
@@ -108,12 +138,99 @@ func Build(res *workload.Resolved, objs Objects) *History {
 				c.Exists, c.Attached, c.Revisioned = true, o.AttachedTo(rs.UID), o.Revisioned()
 				c.Deleting = o.Meta.DeletionTimestamp != nil
 				c.Held = c.Deleting && api.HasFinalizer(o.Meta.Finalizers, api.InUseFinalizer)
+				if c.Pinned = o.Pinned(); c.Pinned {
+					c.Snapshot = snapshots[pinKey{rs.UID, ref}]
+				}
 			}
 			r.Config = append(r.Config, c)
 		}
 		h.Revisions = append(h.Revisions, r)
 	}
+	h.Drift = drift(h, objs)
 	return h
+}
+
+// pinKey is a revision's pin for one pinned object: the snapshot that object's name and the
+// revision's uid find, as the webhook finds it.
+type pinKey struct {
+	revision types.UID
+	ref      refs.Ref
+}
+
+// indexSnapshots maps each pin to its snapshot. A revision normally owns one snapshot per object; should
+// a race have left it two, the first by name wins, so output never flickers.
+func indexSnapshots(objs Objects) map[pinKey]string {
+	out := map[pinKey]string{}
+	for _, o := range objs {
+		orig := o.Meta.Annotations[api.OriginalNameAnnotation]
+		if !o.IsSnapshot() || orig == "" {
+			continue
+		}
+		for _, owner := range o.Meta.OwnerReferences {
+			k := pinKey{owner.UID, refs.Ref{Kind: o.Ref.Kind, Name: orig}}
+			if prev, ok := out[k]; !ok || o.Ref.Name < prev {
+				out[k] = o.Ref.Name
+			}
+		}
+	}
+	return out
+}
+
+// drift compares each pinned object the current revision reads through a snapshot with the object's
+// content now, as far as load read it (Object.LiveSnapshot).
+func drift(h *History, objs Objects) []Drift {
+	cur, err := current(h)
+	if err != nil {
+		return nil
+	}
+	var out []Drift
+	for _, c := range cur.Config {
+		o := objs[refs.Ref{Kind: c.Kind, Name: c.Name}]
+		if !c.Pinned || c.Snapshot == "" || o == nil || o.LiveSnapshot == "" || o.LiveSnapshot == c.Snapshot {
+			continue
+		}
+		d := Drift{Kind: c.Kind, Name: c.Name, Revision: cur.Revision, Snapshot: c.Snapshot, Live: o.LiveSnapshot}
+		for _, r := range h.Revisions {
+			for _, rc := range r.Config {
+				if rc.Kind == c.Kind && rc.Name == c.Name && rc.Snapshot == o.LiveSnapshot {
+					d.LiveRevisions = append(d.LiveRevisions, r.Revision)
+					break
+				}
+			}
+		}
+		out = append(out, d)
+	}
+	return out
+}
+
+// DriftRefs lists the pinned objects whose content now decides drift: those the current revision
+// reads through a snapshot. Only these need reading with content (to hash it), and only for that.
+func DriftRefs(h *History) []refs.Ref {
+	cur, err := current(h)
+	if err != nil {
+		return nil
+	}
+	var out []refs.Ref
+	for _, c := range cur.Config {
+		if c.Pinned && c.Snapshot != "" {
+			out = append(out, refs.Ref{Kind: c.Kind, Name: c.Name})
+		}
+	}
+	return out
+}
+
+// PinnedKinds lists the kinds of the pinned objects among objs: where snapshots need looking for.
+func PinnedKinds(objs Objects) []refs.Kind {
+	seen := map[refs.Kind]bool{}
+	var out []refs.Kind
+	for _, o := range objs {
+		if o.Pinned() && !seen[o.Ref.Kind] {
+			seen[o.Ref.Kind] = true
+			out = append(out, o.Ref.Kind)
+		}
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i] < out[j] })
+	return out
 }
 
 // ConfigRefs lists every config object the revisions reference: what Read must read.
@@ -122,6 +239,19 @@ func ConfigRefs(revisions ...*Revision) []refs.Ref {
 	for _, r := range revisions {
 		for _, c := range r.Config {
 			all[refs.Ref{Kind: c.Kind, Name: c.Name}] = struct{}{}
+		}
+	}
+	return all.Sorted()
+}
+
+// SnapshotRefs lists the snapshots the revisions' pods read in place of pinned objects.
+func SnapshotRefs(revisions ...*Revision) []refs.Ref {
+	all := refs.Set{}
+	for _, r := range revisions {
+		for _, c := range r.Config {
+			if c.Snapshot != "" {
+				all[refs.Ref{Kind: c.Kind, Name: c.Snapshot}] = struct{}{}
+			}
 		}
 	}
 	return all.Sorted()

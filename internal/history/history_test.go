@@ -2,11 +2,16 @@ package history_test
 
 import (
 	"errors"
+	"reflect"
 	"strings"
 	"testing"
 
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
 	"github.com/configmap-attacher/configmap-attacher/internal/history"
 	"github.com/configmap-attacher/configmap-attacher/internal/history/historytest"
+	"github.com/configmap-attacher/configmap-attacher/internal/refs"
 	"github.com/configmap-attacher/configmap-attacher/internal/workload"
 )
 
@@ -177,3 +182,167 @@ func TestComparePairsByOriginalName(t *testing.T) {
 }
 
 // single is a Rollout with one revision.
+
+func TestPinnedRevisionsReadTheirSnapshots(t *testing.T) {
+	f := historytest.Pinned()
+	h := f.History()
+	// revision -> "kind/name=snapshot" for each pinned object; "" snapshot means not pinned yet
+	want := map[int64]string{
+		3: "ConfigMap/app-config=" + historytest.SnapshotName(pinnedConfigMap(historytest.AppConfigFaulty)) + " Secret/app-env=app-env-adcf92bbc6",
+		2: "ConfigMap/app-config=" + historytest.SnapshotName(pinnedConfigMap(historytest.AppConfigV1)) + " Secret/app-env=app-env-adcf92bbc6",
+		1: "ConfigMap/app-config= Secret/app-env=",
+	}
+	for _, r := range h.Revisions {
+		var got []string
+		for _, c := range r.Config {
+			if c.Pinned {
+				got = append(got, string(c.Kind)+"/"+c.Name+"="+c.Snapshot)
+			} else if c.Snapshot != "" {
+				t.Errorf("revision %d: %s is not pinned but has snapshot %s", r.Revision, c.Name, c.Snapshot)
+			}
+		}
+		if s := strings.Join(got, " "); s != want[r.Revision] {
+			t.Errorf("revision %d pins %q, want %q", r.Revision, s, want[r.Revision])
+		}
+	}
+	if got := history.SnapshotRefs(&h.Revisions[0], &h.Revisions[1]); len(got) != 3 {
+		t.Errorf("SnapshotRefs = %v, want the two app-config snapshots and the shared app-env one", got)
+	}
+}
+
+func pinnedConfigMap(data map[string]string) *corev1.ConfigMap {
+	return &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: "app-config"}, Data: data}
+}
+
+func TestDrift(t *testing.T) {
+	faulty := historytest.SnapshotName(pinnedConfigMap(historytest.AppConfigFaulty))
+	tests := []struct {
+		name    string
+		fixture historytest.Fixture
+		want    []history.Drift
+	}{
+		{"changed in place without a template change", historytest.Pinned(), []history.Drift{{
+			Kind: refs.ConfigMap, Name: "app-config", Revision: 3, Snapshot: faulty,
+			Live: historytest.SnapshotName(pinnedConfigMap(historytest.AppConfigFixed))}}},
+		{"set back to an older revision's content", historytest.PinnedReverted(), []history.Drift{{
+			Kind: refs.ConfigMap, Name: "app-config", Revision: 3, Snapshot: faulty,
+			Live: historytest.SnapshotName(pinnedConfigMap(historytest.AppConfigV1)), LiveRevisions: []int64{2}}}},
+		{"in sync", historytest.PinnedInSync(), nil},
+		{"no pinning", historytest.Canary(), nil},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			if got := tt.fixture.History().Drift; !reflect.DeepEqual(got, tt.want) {
+				t.Errorf("drift = %+v\nwant    %+v", got, tt.want)
+			}
+		})
+	}
+	t.Run("not read: no drift claimed", func(t *testing.T) {
+		f := historytest.Pinned()
+		f.Objs[refs.Ref{Kind: refs.ConfigMap, Name: "app-config"}].LiveSnapshot = ""
+		if d := f.History().Drift; d != nil {
+			t.Errorf("drift %+v without the live content's name", d)
+		}
+	})
+	t.Run("promoted: measured against the new stable revision", func(t *testing.T) {
+		f := historytest.PinnedInSync()
+		f.Res.Rollout.Status.StableRS = "6d5f8b7c9"
+		if d := f.History().Drift; d != nil {
+			t.Errorf("drift %+v, but app-config holds revision 3's content", d)
+		}
+	})
+}
+
+func TestDriftRefsAreOnlyTheCurrentRevisionsPins(t *testing.T) {
+	got := history.DriftRefs(historytest.Pinned().History())
+	want := []refs.Ref{{Kind: refs.ConfigMap, Name: "app-config"}, {Kind: refs.Secret, Name: "app-env"}}
+	if !reflect.DeepEqual(got, want) {
+		t.Errorf("DriftRefs = %v, want %v (db-creds is not pinned: never read with content)", got, want)
+	}
+	if got := history.DriftRefs(historytest.Canary().History()); got != nil {
+		t.Errorf("DriftRefs without pinning = %v", got)
+	}
+	if got := history.PinnedKinds(historytest.Pinned().Objs); !reflect.DeepEqual(got, []refs.Kind{refs.ConfigMap, refs.Secret}) {
+		t.Errorf("PinnedKinds = %v", got)
+	}
+	if got := history.PinnedKinds(historytest.Canary().Objs); got != nil {
+		t.Errorf("PinnedKinds without pinning = %v", got)
+	}
+}
+
+func TestComparePairsPinnedSnapshots(t *testing.T) {
+	f := historytest.Pinned()
+	h := f.History()
+	describe := func(c *history.Comparison) string {
+		var out []string
+		for _, p := range c.Pairs {
+			s := string(p.Kind) + "/" + p.OriginalName + ":"
+			for _, m := range []*history.Member{p.From, p.To} {
+				switch {
+				case m.Snapshot():
+					s += " snapshot " + m.Name
+				case m.Pinned != "":
+					s += " live " + m.Name
+				default:
+					s += " " + m.Name
+				}
+				if m.Object == nil {
+					s += "!"
+				}
+			}
+			out = append(out, s)
+		}
+		return strings.Join(out, "\n")
+	}
+	v1 := historytest.SnapshotName(pinnedConfigMap(historytest.AppConfigV1))
+	faulty := historytest.SnapshotName(pinnedConfigMap(historytest.AppConfigFaulty))
+	tests := []struct {
+		name      string
+		live      bool
+		revisions []int64
+		want      string
+	}{
+		{name: "stable against canary: their snapshots", want: "ConfigMap/app-config: snapshot " + v1 + " snapshot " + faulty +
+			"\nSecret/app-env: snapshot app-env-adcf92bbc6 snapshot app-env-adcf92bbc6\nSecret/db-creds: db-creds db-creds"},
+		{name: "a revision without a snapshot reads the object", revisions: []int64{1, 3}, want: "ConfigMap/app-config: live app-config snapshot " + faulty +
+			"\nSecret/app-env: live app-env snapshot app-env-adcf92bbc6\nSecret/db-creds: db-creds db-creds"},
+		{name: "live: the current revision against the objects now", live: true, want: "ConfigMap/app-config: snapshot " + faulty + " live app-config" +
+			"\nSecret/app-env: snapshot app-env-adcf92bbc6 live app-env\nSecret/db-creds: db-creds db-creds"},
+		{name: "live from revision 2", live: true, revisions: []int64{2}, want: "ConfigMap/app-config: snapshot " + v1 + " live app-config" +
+			"\nSecret/app-env: snapshot app-env-adcf92bbc6 live app-env\nSecret/db-creds: db-creds db-creds"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			pick := history.Select
+			if tt.live {
+				pick = history.SelectLive
+			}
+			from, to, err := pick(h, tt.revisions)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if tt.live && (to.Role != history.RoleLive || to.ReplicaSet != "") {
+				t.Errorf("live side = %+v", to)
+			}
+			if got := describe(history.Compare(h, from, to, f.Objs)); got != tt.want {
+				t.Errorf("pairs:\n%s\nwant:\n%s", got, tt.want)
+			}
+		})
+	}
+	// The live side must not change the history it was derived from.
+	if h.Revisions[0].Config[0].Snapshot != faulty {
+		t.Errorf("SelectLive changed the current revision: %+v", h.Revisions[0].Config[0])
+	}
+}
+
+func TestSelectLive(t *testing.T) {
+	if _, _, err := history.SelectLive(historytest.NoCurrent().History(), nil); !errors.Is(err, history.ErrNoCurrentRevision) {
+		t.Errorf("no current revision: err = %v", err)
+	}
+	if _, _, err := history.SelectLive(historytest.Pinned().History(), []int64{9}); !errors.Is(err, history.ErrUnknownRevision) {
+		t.Errorf("unknown revision: err = %v", err)
+	}
+	if _, _, err := history.SelectLive(historytest.Pinned().History(), []int64{1, 2}); err == nil {
+		t.Error("two revisions and live: no error")
+	}
+}

@@ -19,6 +19,10 @@ type Object struct {
 	// Content is nil when only metadata was read: history needs no content, and reading none means
 	// it never holds Secret values.
 	Content *Content
+	// LiveSnapshot is, for a pinned object, the name a snapshot of its content as it is now gets
+	// (pinning.SnapshotName). History sets it from a read whose content is hashed and dropped, only for
+	// the objects DriftRefs names; "" when not read.
+	LiveSnapshot string
 }
 
 // Content is what a pod sees of a config object.
@@ -78,6 +82,12 @@ func (o *Object) AttachedTo(uid types.UID) bool { return revision.OwnedBy(&o.Met
 
 // Revisioned reports whether the object is opted in to revisions (our label).
 func (o *Object) Revisioned() bool { return api.OptedIn(o.Meta.Labels) }
+
+// Pinned reports whether the object carries the pin label: pods read their revision's snapshot of it.
+func (o *Object) Pinned() bool { return api.Pinned(o.Meta.Labels) }
+
+// IsSnapshot reports whether the object is one of our pinning snapshots.
+func (o *Object) IsSnapshot() bool { return o.Meta.Labels[api.SnapshotLabel] == api.SnapshotValue }
 
 // OriginalName is the name a config object had before it was given a revision name: the renderer's
 // annotation when present, else the name without a trailing hash segment. o is nil for an object that

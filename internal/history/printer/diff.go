@@ -57,7 +57,18 @@ type differ struct {
 func (d *differ) printf(format string, args ...any) { fmt.Fprintf(d.w, format, args...) }
 
 func side(s history.Side) string {
+	if s.Role == history.RoleLive {
+		return "live (pinned objects as they are now: what a new revision would get)"
+	}
 	return fmt.Sprintf("revision %d (ReplicaSet %s, %s)", s.Revision, s.ReplicaSet, s.Role)
+}
+
+// sideName is how the closing line names a side.
+func sideName(s history.Side) string {
+	if s.Role == history.RoleLive {
+		return "the live objects"
+	}
+	return fmt.Sprintf("revision %d", s.Revision)
 }
 
 func (d *differ) write() {
@@ -67,7 +78,7 @@ func (d *differ) write() {
 		d.pair(p)
 	}
 	if !d.changed {
-		d.printf("\nNo config differences between revision %d and revision %d.\n", c.From.Revision, c.To.Revision)
+		d.printf("\nNo config differences between %s and %s.\n", sideName(c.From), sideName(c.To))
 	}
 	if len(d.unchanged) > 0 {
 		d.printf("\nUnchanged: %s\n", strings.Join(d.unchanged, ", "))
@@ -80,12 +91,30 @@ func kubectlName(kind refs.Kind, name string) string {
 
 func (d *differ) title(p history.Pair, format string, args ...any) {
 	d.changed = true
-	d.printf("\n%s\n", d.o.paint(ansiBold, fmt.Sprintf("%s %s: ", p.Kind, p.OriginalName)+fmt.Sprintf(format, args...)))
+	what := fmt.Sprintf("%s %s", p.Kind, p.OriginalName)
+	if pinned(p) {
+		what += " (pinned)"
+	}
+	d.printf("\n%s\n", d.o.paint(ansiBold, what+": "+fmt.Sprintf(format, args...)))
+}
+
+// pinned reports whether either side references the pair's object as a pinned one.
+func pinned(p history.Pair) bool {
+	return (p.From != nil && p.From.Pinned != "") || (p.To != nil && p.To.Pinned != "")
+}
+
+// label names what a side's pods read: the object, a pinned object's snapshot, or a pinned object
+// read live (no snapshot).
+func label(m *history.Member) string {
+	if m.Pinned != "" && !m.Snapshot() {
+		return m.Name + " (live)"
+	}
+	return m.Name
 }
 
 // gone explains why one side's content cannot be shown.
-func (d *differ) gone(m *history.Member, rev int64) {
-	msg := fmt.Sprintf("%s (revision %d) does not exist: deleted, or garbage-collected with the ReplicaSets it was attached to; its content cannot be shown.", m.Name, rev)
+func (d *differ) gone(m *history.Member, s history.Side) {
+	msg := fmt.Sprintf("%s (%s) does not exist: deleted, or garbage-collected with the ReplicaSets it was attached to; its content cannot be shown.", m.Name, sideName(s))
 	if m.Optional {
 		d.printf("  %s\n", msg+" It is optional: pods start without it.")
 		return
@@ -95,17 +124,17 @@ func (d *differ) gone(m *history.Member, rev int64) {
 
 func (d *differ) pair(p history.Pair) {
 	f, t := p.From, p.To
-	from, to := d.c.From.Revision, d.c.To.Revision
+	from, to := d.c.From, d.c.To
 	switch {
 	case f == nil:
-		d.title(p, "added in revision %d: %s", to, t.Name)
+		d.title(p, "added in %s: %s", sideName(to), label(t))
 		if t.Object == nil {
 			d.gone(t, to)
 			return
 		}
 		d.content(p, nil, t.Object.Content)
 	case t == nil:
-		d.title(p, "removed in revision %d (revision %d used %s)", to, from, f.Name)
+		d.title(p, "removed in %s (%s used %s)", sideName(to), sideName(from), label(f))
 		if f.Object == nil {
 			d.gone(f, from)
 			return
@@ -113,14 +142,19 @@ func (d *differ) pair(p history.Pair) {
 		d.content(p, f.Object.Content, nil)
 	case f.Name == t.Name:
 		if f.Object == nil {
-			d.title(p, "%s in both revisions", f.Name)
+			d.title(p, "%s in both revisions", label(f))
 			d.gone(f, from)
 			return
 		}
-		// One object serves both revisions: nothing can differ (a change to it reaches both).
-		d.unchanged = append(d.unchanged, kubectlName(p.Kind, f.Name))
+		// One object serves both revisions: nothing can differ (a change to it reaches both). A
+		// pinned object's snapshot is shared the same way when its content did not change.
+		u := kubectlName(p.Kind, f.Name)
+		if f.Snapshot() {
+			u += fmt.Sprintf(" (snapshot of %s, both sides)", f.Pinned)
+		}
+		d.unchanged = append(d.unchanged, u)
 	case f.Object == nil || t.Object == nil:
-		d.title(p, "%s -> %s", f.Name, t.Name)
+		d.title(p, "%s -> %s", label(f), label(t))
 		if f.Object == nil {
 			d.gone(f, from)
 		}
@@ -128,9 +162,9 @@ func (d *differ) pair(p history.Pair) {
 			d.gone(t, to)
 		}
 	case sameContent(f.Object.Content, t.Object.Content):
-		d.unchanged = append(d.unchanged, fmt.Sprintf("%s -> %s (same content)", kubectlName(p.Kind, f.Name), t.Name))
+		d.unchanged = append(d.unchanged, fmt.Sprintf("%s -> %s (same content)", kubectlName(p.Kind, label(f)), label(t)))
 	default:
-		d.title(p, "%s -> %s", f.Name, t.Name)
+		d.title(p, "%s -> %s", label(f), label(t))
 		d.content(p, f.Object.Content, t.Object.Content)
 	}
 }

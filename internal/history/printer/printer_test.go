@@ -30,6 +30,11 @@ func TestHistoryGolden(t *testing.T) {
 		{"history-held.txt", historytest.Held(), OutputTable},
 		{"history-held.json", historytest.Held(), OutputJSON},
 		{"history-empty.txt", historytest.Fixture{Res: historytest.Resolved(workload.Rollout, historytest.Canary().Res.Rollout)}, OutputTable},
+		{"history-pinned.txt", historytest.Pinned(), OutputTable},
+		{"history-pinned.json", historytest.Pinned(), OutputJSON},
+		{"history-pinned.yaml", historytest.Pinned(), OutputYAML},
+		{"history-pinned-reverted.txt", historytest.PinnedReverted(), OutputTable},
+		{"history-pinned-in-sync.txt", historytest.PinnedInSync(), OutputTable},
 	}
 	for _, tt := range tests {
 		t.Run(tt.golden, func(t *testing.T) {
@@ -44,14 +49,16 @@ func TestHistoryGolden(t *testing.T) {
 
 func TestHistoryNeverReadsSecretValues(t *testing.T) {
 	// History reads metadata only; even handed full objects, its output carries no value.
-	for _, format := range []string{OutputTable, OutputJSON, OutputYAML} {
-		var b bytes.Buffer
-		if err := Write(&b, historytest.Canary().History(), format, historytest.Now, Style{}); err != nil {
-			t.Fatal(err)
-		}
-		for _, v := range []string{"t0k3n", "hunter2"} {
-			if strings.Contains(b.String(), v) {
-				t.Errorf("%s output contains a Secret value %q", format, v)
+	for _, f := range []historytest.Fixture{historytest.Canary(), historytest.Pinned()} {
+		for _, format := range []string{OutputTable, OutputJSON, OutputYAML} {
+			var b bytes.Buffer
+			if err := Write(&b, f.History(), format, historytest.Now, Style{}); err != nil {
+				t.Fatal(err)
+			}
+			for _, v := range []string{"t0k3n", "hunter2", "projectName"} {
+				if strings.Contains(b.String(), v) {
+					t.Errorf("%s output contains a value %q", format, v)
+				}
 			}
 		}
 	}
@@ -119,6 +126,7 @@ func TestDiffGolden(t *testing.T) {
 		fixture     historytest.Fixture
 		revisions   []int64
 		showSecrets bool
+		live        bool
 	}{
 		{golden: "diff-canary.diff", fixture: historytest.Canary()}, // the paused canary against stable
 		{golden: "diff-canary-show-secrets.diff", fixture: historytest.Canary(), showSecrets: true},
@@ -129,11 +137,20 @@ func TestDiffGolden(t *testing.T) {
 		{golden: "diff-deployment.diff", fixture: historytest.Deployment()},
 		{golden: "diff-reshaped.diff", fixture: historytest.Reshaped()},
 		{golden: "diff-reshaped-show-secrets.diff", fixture: historytest.Reshaped(), showSecrets: true},
+		{golden: "diff-pinned.diff", fixture: historytest.Pinned()}, // the canary's snapshots against stable's
+		{golden: "diff-pinned-1-2.diff", fixture: historytest.Pinned(), revisions: []int64{1, 2}},
+		{golden: "diff-pinned-live.diff", fixture: historytest.Pinned(), live: true},
+		{golden: "diff-pinned-2-live.diff", fixture: historytest.Pinned(), revisions: []int64{2}, live: true},
+		{golden: "diff-pinned-in-sync-live.diff", fixture: historytest.PinnedInSync(), live: true},
 	}
 	for _, tt := range tests {
 		t.Run(tt.golden, func(t *testing.T) {
 			h := tt.fixture.History()
-			from, to, err := history.Select(h, tt.revisions)
+			selectRevisions := history.Select
+			if tt.live {
+				selectRevisions = history.SelectLive
+			}
+			from, to, err := selectRevisions(h, tt.revisions)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -144,7 +161,7 @@ func TestDiffGolden(t *testing.T) {
 			}
 			golden(t, tt.golden, b.Bytes())
 			if !tt.showSecrets {
-				for _, v := range []string{"t0k3n", "hunter2", "BEGIN CERTIFICATE"} {
+				for _, v := range []string{"t0k3n", "hunter2", "BEGIN CERTIFICATE", "info"} {
 					if strings.Contains(b.String(), v) {
 						t.Errorf("a Secret value (%q) is printed without --show-secrets", v)
 					}

@@ -116,6 +116,12 @@ func WriteTable(out io.Writer, h *history.History, now time.Time, style Style) e
 			fmt.Fprintf(w, "%-20s %s\n", l[0], l[1])
 		}
 	}
+	if len(h.Drift) > 0 {
+		fmt.Fprintln(w)
+	}
+	for _, d := range h.Drift {
+		fmt.Fprintln(w, style.paint(ansiYellow, driftNote(d)))
+	}
 	if len(warnings) > 0 {
 		fmt.Fprintln(w)
 	}
@@ -133,6 +139,8 @@ const (
 	markerNotRevisioned = "(not revisioned)"
 	markerHeld          = "(deleting, held)"
 	markerDeleting      = "(deleting)"
+	markerPinned        = "(pinned)"
+	markerNotPinned     = "(not pinned yet)"
 )
 
 var legends = [][2]string{
@@ -141,6 +149,8 @@ var legends = [][2]string{
 	{markerNotAttached, "no ownerReference to that ReplicaSet: its lifetime is not tied to the revision."},
 	{markerNotRevisioned, "a plain shared object: a change to it reaches every revision at once."},
 	{markerOptional, "referenced as optional: pods start without it."},
+	{markerPinned, "pods of the revision read the snapshot after the arrow, the immutable copy it owns, not the object."},
+	{markerNotPinned, "labelled for pinning, but the revision owns no snapshot: its pods read the object as it is now."},
 }
 
 // configCell shows the object as kubectl names it (configmap/x), so it can be pasted into kubectl,
@@ -156,12 +166,28 @@ func configCell(c history.Config, style Style) (cell, marker string) {
 		return style.paint(ansiYellow, s+" "+markerHeld), markerHeld
 	case c.Deleting:
 		return style.paint(ansiRed, s+" "+markerDeleting), markerDeleting
+	case c.Pinned && c.Snapshot != "":
+		return s + " -> " + c.Snapshot + " " + markerPinned, markerPinned
+	case c.Pinned:
+		return style.paint(ansiYellow, s+" "+markerNotPinned), markerNotPinned
 	case c.Attached:
 		return s, ""
 	case c.Revisioned:
 		return style.paint(ansiYellow, s+" "+markerNotAttached), markerNotAttached
 	}
 	return s + " " + markerNotRevisioned, markerNotRevisioned
+}
+
+// driftNote says what a pinned object changed in place means: nothing runs the change yet.
+func driftNote(d history.Drift) string {
+	obj := kubectlName(d.Kind, d.Name)
+	const pods = "Pods keep their snapshots until the pod template changes (checksum annotation)."
+	if len(d.LiveRevisions) > 0 {
+		return fmt.Sprintf("DRIFT: %s holds revision %s's content (%s), not the current revision %s's (%s). %s",
+			obj, revisionString(d.LiveRevisions[0]), d.Live, revisionString(d.Revision), d.Snapshot, pods)
+	}
+	return fmt.Sprintf("DRIFT: %s has changed since revision %s was created: no revision runs its content yet (it would be snapshot %s; revision %s's pods read %s). %s",
+		obj, revisionString(d.Revision), d.Live, revisionString(d.Revision), d.Snapshot, pods)
 }
 
 func missingWarning(r history.Revision, c history.Config) string {
