@@ -1,8 +1,8 @@
-// Package refs discovers which ConfigMaps and Secrets a pod template uses.
-//
-// It is the single description of "where a pod spec can name a config object". The controller and the
-// Job read it to decide what to attach; the renderer uses the paths it reports to rewrite names in
-// manifests it must otherwise leave untouched.
+// Package refs is the one table of where Kubernetes objects name ConfigMaps and Secrets: in a pod spec
+// (Uses), and anywhere in a manifest (ManifestUses: the pod templates of every workload kind, Argo
+// Rollouts' analysis and experiment templates, and users that are no pod at all, like an Ingress's TLS
+// Secret). The controller attaches and protects, the webhook pins, history lists and the renderer
+// rewrites from this table alone.
 package refs
 
 import (
@@ -69,15 +69,24 @@ func (p Path) String() string {
 	return b.String()
 }
 
-// Use is one place where a pod spec names a config object.
+// Use is one place where an object names a config object.
 type Use struct {
 	Ref
+	// Path locates the name: from the pod spec for Uses, from the object's top for ManifestUses.
 	Path Path
+	// Namespace is the namespace the field names explicitly (a PersistentVolume's secretRef, a
+	// Gateway's certificateRefs); empty means the object's own.
+	Namespace string
+	// Outside is true for a user that is no pod template: an Ingress's TLS Secret, a ServiceAccount's
+	// secrets. Such a user does not follow revisions: the renderer refuses to rename what it names.
+	Outside bool
 }
 
 // Uses lists every place the pod spec names a ConfigMap or Secret, in spec order: volumes (configMap,
-// secret, projected sources), then for initContainers and containers their envFrom and env valueFrom.
-// Empty names are skipped: the API server rejects them anyway and they cannot be attached.
+// secret, projected sources, and the Secret of csi, azureFile, cephfs, cinder, flexVolume, iscsi,
+// rbd, scaleIO and storageos volumes), imagePullSecrets, then for initContainers and containers their
+// envFrom and env valueFrom. Empty names are skipped: the API server rejects them anyway and they
+// cannot be attached.
 func Uses(spec *corev1.PodSpec) []Use {
 	if spec == nil {
 		return nil
@@ -105,6 +114,35 @@ func Uses(spec *corev1.PodSpec) []Use {
 				}
 			}
 		}
+		// Volume plugins that read credentials from a Secret of the pod's namespace.
+		secretRef := func(ref *corev1.LocalObjectReference, plugin string) {
+			if ref != nil {
+				add(Secret, ref.Name, "volumes", i, plugin, "secretRef", "name")
+			}
+		}
+		switch {
+		case v.CSI != nil && v.CSI.NodePublishSecretRef != nil:
+			add(Secret, v.CSI.NodePublishSecretRef.Name, "volumes", i, "csi", "nodePublishSecretRef", "name")
+		case v.AzureFile != nil:
+			add(Secret, v.AzureFile.SecretName, "volumes", i, "azureFile", "secretName")
+		case v.CephFS != nil:
+			secretRef(v.CephFS.SecretRef, "cephfs")
+		case v.Cinder != nil:
+			secretRef(v.Cinder.SecretRef, "cinder")
+		case v.FlexVolume != nil:
+			secretRef(v.FlexVolume.SecretRef, "flexVolume")
+		case v.ISCSI != nil:
+			secretRef(v.ISCSI.SecretRef, "iscsi")
+		case v.RBD != nil:
+			secretRef(v.RBD.SecretRef, "rbd")
+		case v.ScaleIO != nil:
+			secretRef(v.ScaleIO.SecretRef, "scaleIO")
+		case v.StorageOS != nil:
+			secretRef(v.StorageOS.SecretRef, "storageos")
+		}
+	}
+	for i, s := range spec.ImagePullSecrets {
+		add(Secret, s.Name, "imagePullSecrets", i, "name")
 	}
 	containers := func(field string, cs []corev1.Container) {
 		for i, c := range cs {

@@ -18,6 +18,9 @@ var (
 	ErrInvalidObject = errors.New("invalid object")
 	// ErrDuplicate: two objects would claim the same kind, namespace and name.
 	ErrDuplicate = errors.New("duplicate object")
+	// ErrUnreferencedRename: renaming an opted-in object would leave a reference to its old name (a
+	// user that follows no revision, or a namespace the renderer cannot tell).
+	ErrUnreferencedRename = errors.New("a reference would be left behind")
 	// ErrUnsafe: the renderer could not prove its output means the input plus the intended changes,
 	// so it writes nothing rather than something subtly different.
 	ErrUnsafe = errors.New("cannot rewrite safely")

@@ -57,6 +57,13 @@ func errorCases() []errorCase {
 		{name: "immutable not a bool", input: cm + "immutable: sometimes\n", want: ErrInvalidObject},
 		{name: "pod spec does not decode", input: docs(cm, deployment("app", "containers: 5")), want: ErrInvalidObject, msg: []string{"document 2", "Deployment app", "spec.template.spec"}},
 		{name: "template not a mapping", input: docs(cm, "apiVersion: apps/v1\nkind: Deployment\nmetadata: {name: app}\nspec: {template: 5}\n"), want: ErrInvalidObject},
+		// Renaming would leave a reference behind: refused, naming the document, the field and the fix.
+		{name: "opted in across an unknown namespace", input: docs(strings.Replace(cm, "  name: cm\n", "  name: cm\n  namespace: prod\n", 1), deployment("app", "containers:\n- name: c\n  envFrom: [{configMapRef: {name: cm}}]")),
+			want: ErrUnreferencedRename, msg: []string{"document 2", "Deployment app", "spec.template.spec.containers[0].envFrom[0].configMapRef.name", "-namespace=prod"}},
+		{name: "an Ingress's TLS Secret", input: docs(secretOptedIn("tls"), "apiVersion: networking.k8s.io/v1\nkind: Ingress\nmetadata: {name: web}\nspec:\n  tls: [{hosts: [a.example], secretName: tls}]\n"),
+			want: ErrUnreferencedRename, msg: []string{"document 2", "Ingress web", "spec.tls[0].secretName", "Fix: leave tls out"}},
+		{name: "a ServiceAccount's Secret", input: docs(secretOptedIn("token"), "apiVersion: v1\nkind: ServiceAccount\nmetadata: {name: sa}\nsecrets: [{name: token}]\n"),
+			want: ErrUnreferencedRename, msg: []string{"ServiceAccount sa", "secrets[0].name"}},
 		{name: "not JSON-representable", input: "apiVersion: v1\nkind: ConfigMap\nmetadata: {name: x}\nspec: {? [a, b] : c}\n", want: ErrInvalidYAML},
 	}
 }
@@ -147,11 +154,7 @@ func TestWarnings(t *testing.T) {
 		{name: "external reference is not a warning", input: docs(configMap("cm"), uses("configMapRef", "cm"), uses("secretRef", "external"))},
 		{name: "selected but absent", input: uses("configMapRef", "cm"), opts: func(o *Options) { must(o.Select.Set("configmap/cm")) },
 			want: []string{"not in the input in the workload's namespace", "-select names an object that is not in the input"}},
-		{name: "other namespace", input: docs(strings.Replace(configMap("cm"), "  name: cm\n", "  name: cm\n  namespace: a\n", 1), uses("configMapRef", "cm")),
-			want: []string{`is in namespace \"a\"`, "renamed, but no pod template"}},
 		{name: "unused", input: configMap("cm"), want: []string{"renamed, but no pod template in the input uses it"}},
-		{name: "image pull secret", input: docs("apiVersion: v1\nkind: Secret\ntype: kubernetes.io/dockerconfigjson\nmetadata:\n  name: pull\n  labels: {configmap-attacher.io/revisioned: \"true\"}\ndata: {.dockerconfigjson: e30=}\n", uses("secretRef", "pull")),
-			want: []string{"imagePullSecrets references are not rewritten"}},
 		{name: "selected but labelled false", input: "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: cm\n  labels: {configmap-attacher.io/revisioned: \"false\"}\n", opts: func(o *Options) { must(o.Select.Set("configmap/cm")) },
 			want: []string{`labelled \"false\"`}},
 	}

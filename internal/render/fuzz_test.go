@@ -54,7 +54,7 @@ func FuzzRender(f *testing.F) {
 		res, _, err := renderString(t, opts, string(input))
 		if err != nil {
 			known := false
-			for _, s := range []error{ErrInvalidYAML, ErrNotObject, ErrInvalidObject, ErrDuplicate, ErrUnsafe} {
+			for _, s := range []error{ErrInvalidYAML, ErrNotObject, ErrInvalidObject, ErrDuplicate, ErrUnsafe, ErrUnreferencedRename} {
 				known = known || errors.Is(err, s)
 			}
 			var de *DocError
@@ -90,15 +90,26 @@ func FuzzRender(f *testing.F) {
 			}
 			renamedFrom[key{r.Kind, n, r.From}] = true
 		}
+		// Every place the reference table knows — pod templates of every kind, Argo Rollouts' analysis
+		// and experiment templates, Ingress TLS, ServiceAccounts, ... — and in every namespace.
 		for _, o := range out {
-			spec, err := podSpecOf(o)
+			uses, err := refs.ManifestUses(o.apiVersion, o.kind, o.raw)
 			if err != nil {
-				t.Fatalf("output pod spec: %v", err)
+				t.Fatalf("output %s: %v", o, err)
 			}
-			for _, u := range refs.Uses(spec) {
-				k := key{u.Kind, ns(o), u.Name}
+			for _, u := range uses {
+				n := ns(o)
+				if u.Namespace != "" {
+					n = u.Namespace
+				}
+				k := key{u.Kind, n, u.Name}
 				if renamedFrom[k] && !present[k] {
 					t.Fatalf("%s in %s still names %s, renamed away", pathString(u.Path), o, u.Ref)
+				}
+				for _, other := range []string{"", opts.Namespace, "prod", "default"} {
+					if k2 := (key{u.Kind, other, u.Name}); other != n && renamedFrom[k2] && !present[k2] && (other == "" || n == "") {
+						t.Fatalf("%s in %s names %s in namespace %q, while it was renamed away in namespace %q", pathString(u.Path), o, u.Ref, n, other)
+					}
 				}
 			}
 		}

@@ -53,3 +53,9 @@ func deployment(name, podSpec string) string {
 }
 
 func docs(parts ...string) string { return strings.Join(parts, "---\n") }
+
+// secretOptedIn is a minimal opted-in Secret document.
+func secretOptedIn(name string) string {
+	return "apiVersion: v1\nkind: Secret\nmetadata:\n  name: " + name +
+		"\n  labels: {configmap-attacher.io/revisioned: \"true\"}\nstringData: {k: v}\n"
+}

@@ -20,7 +20,6 @@ var goldenCases = []struct {
 	{fixture: "references.yaml", golden: "references.yaml"},
 	{fixture: "workloads.yaml", golden: "workloads.yaml"},
 	{fixture: "list.yaml", golden: "list.yaml"},
-	{fixture: "namespaces.yaml", golden: "namespaces.yaml"},
 	{fixture: "namespaces.yaml", golden: "namespaces.prod.yaml", opts: func(o *Options) { o.Namespace = "prod" }},
 	{fixture: "helm.yaml", golden: "helm.yaml"},
 	{fixture: "secrets.yaml", golden: "secrets.yaml"},
@@ -33,6 +32,8 @@ var goldenCases = []struct {
 	{fixture: "anchors.yaml", golden: "anchors.yaml"},
 	{fixture: "styles.yaml", golden: "styles.yaml"},
 	{fixture: "blockscalars.yaml", golden: "blockscalars.yaml"},
+	{fixture: "argo.yaml", golden: "argo.yaml"},
+	{fixture: "volumes.yaml", golden: "volumes.yaml"},
 }
 
 func must(err error) {

@@ -3,8 +3,8 @@ package render
 import (
 	"fmt"
 	"log/slog"
+	"strings"
 
-	corev1 "k8s.io/api/core/v1"
 	utiljson "k8s.io/apimachinery/pkg/util/json"
 	"k8s.io/apimachinery/pkg/util/validation"
 
@@ -108,6 +108,9 @@ func (p *planner) plan(docs []*document) error {
 		if err := p.rewriteReferences(o); err != nil {
 			return err
 		}
+	}
+	if err := p.refuseMentions(objects); err != nil {
+		return err
 	}
 	for _, c := range p.optedIn {
 		if c.newName != c.name && !c.used {
@@ -252,10 +255,6 @@ func (p *planner) revision(o *object, kind refs.Kind) (*configObject, error) {
 		c.base = orig
 	}
 	c.newName = content.Name(c.base, hash)
-	if kind == refs.Secret && (rest.Type == string(corev1.SecretTypeDockerConfigJson) || rest.Type == string(corev1.SecretTypeDockercfg)) {
-		p.log.Warn("image pull Secret revisioned: imagePullSecrets references are not rewritten, only volumes and env",
-			"object", o.String(), "document", o.doc.index, "source", o.doc.source)
-	}
 
 	add := func(value any, path ...any) {
 		o.doc.changes = append(o.doc.changes, change{path: append(append([]any{}, o.path...), path...), value: value})
@@ -280,19 +279,27 @@ func (p *planner) revision(o *object, kind refs.Kind) (*configObject, error) {
 	return c, nil
 }
 
-// rewriteReferences points every reference in o's pod template at the revision it names. refs.Uses
-// says where references are; this only maps its paths onto the YAML.
+// rewriteReferences points every reference o makes to an opted-in object at its revision, or refuses
+// when o is no revision's pod template and the object is renamed (an Ingress would keep naming the
+// object that is gone). refs.ManifestUses, the one reference table, says where references are; this
+// only maps its paths onto the YAML.
 func (p *planner) rewriteReferences(o *object) error {
-	spec, err := podSpecOf(o)
-	if err != nil || spec == nil {
-		return err
+	uses, err := refs.ManifestUses(o.apiVersion, o.kind, o.raw)
+	if err != nil {
+		return o.errorf(ErrInvalidObject, "%w", err)
 	}
-	specPath := podSpecPath(o.apiVersion, o.kind)
-	ns := p.ns(o)
+	own := p.ns(o)
 	warned := map[refs.Ref]bool{}
-	for _, u := range refs.Uses(spec) {
+	for _, u := range uses {
+		ns := own
+		if u.Namespace != "" {
+			ns = u.Namespace
+		}
 		c := p.targets[key{u.Kind, ns, u.Name}]
 		if c == nil {
+			if err := p.unresolved(o, ns, u); err != nil {
+				return err
+			}
 			if !warned[u.Ref] {
 				warned[u.Ref] = true
 				p.warnUnresolved(o, ns, u.Ref)
@@ -303,32 +310,74 @@ func (p *planner) rewriteReferences(o *object) error {
 		if c.newName == u.Name {
 			continue
 		}
-		path := append(append(append([]any{}, o.path...), specPath...), u.Path...)
+		if u.Outside {
+			return o.errorf(ErrUnreferencedRename, "%s names %s, which is opted in and renamed %s; a %s follows no revision and would keep "+
+				"naming an object that is gone. Fix: leave %s out (label it %s: \"false\", or drop it from -select/-all-%ss)",
+				pathString(u.Path), c.String(), c.newName, o.kind, u.Name, api.RevisionedLabel, strings.ToLower(string(u.Kind)))
+		}
+		path := append(append([]any{}, o.path...), u.Path...)
 		o.doc.changes = append(o.doc.changes, change{path: path, value: c.newName})
 		p.rewrites = append(p.rewrites, Rewrite{Source: o.doc.source, Doc: o.doc.index, Path: path, Kind: u.Kind, Namespace: ns, From: u.Name, To: c.newName})
 	}
 	return nil
 }
 
-// podSpecOf decodes o's pod spec, or returns nil when o has none, as the API server would: field names
-// are case-sensitive and unknown fields ignored.
-func podSpecOf(o *object) (*corev1.PodSpec, error) {
-	specPath := podSpecPath(o.apiVersion, o.kind)
-	if specPath == nil {
-		return nil, nil
+// refuseMentions refuses renaming an object whose name a string field of the same namespace carries:
+// the renderer cannot rewrite inside strings (see mentions).
+func (p *planner) refuseMentions(objects []*object) error {
+	renamed := map[string]map[string]*configObject{} // namespace -> old name -> object
+	for _, c := range p.optedIn {
+		if c.newName == c.name {
+			continue
+		}
+		if renamed[c.ns] == nil {
+			renamed[c.ns] = map[string]*configObject{}
+		}
+		renamed[c.ns][c.name] = c
 	}
-	raw, err := jsonAt(o.raw, specPath)
-	if err != nil {
-		return nil, o.errorf(ErrInvalidObject, "%w", err)
+	for _, o := range objects {
+		byName := renamed[p.ns(o)]
+		if len(byName) == 0 {
+			continue
+		}
+		names := map[string]bool{}
+		for n := range byName {
+			if c := byName[n]; c.object != o {
+				names[n] = true
+			}
+		}
+		for _, m := range mentions(o, names) {
+			c := byName[m.name]
+			return o.errorf(ErrUnreferencedRename, "%s names %s inside a string, which the renderer cannot rewrite; renamed %s, it "+
+				"would keep naming an object that is gone. Fix: leave %s out (label it %s: \"false\"), or pass it through a volume, "+
+				"envFrom or env valueFrom", pathString(m.path), c.String(), c.newName, c.name, api.RevisionedLabel)
+		}
 	}
-	if raw == nil {
-		return nil, nil
+	return nil
+}
+
+// unresolved refuses a reference that names an opted-in object only across an unknown namespace: a
+// manifest without metadata.namespace is in the namespace Helm installs into, which the renderer is
+// told by -namespace alone. Renaming the object and leaving the reference would break the next pod.
+func (p *planner) unresolved(o *object, ns string, u refs.Use) error {
+	for _, c := range p.byName[u.Ref] {
+		if (ns == "") != (c.ns == "") && c.newName != u.Name {
+			where := func(n string) string {
+				if n == "" {
+					return "the release's namespace (none given)"
+				}
+				return fmt.Sprintf("namespace %q", n)
+			}
+			fix := c.ns
+			if fix == "" {
+				fix = ns
+			}
+			return o.errorf(ErrUnreferencedRename, "%s names %s %s in %s, but the opted-in %s is in %s and would be renamed %s. "+
+				"Fix: pass -namespace=%s (Helm: --post-renderer-args -namespace=%s), or give both the same metadata.namespace",
+				pathString(u.Path), u.Kind, u.Name, where(ns), c.String(), where(c.ns), c.newName, fix, fix)
+		}
 	}
-	var spec corev1.PodSpec
-	if err := utiljson.Unmarshal(raw, &spec); err != nil {
-		return nil, o.errorf(ErrInvalidObject, "%s is not a valid pod spec: %w", pathString(specPath), err)
-	}
-	return &spec, nil
+	return nil
 }
 
 // warnUnresolved explains a reference that looks meant for a revision but is left alone.

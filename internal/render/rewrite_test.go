@@ -1,6 +1,7 @@
 package render
 
 import (
+	"errors"
 	"os"
 	"reflect"
 	"strings"
@@ -81,17 +82,27 @@ func parseOutput(t testing.TB, out []byte) []*object {
 	return objs
 }
 
+// usesOf returns the references of the pod specs of the workload named name in objs, with paths
+// from the pod spec.
 func usesOf(t testing.TB, objs []*object, name string) []refs.Use {
 	t.Helper()
 	for _, o := range objs {
-		if o.name != name || podSpecPath(o.apiVersion, o.kind) == nil {
+		if o.name != name || len(refs.PodSpecPaths(o.apiVersion, o.kind, nil)) == 0 {
 			continue
 		}
-		spec, err := podSpecOf(o)
+		uses, err := refs.ManifestUses(o.apiVersion, o.kind, o.raw)
 		if err != nil {
 			t.Fatal(err)
 		}
-		return refs.Uses(spec)
+		prefix := len(refs.PodSpecPaths(o.apiVersion, o.kind, nil)[0])
+		var out []refs.Use
+		for _, u := range uses {
+			if !u.Outside {
+				u.Path = u.Path[prefix:]
+				out = append(out, u)
+			}
+		}
+		return out
 	}
 	t.Fatalf("no workload %s in the output", name)
 	return nil
@@ -168,11 +179,13 @@ func TestNamespaces(t *testing.T) {
 		cmNS, workloadNS, flag string
 		rewritten              bool
 		warning                string
+		refused                bool // the namespace of one side is unknown: renaming would break the reference
 	}{
 		{name: "both without namespace", rewritten: true},
 		{name: "both in prod", cmNS: "prod", workloadNS: "prod", rewritten: true},
 		{name: "different namespaces", cmNS: "prod", workloadNS: "dev", warning: "another namespace"},
-		{name: "config in prod, workload without, no flag", cmNS: "prod", warning: "another namespace"},
+		{name: "config in prod, workload without, no flag", cmNS: "prod", refused: true},
+		{name: "config without, workload in prod, no flag", workloadNS: "prod", refused: true},
 		{name: "config in prod, workload without, -namespace=prod", cmNS: "prod", flag: "prod", rewritten: true},
 		{name: "config without, workload in prod, -namespace=prod", workloadNS: "prod", flag: "prod", rewritten: true},
 		{name: "config without, workload in prod, -namespace=dev", workloadNS: "prod", flag: "dev", warning: "another namespace"},
@@ -182,6 +195,13 @@ func TestNamespaces(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			opts := NewOptions()
 			opts.Namespace = tc.flag
+			if tc.refused {
+				_, _, err := renderString(t, opts, docs(cm(tc.cmNS), workload(tc.workloadNS)))
+				if !errors.Is(err, ErrUnreferencedRename) || !strings.Contains(err.Error(), "-namespace=prod") {
+					t.Fatalf("err = %v; want a refusal saying -namespace=prod", err)
+				}
+				return
+			}
 			res, logs := mustRender(t, opts, docs(cm(tc.cmNS), workload(tc.workloadNS)))
 			if got := len(res.rewrites) == 1; got != tc.rewritten {
 				t.Errorf("rewritten = %v, want %v", got, tc.rewritten)
@@ -197,7 +217,7 @@ func TestNamespaces(t *testing.T) {
 }
 
 func TestSameNameInTwoNamespacesIsNotADuplicate(t *testing.T) {
-	res, _ := mustRender(t, nil, readFixture(t, "namespaces.yaml"))
+	res, _ := mustRender(t, &Options{Namespace: "prod"}, readFixture(t, "namespaces.yaml"))
 	if len(res.renames) != 2 {
 		t.Errorf("renames %v, want both", res.renames)
 	}
