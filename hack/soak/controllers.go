@@ -1,0 +1,202 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"net/http"
+	"os"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"time"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/configmap-attacher/configmap-attacher/test/framework"
+)
+
+// The controller under test: two replicas of the real binary electing a leader on one Lease, as the
+// chart runs it. Each replica's logs go to controller-<i>.log in the work dir, across restarts.
+
+const leaseName = "configmap-attacher-soak"
+
+type replica struct {
+	i        int
+	p        *framework.Process
+	log      string
+	offset   int64 // where this start's logs begin in log
+	killed   bool  // by the soak, on purpose
+	identity string
+	probes   string
+}
+
+type controllers struct {
+	s        *soak
+	replicas [2]*replica
+	down     bool // killed by a controller-kill step, not yet restarted
+	upAt     int  // the step at which a killed controller comes back
+	starts   int
+}
+
+func newControllers(s *soak) *controllers {
+	c := &controllers{s: s}
+	for i := range c.replicas {
+		c.replicas[i] = &replica{i: i, log: filepath.Join(s.o.workDir, fmt.Sprintf("controller-%d.log", i))}
+	}
+	return c
+}
+
+func (c *controllers) args() []string {
+	return []string{"controller",
+		"-namespaces", strings.Join(namespaces, ","),
+		// The Job mode attaches these workloads' ReplicaSets; protection still covers them.
+		"-replicaset-selector", attachLabel + "!=job",
+		"-leader-elect=true", "-leader-election-namespace", leaseNamespace, "-leader-election-id", leaseName,
+		"-leader-election-lease-duration", "6s", "-leader-election-renew-deadline", "4s", "-leader-election-retry-period", "1s",
+		"-metrics-bind-address", "127.0.0.1:0", "-health-probe-bind-address", "127.0.0.1:0"}
+}
+
+func (c *controllers) start(ctx context.Context, r *replica) error {
+	if fi, err := os.Stat(r.log); err == nil {
+		r.offset = fi.Size()
+	}
+	c.starts++
+	p, err := c.s.bin.StartLogged(ctx, []string{"LOG_LEVEL=info", "VERSION=soak", "POD_NAMESPACE=" + leaseNamespace}, r.log,
+		fmt.Sprintf("start %d of replica %d at step %d: %s", c.starts, r.i, c.s.step, strings.Join(c.args(), " ")), c.args()...)
+	if err != nil {
+		return err
+	}
+	r.p, r.killed, r.identity, r.probes = p, false, "", ""
+	return nil
+}
+
+func (c *controllers) startAll(ctx context.Context) error {
+	for _, r := range c.replicas {
+		if err := c.start(ctx, r); err != nil {
+			return err
+		}
+	}
+	c.down = false
+	return nil
+}
+
+// logs returns what the replica printed since its last start.
+func (r *replica) logs() string {
+	b, err := os.ReadFile(r.log)
+	if err != nil || int64(len(b)) < r.offset {
+		return ""
+	}
+	return string(b[r.offset:])
+}
+
+var (
+	identityRe = regexp.MustCompile(`waiting for the leader Lease.*identity=(\S+)`)
+	probesRe   = regexp.MustCompile(`serving.*server=probes.*address=(\S+)`)
+)
+
+// learn reads the replica's Lease identity and probe address from its logs.
+func (r *replica) learn() {
+	if r.identity != "" && r.probes != "" {
+		return
+	}
+	l := r.logs()
+	if m := identityRe.FindStringSubmatch(l); m != nil {
+		r.identity = strings.Trim(m[1], `"`)
+	}
+	if m := probesRe.FindStringSubmatch(l); m != nil {
+		r.probes = strings.Trim(m[1], `"`)
+	}
+}
+
+func (r *replica) running() bool { return r.p != nil && !r.p.Exited() }
+
+// leader returns the replica holding the Lease, or nil.
+func (c *controllers) leader(ctx context.Context) *replica {
+	lease, err := c.s.c.Kube.CoordinationV1().Leases(leaseNamespace).Get(ctx, leaseName, metav1.GetOptions{})
+	if err != nil || lease.Spec.HolderIdentity == nil {
+		return nil
+	}
+	for _, r := range c.replicas {
+		r.learn()
+		if r.running() && r.identity != "" && r.identity == *lease.Spec.HolderIdentity {
+			return r
+		}
+	}
+	return nil
+}
+
+// waitReady waits until a running replica holds the Lease and its caches have synced (its /readyz).
+func (c *controllers) waitReady(ctx context.Context, timeout time.Duration) error {
+	return framework.Eventually(ctx, timeout, "a controller leader with synced caches", func(ctx context.Context) (bool, string, error) {
+		l := c.leader(ctx)
+		if l == nil {
+			return false, "no running replica holds the Lease", nil
+		}
+		if l.probes == "" {
+			return false, "leader's probe address not logged yet", nil
+		}
+		resp, err := http.Get("http://" + l.probes + "/readyz")
+		if err != nil {
+			return false, err.Error(), nil
+		}
+		resp.Body.Close()
+		// Once it logged "became leader", /readyz answers for its caches (before, for a standby).
+		return resp.StatusCode == http.StatusOK && strings.Contains(l.logs(), "became leader"), "leader not synced yet", nil
+	})
+}
+
+// supervise restarts replicas that exited without the soak killing them, as a Deployment would, and
+// says so: that is worth a look (a replica that loses its Lease exits on purpose, e.g. after a long
+// API server outage).
+func (c *controllers) supervise(ctx context.Context) []string {
+	if c.down {
+		return nil
+	}
+	var notes []string
+	for _, r := range c.replicas {
+		if r.p == nil || !r.p.Exited() || r.killed {
+			continue
+		}
+		c.s.crashes++
+		notes = append(notes, fmt.Sprintf("replica %d exited on its own (%v; last log line: %s); restarted",
+			r.i, r.p.ExitErr(), lastLine(r.logs())))
+		if err := c.start(ctx, r); err != nil {
+			notes = append(notes, "restart failed: "+err.Error())
+		}
+	}
+	return notes
+}
+
+// killAll is a controller crash: kill -9 of every replica; they come back at step upAt.
+func (c *controllers) killAll(upAt int) {
+	for _, r := range c.replicas {
+		if r.running() {
+			r.killed = true
+			r.p.Kill()
+		}
+	}
+	c.down, c.upAt = true, upAt
+}
+
+// killLeader kill -9s the Lease holder and starts it again (its pod restarted); the standby should
+// take over within the lease duration. It returns the killed replica, or nil when no replica held
+// the Lease.
+func (c *controllers) killLeader(ctx context.Context) (*replica, error) {
+	l := c.leader(ctx)
+	if l == nil {
+		return nil, nil
+	}
+	l.killed = true
+	l.p.Kill()
+	return l, c.start(ctx, l)
+}
+
+// stop ends every replica gracefully.
+func (c *controllers) stop() {
+	for _, r := range c.replicas {
+		if r.running() {
+			r.killed = true
+			_ = r.p.Stop()
+		}
+	}
+}

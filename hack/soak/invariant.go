@@ -1,0 +1,354 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"sort"
+	"strings"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/configmap-attacher/configmap-attacher/internal/api"
+	"github.com/configmap-attacher/configmap-attacher/internal/workload"
+	"github.com/configmap-attacher/configmap-attacher/test/framework"
+)
+
+// The invariant, read from the API server alone and judged with the soak's own reading of pod
+// specs (not the controller's code):
+//
+//   lost:   a ConfigMap or Secret that a live Pod (not Succeeded/Failed) or the pod template of a
+//           live (not being deleted) ReplicaSet, ControllerRevision, Deployment, StatefulSet,
+//           DaemonSet, Job, CronJob or Rollout in a soak namespace references does not exist. An
+//           object being deleted but held by a finalizer exists: that is the point.
+//   leaked: after settling, an opted-in object that nothing live references still exists.
+
+// templateRefs returns "Kind/name" of every ConfigMap and Secret a pod spec references: volumes,
+// projected sources, envFrom and env valueFrom, of init, regular and ephemeral containers.
+func templateRefs(spec *corev1.PodSpec) map[string]bool {
+	out := map[string]bool{}
+	for _, v := range spec.Volumes {
+		if v.ConfigMap != nil {
+			out["ConfigMap/"+v.ConfigMap.Name] = true
+		}
+		if v.Secret != nil {
+			out["Secret/"+v.Secret.SecretName] = true
+		}
+		if v.Projected != nil {
+			for _, src := range v.Projected.Sources {
+				if src.ConfigMap != nil {
+					out["ConfigMap/"+src.ConfigMap.Name] = true
+				}
+				if src.Secret != nil {
+					out["Secret/"+src.Secret.Name] = true
+				}
+			}
+		}
+	}
+	env := func(envFrom []corev1.EnvFromSource, vars []corev1.EnvVar) {
+		for _, e := range envFrom {
+			if e.ConfigMapRef != nil {
+				out["ConfigMap/"+e.ConfigMapRef.Name] = true
+			}
+			if e.SecretRef != nil {
+				out["Secret/"+e.SecretRef.Name] = true
+			}
+		}
+		for _, e := range vars {
+			if e.ValueFrom == nil {
+				continue
+			}
+			if r := e.ValueFrom.ConfigMapKeyRef; r != nil {
+				out["ConfigMap/"+r.Name] = true
+			}
+			if r := e.ValueFrom.SecretKeyRef; r != nil {
+				out["Secret/"+r.Name] = true
+			}
+		}
+	}
+	for _, c := range spec.InitContainers {
+		env(c.EnvFrom, c.Env)
+	}
+	for _, c := range spec.Containers {
+		env(c.EnvFrom, c.Env)
+	}
+	for _, c := range spec.EphemeralContainers {
+		env(c.EnvFrom, c.Env)
+	}
+	return out
+}
+
+// configObject is a ConfigMap or Secret as the checks see it.
+type configObject struct {
+	key        string // "Kind/ns/name"
+	uid        string
+	optedIn    bool
+	deleting   bool
+	finalizers []string
+	owners     []metav1.OwnerReference
+}
+
+// snapshot is one reading of the soak namespaces: config objects first, then their users, so a
+// config missing while a user is live was gone while something used it (config is always created
+// before any template names it).
+type snapshot struct {
+	configs map[string]*configObject // by "Kind/ns/name"
+	users   map[string][]string      // "Kind/ns/name" of a config -> "Kind ns/name" of live users
+	live    map[string]bool          // uids of live workloads and revisions (for describing owners)
+}
+
+func (s *soak) read(ctx context.Context) (*snapshot, error) {
+	snap := &snapshot{configs: map[string]*configObject{}, users: map[string][]string{}, live: map[string]bool{}}
+	core, apps, batch := s.c.Kube.CoreV1(), s.c.Kube.AppsV1(), s.c.Kube.BatchV1()
+	all := metav1.ListOptions{}
+	for _, ns := range namespaces {
+		cms, err := core.ConfigMaps(ns).List(ctx, all)
+		if err != nil {
+			return nil, err
+		}
+		for _, o := range cms.Items {
+			snap.addConfig("ConfigMap", &o.ObjectMeta)
+		}
+		secrets, err := core.Secrets(ns).List(ctx, all)
+		if err != nil {
+			return nil, err
+		}
+		for _, o := range secrets.Items {
+			snap.addConfig("Secret", &o.ObjectMeta)
+		}
+	}
+	for _, ns := range namespaces {
+		pods, err := core.Pods(ns).List(ctx, all)
+		if err != nil {
+			return nil, err
+		}
+		for _, o := range pods.Items {
+			if o.Status.Phase != corev1.PodSucceeded && o.Status.Phase != corev1.PodFailed {
+				snap.addUser("Pod", &o.ObjectMeta, &o.Spec, true)
+			}
+		}
+		rss, err := apps.ReplicaSets(ns).List(ctx, all)
+		if err != nil {
+			return nil, err
+		}
+		for _, o := range rss.Items {
+			snap.addUser("ReplicaSet", &o.ObjectMeta, &o.Spec.Template.Spec, false)
+		}
+		crs, err := apps.ControllerRevisions(ns).List(ctx, all)
+		if err != nil {
+			return nil, err
+		}
+		for _, o := range crs.Items {
+			t, err := controllerRevisionTemplate(&o)
+			if err != nil {
+				return nil, fmt.Errorf("ControllerRevision %s/%s: %w", ns, o.Name, err)
+			}
+			snap.addUser("ControllerRevision", &o.ObjectMeta, &t.Spec, false)
+		}
+		deps, err := apps.Deployments(ns).List(ctx, all)
+		if err != nil {
+			return nil, err
+		}
+		for _, o := range deps.Items {
+			snap.addUser("Deployment", &o.ObjectMeta, &o.Spec.Template.Spec, false)
+		}
+		stss, err := apps.StatefulSets(ns).List(ctx, all)
+		if err != nil {
+			return nil, err
+		}
+		for _, o := range stss.Items {
+			snap.addUser("StatefulSet", &o.ObjectMeta, &o.Spec.Template.Spec, false)
+		}
+		dss, err := apps.DaemonSets(ns).List(ctx, all)
+		if err != nil {
+			return nil, err
+		}
+		for _, o := range dss.Items {
+			snap.addUser("DaemonSet", &o.ObjectMeta, &o.Spec.Template.Spec, false)
+		}
+		jobs, err := batch.Jobs(ns).List(ctx, all)
+		if err != nil {
+			return nil, err
+		}
+		for _, o := range jobs.Items {
+			snap.addUser("Job", &o.ObjectMeta, &o.Spec.Template.Spec, false)
+		}
+		cjs, err := batch.CronJobs(ns).List(ctx, all)
+		if err != nil {
+			return nil, err
+		}
+		for _, o := range cjs.Items {
+			snap.addUser("CronJob", &o.ObjectMeta, &o.Spec.JobTemplate.Spec.Template.Spec, false)
+		}
+		ros, err := s.c.Dynamic.Resource(workload.RolloutGVR).Namespace(ns).List(ctx, all)
+		if err != nil {
+			return nil, err
+		}
+		for i := range ros.Items {
+			u := &ros.Items[i]
+			t, err := rolloutTemplate(u)
+			if err != nil {
+				return nil, fmt.Errorf("Rollout %s/%s: %w", ns, u.GetName(), err)
+			}
+			meta := metav1.ObjectMeta{Name: u.GetName(), Namespace: ns, UID: u.GetUID(), DeletionTimestamp: u.GetDeletionTimestamp()}
+			spec := &corev1.PodSpec{}
+			if t != nil {
+				spec = &t.Spec
+			}
+			snap.addUser("Rollout", &meta, spec, false)
+		}
+	}
+	return snap, nil
+}
+
+func (snap *snapshot) addConfig(kind string, m *metav1.ObjectMeta) {
+	snap.configs[kind+"/"+m.Namespace+"/"+m.Name] = &configObject{
+		key: kind + "/" + m.Namespace + "/" + m.Name, uid: string(m.UID), optedIn: api.OptedIn(m.Labels),
+		deleting: m.DeletionTimestamp != nil, finalizers: m.Finalizers, owners: m.OwnerReferences,
+	}
+}
+
+// addUser records what a live object references. A pod being deleted still runs until the kubelet
+// is done with it, so it counts; a workload or revision being deleted does not (docs/controller.md).
+func (snap *snapshot) addUser(kind string, m *metav1.ObjectMeta, spec *corev1.PodSpec, pod bool) {
+	if m.DeletionTimestamp != nil && !pod {
+		return
+	}
+	snap.live[string(m.UID)] = true
+	for ref := range templateRefs(spec) {
+		k, name, _ := strings.Cut(ref, "/")
+		key := k + "/" + m.Namespace + "/" + name
+		snap.users[key] = append(snap.users[key], kind+" "+m.Namespace+"/"+m.Name)
+	}
+}
+
+// violation is one lost or leaked object, with what shows why.
+type violation struct {
+	kind   string // "lost" or "leaked"
+	key    string // "Kind/ns/name"
+	id     string // what it is counted once by
+	detail string
+}
+
+// checkLost reads the cluster and returns the objects lost (missing while referenced), each once
+// per run: a lost object stays lost and is reported the first time only.
+func (s *soak) checkLost(ctx context.Context) []violation {
+	snap, err := s.readRetrying(ctx)
+	if err != nil {
+		return nil
+	}
+	return s.lostIn(snap)
+}
+
+func (s *soak) lostIn(snap *snapshot) []violation {
+	var out []violation
+	for _, key := range sortedKeys(snap.users) {
+		if _, exists := snap.configs[key]; exists {
+			continue
+		}
+		users := snap.users[key]
+		sort.Strings(users)
+		out = append(out, violation{kind: "lost", key: key, id: key,
+			detail: "missing, referenced by " + strings.Join(users, ", ")})
+	}
+	return out
+}
+
+// leakCandidates are opted-in objects nothing live references (yet: the garbage collector and the
+// controller may still be on their way).
+func (s *soak) leakCandidates(snap *snapshot) []violation {
+	var out []violation
+	for _, key := range sortedKeys(snap.configs) {
+		o := snap.configs[key]
+		if !o.optedIn || len(snap.users[key]) > 0 {
+			continue
+		}
+		var owners []string
+		for _, ref := range o.owners {
+			state := "gone"
+			if snap.live[string(ref.UID)] {
+				state = "live"
+			}
+			owners = append(owners, fmt.Sprintf("%s %s (%s)", ref.Kind, ref.Name, state))
+		}
+		if len(owners) == 0 {
+			owners = []string{"none"}
+		}
+		d := fmt.Sprintf("exists, referenced by nothing live; owners: %s; finalizers: %v; being deleted: %v",
+			strings.Join(owners, ", "), o.finalizers, o.deleting)
+		out = append(out, violation{kind: "leaked", key: key, id: o.uid, detail: d})
+	}
+	return out
+}
+
+// readRetrying reads the cluster, waiting out an API server restart.
+func (s *soak) readRetrying(ctx context.Context) (*snapshot, error) {
+	var snap *snapshot
+	err := framework.Eventually(ctx, 2*time.Minute, "reading the soak namespaces", func(ctx context.Context) (bool, string, error) {
+		var err error
+		snap, err = s.read(ctx)
+		if err != nil {
+			return false, err.Error(), nil
+		}
+		return true, "", nil
+	})
+	if err != nil {
+		fmt.Printf("      check skipped: %v\n", err)
+		s.errors++
+	}
+	return snap, err
+}
+
+// report prints violations not reported before and counts them.
+func (s *soak) report(vs []violation) {
+	for _, v := range vs {
+		seen := s.lostSeen
+		if v.kind == "leaked" {
+			seen = s.leakedSeen
+		}
+		if seen[v.id] {
+			continue
+		}
+		seen[v.id] = true
+		if v.kind == "lost" {
+			s.lost++
+			fmt.Printf("      LOST   %s: %s (step %d, seed %d)\n", v.key, v.detail, s.step, s.o.seed)
+		} else {
+			s.leaked++
+			fmt.Printf("      LEAKED %s: %s (step %d, seed %d)\n", v.key, v.detail, s.step, s.o.seed)
+		}
+	}
+}
+
+// settle polls until no opted-in object is left that nothing references (objects already reported
+// leaked are not waited for again), checking "lost" on every reading, and reports what is left after
+// the settle time as leaked. It returns how long it took.
+func (s *soak) settle(ctx context.Context) time.Duration {
+	start := time.Now()
+	deadline := start.Add(s.o.settle)
+	for {
+		snap, err := s.readRetrying(ctx)
+		if err != nil {
+			return time.Since(start)
+		}
+		s.report(s.lostIn(snap))
+		var pending []violation
+		for _, v := range s.leakCandidates(snap) {
+			if !s.leakedSeen[v.id] {
+				pending = append(pending, v)
+			}
+		}
+		if len(pending) == 0 {
+			return time.Since(start)
+		}
+		if time.Now().After(deadline) || ctx.Err() != nil {
+			s.report(pending)
+			return time.Since(start)
+		}
+		select {
+		case <-ctx.Done():
+		case <-time.After(time.Second):
+		}
+	}
+}

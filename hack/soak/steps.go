@@ -1,0 +1,479 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"sort"
+	"strings"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+)
+
+// The steps: a weighted random choice among the actions possible in the model's current state,
+// with every parameter drawn before the cluster is touched.
+
+type action string
+
+const (
+	actConfig     action = "config"      // a new config revision, deployed to the workloads using it
+	actImage      action = "image"       // an image-only deploy
+	actPromote    action = "promote"     // kubectl argo rollouts promote
+	actAbort      action = "abort"       // kubectl argo rollouts abort
+	actUndo       action = "undo"        // back to the previous revision's template
+	actHistory    action = "history"     // a low revisionHistoryLimit, then a deploy (CronJob: Jobs pruned)
+	actCronRun    action = "cron-run"    // kubectl create job --from=cronjob/...
+	actSpotKill   action = "spot-kill"   // pods deleted at once, as when spot nodes go
+	actDelete     action = "delete"      // kubectl delete of a workload
+	actRecreate   action = "recreate"    // a deleted workload comes back
+	actCtlKill    action = "ctl-kill"    // kill -9 of every controller replica; back some steps later
+	actLeaderKill action = "leader-kill" // kill -9 of the Lease holder; the standby takes over
+	actAPIServer  action = "apiserver-restart"
+)
+
+// faultActions are counted as faults.
+var faultActions = []action{actCtlKill, actLeaderKill, actAPIServer, actSpotKill}
+
+func isFault(a action) bool {
+	for _, f := range faultActions {
+		if f == a {
+			return true
+		}
+	}
+	return false
+}
+
+var weights = []struct {
+	a action
+	w int
+}{
+	{actConfig, 24}, {actImage, 14}, {actPromote, 10}, {actAbort, 5}, {actUndo, 5}, {actHistory, 6},
+	{actCronRun, 4}, {actSpotKill, 8}, {actDelete, 4}, {actRecreate, 6},
+	{actCtlKill, 4}, {actLeaderKill, 4}, {actAPIServer, 2},
+}
+
+// plan is one step, decided.
+type plan struct {
+	a       action
+	w       *app
+	which   string   // config: own, shared or secret
+	limit   int32    // history
+	reuse   bool     // recreate: with the config it had
+	picks   []uint64 // spot-kill: which pods
+	downFor int      // ctl-kill: steps until it comes back
+}
+
+func (s *soak) eligible(a action) []*app {
+	exists := func(ok func(*app) bool) []*app {
+		return s.targets(func(w *app) bool { return w.exists && ok(w) })
+	}
+	any := func(*app) bool { return true }
+	switch a {
+	case actConfig, actImage, actDelete:
+		return exists(any)
+	case actPromote, actAbort:
+		return exists(func(w *app) bool { return w.kind.isRollout() })
+	case actUndo:
+		return exists(func(w *app) bool { return w.kind.hasReplicaSets() })
+	case actHistory:
+		return exists(any)
+	case actCronRun:
+		return exists(func(w *app) bool { return w.kind == cronJob })
+	case actRecreate:
+		return s.targets(func(w *app) bool { return !w.exists })
+	}
+	return nil
+}
+
+// possible reports whether an action without a target can run now.
+func (s *soak) possible(a action) bool {
+	switch a {
+	case actSpotKill:
+		return true
+	case actCtlKill, actLeaderKill:
+		return !s.ctl.down
+	case actAPIServer:
+		return s.c.Owned()
+	}
+	return len(s.eligible(a)) > 0
+}
+
+func (s *soak) choose() plan {
+	total := 0
+	for _, x := range weights {
+		if s.possible(x.a) {
+			total += x.w
+		}
+	}
+	n := s.rnd.intn(total)
+	var p plan
+	for _, x := range weights {
+		if !s.possible(x.a) {
+			continue
+		}
+		if n < x.w {
+			p.a = x.a
+			break
+		}
+		n -= x.w
+	}
+	if ts := s.eligible(p.a); len(ts) > 0 {
+		p.w = ts[s.rnd.intn(len(ts))]
+	}
+	switch p.a {
+	case actConfig:
+		u := s.rnd.r.Float64()
+		switch {
+		case p.w.shared != "" && u < 0.25:
+			p.which = "shared"
+		case p.w.secret != "" && u < 0.40:
+			p.which = "secret"
+		default:
+			p.which = "own"
+		}
+	case actHistory:
+		p.limit = int32(s.rnd.intn(2))
+	case actRecreate:
+		p.reuse = s.rnd.chance(0.5)
+	case actSpotKill:
+		k := 1 + s.rnd.intn(3)
+		for range k {
+			p.picks = append(p.picks, s.rnd.r.Uint64())
+		}
+	case actCtlKill:
+		p.downFor = 1 + s.rnd.intn(3)
+	}
+	return p
+}
+
+// loop runs the steps, checking "lost" after each and settling every settleEvery steps and at the end.
+func (s *soak) loop(ctx context.Context) error {
+	fmt.Printf("soak: %d steps, seed %d, namespaces %s, controller logs %s/controller-{0,1}.log\n",
+		s.o.steps, s.o.seed, strings.Join(namespaces, ","), s.o.workDir)
+	for s.step = 1; s.step <= s.o.steps; s.step++ {
+		if ctx.Err() != nil {
+			return ctx.Err()
+		}
+		notes := s.supervisePlane(ctx)
+		if s.ctl.down && s.step >= s.ctl.upAt {
+			notes = append(notes, s.bringBack(ctx))
+		}
+		notes = append(notes, s.ctl.supervise(ctx)...)
+		for _, n := range notes {
+			fmt.Printf("      note: %s\n", n)
+		}
+		p := s.choose()
+		start := time.Now()
+		outcome, err := s.execute(ctx, p)
+		if err != nil {
+			s.errors++
+			outcome = "ERROR " + err.Error()
+		}
+		target := "-"
+		if p.w != nil {
+			target = p.w.describe()
+		}
+		fmt.Printf("step %3d  %-17s %-44s %s (%s)\n", s.step, p.a, target, outcome, time.Since(start).Round(100*time.Millisecond))
+		s.report(s.checkLost(ctx))
+		if s.step%s.o.settleEvery == 0 || s.step == s.o.steps {
+			s.checkpoint(ctx)
+		}
+	}
+	s.step = s.o.steps
+	return nil
+}
+
+// checkpoint brings a killed controller back and waits for everything to settle, then judges leaks.
+func (s *soak) checkpoint(ctx context.Context) {
+	notes := s.supervisePlane(ctx)
+	if s.ctl.down {
+		notes = append(notes, s.bringBack(ctx))
+	}
+	notes = append(notes, s.ctl.supervise(ctx)...)
+	if err := s.ctl.waitReady(ctx, 2*time.Minute); err != nil {
+		notes = append(notes, "controller not ready: "+err.Error())
+	}
+	for _, n := range notes {
+		fmt.Printf("      note: %s\n", n)
+	}
+	before := s.leaked
+	took := s.settle(ctx)
+	outcome := "settled"
+	if s.leaked > before {
+		outcome = fmt.Sprintf("%d leaked", s.leaked-before)
+	}
+	fmt.Printf("check     %-17s %-44s %s (%s)\n", "settle", "all namespaces", outcome, took.Round(100*time.Millisecond))
+}
+
+// supervisePlane restarts control-plane components (and the Argo Rollouts controller) of a cluster
+// the soak started that have exited, as a node's kubelet would, and says so.
+func (s *soak) supervisePlane(ctx context.Context) []string {
+	dead, err := s.c.DeadComponents()
+	if err != nil {
+		return []string{"checking the control plane: " + err.Error()}
+	}
+	if len(dead) == 0 {
+		return nil
+	}
+	s.planeRestarts += len(dead)
+	note := fmt.Sprintf("%s not running (logs: %s); restarted", strings.Join(dead, ", "), filepath.Join(filepath.Dir(s.c.Kubeconfig), "logs"))
+	if err := s.c.RestartComponents(ctx, io.Discard); err != nil {
+		s.errors++
+		note = fmt.Sprintf("%s not running; restarting failed: %v", strings.Join(dead, ", "), err)
+	}
+	return []string{note}
+}
+
+func (s *soak) bringBack(ctx context.Context) string {
+	if err := s.ctl.startAll(ctx); err != nil {
+		s.errors++
+		return "restarting the controller after ctl-kill: " + err.Error()
+	}
+	start := time.Now()
+	if err := s.ctl.waitReady(ctx, 2*time.Minute); err != nil {
+		return "controller restarted after ctl-kill, not ready: " + err.Error()
+	}
+	return fmt.Sprintf("controller restarted after ctl-kill, leader ready in %s", time.Since(start).Round(100*time.Millisecond))
+}
+
+func (s *soak) execute(ctx context.Context, p plan) (string, error) {
+	if isFault(p.a) {
+		defer func() { s.faults[string(p.a)]++ }()
+	}
+	w := p.w
+	switch p.a {
+	case actConfig:
+		return s.configChange(ctx, w, p.which)
+	case actImage:
+		w.image = fmt.Sprintf("nginx:1.%d", 100+s.step)
+		if err := s.apply(ctx, w); err != nil {
+			return "", err
+		}
+		return w.image + ", " + s.observed(ctx, w, time.Minute), nil
+	case actPromote:
+		if err := s.c.Promote(ctx, w.ns, w.name); err != nil {
+			return "", err
+		}
+		return "promoted", nil
+	case actAbort:
+		if err := s.c.Abort(ctx, w.ns, w.name); err != nil {
+			return "", err
+		}
+		return "aborted", nil
+	case actUndo:
+		rs, err := s.undo(ctx, w)
+		if err != nil {
+			return "", err
+		}
+		if rs == "" {
+			return "no previous revision: nothing done", nil
+		}
+		return "back to " + rs + "'s template, " + s.observed(ctx, w, time.Minute), nil
+	case actHistory:
+		return s.history(ctx, w, p.limit)
+	case actCronRun:
+		name, err := s.jobFromCronJob(ctx, w)
+		if err != nil {
+			return "", err
+		}
+		return "Job " + name, nil
+	case actSpotKill:
+		return s.spotKill(ctx, p.picks)
+	case actDelete:
+		if err := s.remove(ctx, w); err != nil {
+			return "", err
+		}
+		return "deleted (background propagation)", nil
+	case actRecreate:
+		return s.recreate(ctx, w, p.reuse)
+	case actCtlKill:
+		s.ctl.killAll(s.step + p.downFor)
+		return fmt.Sprintf("both replicas killed (-9); back at step %d", s.step+p.downFor), nil
+	case actLeaderKill:
+		start := time.Now()
+		killed, err := s.ctl.killLeader(ctx)
+		if err != nil {
+			return "", err
+		}
+		if killed == nil {
+			s.faults[string(p.a)]-- // nothing was killed
+			return "no replica held the Lease: nothing killed", nil
+		}
+		if err := s.ctl.waitReady(ctx, 2*time.Minute); err != nil {
+			return "", fmt.Errorf("replica %d killed; no new leader: %w", killed.i, err)
+		}
+		l := s.ctl.leader(ctx)
+		return fmt.Sprintf("replica %d killed and restarted; replica %d leads after %s", killed.i, l.i, time.Since(start).Round(100*time.Millisecond)), nil
+	case actAPIServer:
+		start := time.Now()
+		if err := s.c.RestartAPIServer(ctx, io.Discard); err != nil {
+			return "", err
+		}
+		back := time.Since(start)
+		notes := s.ctl.supervise(ctx)
+		if err := s.ctl.waitReady(ctx, 2*time.Minute); err != nil {
+			return "", fmt.Errorf("kube-apiserver back after %s; controller not ready: %w", back.Round(100*time.Millisecond), err)
+		}
+		out := fmt.Sprintf("kube-apiserver back after %s, controller ready after %s", back.Round(100*time.Millisecond), time.Since(start).Round(100*time.Millisecond))
+		if len(notes) > 0 {
+			out += "; " + strings.Join(notes, "; ")
+		}
+		return out, nil
+	}
+	return "", fmt.Errorf("unknown action %q", p.a)
+}
+
+// configChange makes a new revision of the workload's own ConfigMap, or of its namespace's shared
+// ConfigMap or Secret, and deploys it to every workload that uses it.
+func (s *soak) configChange(ctx context.Context, w *app, which string) (string, error) {
+	var name string
+	var users []*app
+	switch which {
+	case "own":
+		name = s.revision(w.ns, w.name+"-cm", false)
+		w.own, users = name, []*app{w}
+	case "shared":
+		name = s.revision(w.ns, "shared-cm", false)
+		s.ns[w.ns].shared = name
+		for _, u := range s.targets(func(u *app) bool { return u.exists && u.ns == w.ns && u.shared != "" }) {
+			u.shared = name
+			users = append(users, u)
+		}
+	case "secret":
+		name = s.revision(w.ns, "shared-secret", true)
+		s.ns[w.ns].secret = name
+		for _, u := range s.targets(func(u *app) bool { return u.exists && u.ns == w.ns && u.secret != "" }) {
+			u.secret = name
+			users = append(users, u)
+		}
+	}
+	var out []string
+	for i, u := range users {
+		if err := s.apply(ctx, u); err != nil {
+			if i == 0 && errors.Is(err, errNotApplied) {
+				// Nothing uses the new revision: take it back, or it would count as leaked.
+				if derr := s.deleteConfig(ctx, w.ns, name); derr != nil {
+					err = fmt.Errorf("%w (and deleting the unused %s: %w)", err, name, derr)
+				}
+			}
+			return "", fmt.Errorf("deploying %s to %s: %w", name, u.name, err)
+		}
+		out = append(out, u.name+": "+s.observed(ctx, u, time.Minute))
+	}
+	return fmt.Sprintf("%s %s -> %s", which, name, strings.Join(out, "; ")), nil
+}
+
+// history sets a low revisionHistoryLimit and deploys an image change, so old revisions are pruned;
+// for a CronJob, all but the newest limit Jobs are deleted.
+func (s *soak) history(ctx context.Context, w *app, limit int32) (string, error) {
+	if w.kind == cronJob {
+		deleted, err := s.pruneJobs(ctx, w, int(limit))
+		if err != nil {
+			return "", err
+		}
+		if len(deleted) == 0 {
+			return fmt.Sprintf("keep %d Jobs: none to delete", limit), nil
+		}
+		return fmt.Sprintf("keep %d Jobs: deleted %s", limit, strings.Join(deleted, ", ")), nil
+	}
+	w.historyLimit = int32p(limit)
+	if err := s.setHistoryLimit(ctx, w, limit); err != nil {
+		return "", err
+	}
+	w.image = fmt.Sprintf("nginx:1.%d", 100+s.step)
+	if err := s.apply(ctx, w); err != nil {
+		return "", err
+	}
+	return fmt.Sprintf("revisionHistoryLimit %d, %s, %s", limit, w.image, s.observed(ctx, w, time.Minute)), nil
+}
+
+// recreate brings a deleted workload back, with the config it had (a reinstall of the same values:
+// the same revision names, which may still exist, held or on their way out) or with new revisions.
+func (s *soak) recreate(ctx context.Context, w *app, reuse bool) (string, error) {
+	if err := s.waitGone(ctx, w); err != nil {
+		return "", err
+	}
+	how := "same config"
+	if !reuse {
+		how = "new config"
+		w.own = s.revision(w.ns, w.name+"-cm", false)
+		if w.shared != "" {
+			w.shared = s.ns[w.ns].shared
+		}
+		if w.secret != "" {
+			w.secret = s.ns[w.ns].secret
+		}
+	}
+	if err := s.create(ctx, w); err != nil {
+		return "", err
+	}
+	return fmt.Sprintf("%s (%s), %s", how, strings.Join(append(w.configMaps(), w.secrets()...), ", "), s.observed(ctx, w, time.Minute)), nil
+}
+
+// spotKill deletes pods at once (grace period 0), as when spot nodes are reclaimed.
+func (s *soak) spotKill(ctx context.Context, picks []uint64) (string, error) {
+	var pods []corev1.Pod
+	for _, ns := range namespaces {
+		list, err := s.c.Kube.CoreV1().Pods(ns).List(ctx, metav1.ListOptions{})
+		if err != nil {
+			return "", err
+		}
+		for _, p := range list.Items {
+			if p.DeletionTimestamp == nil && p.Status.Phase == corev1.PodRunning {
+				pods = append(pods, p)
+			}
+		}
+	}
+	if len(pods) == 0 {
+		return "no running pods", nil
+	}
+	sort.Slice(pods, func(i, j int) bool { return pods[i].Namespace+"/"+pods[i].Name < pods[j].Namespace+"/"+pods[j].Name })
+	killed := map[string]bool{}
+	var names []string
+	zero := int64(0)
+	for _, v := range picks {
+		p := pods[index(v, len(pods))]
+		key := p.Namespace + "/" + p.Name
+		if killed[key] {
+			continue
+		}
+		killed[key] = true
+		if err := s.c.Kube.CoreV1().Pods(p.Namespace).Delete(ctx, p.Name, metav1.DeleteOptions{GracePeriodSeconds: &zero}); err != nil {
+			return "", err
+		}
+		names = append(names, key)
+	}
+	return fmt.Sprintf("deleted %s (of %d running)", strings.Join(names, ", "), len(pods)), nil
+}
+
+// shutdown stops the controllers; on a cluster the soak did not start (and without -keep) it
+// releases and deletes its namespaces.
+func (s *soak) shutdown(ctx context.Context) {
+	s.ctl.stop()
+	if s.c.Owned() || s.o.keep {
+		return
+	}
+	if r := s.bin.Run(ctx, []string{"LOG_LEVEL=warn"}, "release", "-n", strings.Join(namespaces, ",")); r.Code != 0 {
+		fmt.Fprintf(os.Stderr, "soak: releasing the namespaces: %s\n", r)
+	}
+	for _, ns := range append([]string{leaseNamespace}, namespaces...) {
+		_ = s.c.DeleteNamespace(ctx, ns)
+	}
+}
+
+func (s *soak) summary(took time.Duration) {
+	var faults []string
+	total := 0
+	for _, a := range faultActions {
+		faults = append(faults, fmt.Sprintf("%s=%d", a, s.faults[string(a)]))
+		total += s.faults[string(a)]
+	}
+	fmt.Printf("\nfaults: %s; controller replicas that exited on their own: %d; cluster components restarted: %d; Job mode failures: %d; step errors: %d; took %s; logs in %s\n",
+		strings.Join(faults, " "), s.crashes, s.planeRestarts, s.jobFailures, s.errors, took.Round(time.Second), s.o.workDir)
+	fmt.Printf("steps=%d faults=%d lost=%d leaked=%d seed=%d\n", s.step, total, s.lost, s.leaked, s.o.seed)
+}
