@@ -24,10 +24,17 @@ For each opted-in ConfigMap/Secret in the input, render:
   - sets immutable: true, the label above, the annotation configmap-attacher.io/name: <name>, and
     helm.sh/resource-policy: keep (so helm upgrade leaves the previous revision to the old pods; the
     garbage collector deletes it with the last ReplicaSet using it, once attached);
-  - rewrites every reference to it in pod templates of the same namespace: volumes (configMap, secret,
-    projected), envFrom and env valueFrom, in containers and initContainers of Rollouts, Deployments,
-    StatefulSets, DaemonSets, ReplicaSets, Jobs, CronJobs, Pods and PodTemplates. Other references
-    (imagePullSecrets, Ingress TLS, ServiceAccounts, other releases) are NOT rewritten.
+  - rewrites every reference to it in the same namespace that belongs to a revision: pod templates
+    of Rollouts, Deployments, StatefulSets, DaemonSets, ReplicaSets, Jobs, CronJobs, Pods and
+    PodTemplates, and of Argo Rollouts' AnalysisTemplates, ClusterAnalysisTemplates and Experiments
+    (volumes: configMap, secret, projected, and the Secrets of csi, azureFile, cephfs, rbd, iscsi,
+    flexVolume... volumes; imagePullSecrets; envFrom and env valueFrom, in containers and
+    initContainers), and an AnalysisTemplate's Secret arguments.
+It refuses (exit 1, one line naming the document, the field and the fix) rather than leave a
+reference to a renamed object: from a user that follows no revision (an Ingress's TLS Secret, a
+ServiceAccount's secrets, a PersistentVolume, a Gateway), from inside a string (a container argument
+like --configmap=ns/name, an env value, a ConfigMap value ns/name), or across a namespace it cannot
+tell (an object without metadata.namespace and no -namespace).
 Rendering rendered output again changes nothing. Objects without metadata.namespace are in the
 -namespace namespace. Warnings go to stderr; stdout gets manifests only, and nothing at all on error.
 
