@@ -63,18 +63,21 @@ func runDiff(ctx context.Context, env Env, args []string) error {
 	if err != nil {
 		return err
 	}
-	if len(positional) < 1 || len(positional) > 3 {
-		return usage("want a workload and up to two revisions, e.g. diff rollout/demo 3 4; got %d arguments", len(positional))
-	}
-	var revisions []int64
-	live := positional[len(positional)-1] == "live"
+	live := len(positional) > 1 && positional[len(positional)-1] == "live"
 	if live {
 		positional = positional[:len(positional)-1]
 	}
-	if len(positional) < 1 || (live && len(positional) > 2) {
-		return usage("want a workload, at most one revision and live, e.g. diff rollout/demo 3 live")
+	switch {
+	case len(positional) < 1 || len(positional) > 3:
+		return usage("want a workload and up to two revisions, e.g. diff rollout/demo 3 4; got %d arguments", len(positional))
+	case live && len(positional) > 2:
+		return usage("live is compared with one revision at most: diff KIND/NAME [FROM] live")
 	}
+	var revisions []int64
 	for _, a := range positional[1:] {
+		if a == "live" {
+			return usage("live comes last: diff KIND/NAME [FROM] live")
+		}
 		n, err := strconv.ParseInt(a, 10, 64)
 		if err != nil || n < 1 {
 			return usage("revision %q is not a revision number (1, 2, ...; 'history' lists them)", a)
