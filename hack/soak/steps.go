@@ -13,6 +13,8 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/configmap-attacher/configmap-attacher/internal/refs"
 )
 
 // The steps: a weighted random choice among the actions possible in the model's current state,
@@ -21,18 +23,19 @@ import (
 type action string
 
 const (
-	actConfig     action = "config"      // a new config revision, deployed to the workloads using it
-	actImage      action = "image"       // an image-only deploy
-	actPromote    action = "promote"     // kubectl argo rollouts promote
-	actAbort      action = "abort"       // kubectl argo rollouts abort
-	actUndo       action = "undo"        // back to the previous revision's template
-	actHistory    action = "history"     // a low revisionHistoryLimit, then a deploy (CronJob: Jobs pruned)
-	actCronRun    action = "cron-run"    // kubectl create job --from=cronjob/...
-	actSpotKill   action = "spot-kill"   // pods deleted at once, as when spot nodes go
-	actDelete     action = "delete"      // kubectl delete of a workload
-	actRecreate   action = "recreate"    // a deleted workload comes back
-	actCtlKill    action = "ctl-kill"    // kill -9 of every controller replica; back some steps later
-	actLeaderKill action = "leader-kill" // kill -9 of the Lease holder; the standby takes over
+	actConfig     action = "config"        // a new config revision, deployed to the workloads using it
+	actImage      action = "image"         // an image-only deploy
+	actPromote    action = "promote"       // kubectl argo rollouts promote
+	actAbort      action = "abort"         // kubectl argo rollouts abort
+	actUndo       action = "undo"          // back to the previous revision's template
+	actHistory    action = "history"       // a low revisionHistoryLimit, then a deploy (CronJob: Jobs pruned)
+	actCronRun    action = "cron-run"      // kubectl create job --from=cronjob/...
+	actSpotKill   action = "spot-kill"     // pods deleted at once, as when spot nodes go
+	actDelete     action = "delete"        // kubectl delete of a workload
+	actRecreate   action = "recreate"      // a deleted workload comes back
+	actCfgDelete  action = "config-delete" // kubectl delete of config in use (helm upgrade without keep)
+	actCtlKill    action = "ctl-kill"      // kill -9 of every controller replica; back some steps later
+	actLeaderKill action = "leader-kill"   // kill -9 of the Lease holder; the standby takes over
 	actAPIServer  action = "apiserver-restart"
 )
 
@@ -53,7 +56,7 @@ var weights = []struct {
 	w int
 }{
 	{actConfig, 24}, {actImage, 14}, {actPromote, 10}, {actAbort, 5}, {actUndo, 5}, {actHistory, 6},
-	{actCronRun, 4}, {actSpotKill, 8}, {actDelete, 4}, {actRecreate, 6},
+	{actCronRun, 4}, {actSpotKill, 8}, {actDelete, 4}, {actRecreate, 6}, {actCfgDelete, 3},
 	{actCtlKill, 4}, {actLeaderKill, 4}, {actAPIServer, 2},
 }
 
@@ -75,6 +78,11 @@ func (s *soak) eligible(a action) []*app {
 	any := func(*app) bool { return true }
 	switch a {
 	case actConfig, actImage, actDelete:
+		return exists(any)
+	case actCfgDelete:
+		if s.ctl.down {
+			return nil // an object the controller has not seen yet has no finalizer: documented exposure
+		}
 		return exists(any)
 	case actPromote, actAbort:
 		return exists(func(w *app) bool { return w.kind.isRollout() })
@@ -138,6 +146,8 @@ func (s *soak) choose() plan {
 		}
 	case actHistory:
 		p.limit = int32(s.rnd.intn(2))
+	case actCfgDelete:
+		p.picks = []uint64{s.rnd.r.Uint64()}
 	case actRecreate:
 		p.reuse = s.rnd.chance(0.5)
 	case actSpotKill:
@@ -291,6 +301,9 @@ func (s *soak) execute(ctx context.Context, p plan) (string, error) {
 		return "deleted (background propagation)", nil
 	case actRecreate:
 		return s.recreate(ctx, w, p.reuse)
+	case actCfgDelete:
+		names := append(w.configMaps(), w.secrets()...)
+		return s.deleteInUse(ctx, w, names[index(p.picks[0], len(names))])
 	case actCtlKill:
 		s.ctl.killAll(s.step + p.downFor)
 		return fmt.Sprintf("both replicas killed (-9); back at step %d", s.step+p.downFor), nil
@@ -413,6 +426,31 @@ func (s *soak) recreate(ctx context.Context, w *app, reuse bool) (string, error)
 		return "", err
 	}
 	return fmt.Sprintf("%s (%s), %s", how, strings.Join(append(w.configMaps(), w.secrets()...), ", "), s.observed(ctx, w, time.Minute)), nil
+}
+
+// deleteInUse deletes a config object the workload uses, as `helm upgrade` without keep or a
+// `kubectl delete` does: in-use protection must hold it. It first waits (bounded) for our finalizer,
+// since an object the controller has not seen yet is not protected (docs/controller.md).
+func (s *soak) deleteInUse(ctx context.Context, w *app, name string) (string, error) {
+	secret := s.configs[w.ns+"/"+name].secret
+	k := refs.ConfigMap
+	if secret {
+		k = refs.Secret
+	}
+	if err := s.c.WaitProtected(ctx, time.Minute, w.ns, k, name); err != nil {
+		return "", fmt.Errorf("not deleted: %w", err)
+	}
+	if err := s.deleteConfig(ctx, w.ns, name); err != nil {
+		return "", err
+	}
+	held, err := s.c.Held(ctx, w.ns, k, name)
+	if err != nil {
+		return "", err // gone: the lost check says more
+	}
+	if !held {
+		return "", fmt.Errorf("%s %s deleted and not held", k, name)
+	}
+	return fmt.Sprintf("%s %s deleted: held", k, name), nil
 }
 
 // spotKill deletes pods at once (grace period 0), as when spot nodes are reclaimed.
