@@ -1,5 +1,6 @@
 // Command demo runs the original write-up on a real control plane with the real configmap-attacher
-// binary, narrating each step and drawing the resource tree. `make demo` runs it on a local cluster it
+// binary, narrating each step and drawing the resource tree; then the same canary with zero-touch
+// pinning (one static ConfigMap changed in place, the controller running with -pinning). -story picks one. `make demo` runs it on a local cluster it
 // starts (building the tools on first use) and deletes afterwards; -kubeconfig (or DEMO_KUBECONFIG)
 // runs it on an existing cluster with Argo Rollouts installed instead.
 package main
@@ -37,8 +38,12 @@ func run(ctx context.Context, args []string, out, progress io.Writer) error {
 	kubeconfig := fs.String("kubeconfig", os.Getenv("DEMO_KUBECONFIG"), "run on this existing cluster (must run Argo Rollouts) instead of a local one")
 	namespace := fs.String("namespace", "devops-apps-01", "namespace the demo creates and deletes")
 	keep := fs.Bool("keep", os.Getenv("DEMO_KEEP") == "1", "keep the namespace and the local cluster afterwards, to look around")
+	story := fs.String("story", storyAll, "which story: write-up (revisioned names, the Job), zero-touch (pinning, in <namespace>-zero-touch), or all")
 	if err := fs.Parse(args); err != nil {
 		return err
+	}
+	if *story != storyAll && *story != storyWriteUp && *story != storyZeroTouch {
+		return fmt.Errorf("-story %q: use %s, %s or %s", *story, storyWriteUp, storyZeroTouch, storyAll)
 	}
 	root, err := framework.RepoRoot()
 	if err != nil {
@@ -77,10 +82,6 @@ func run(ctx context.Context, args []string, out, progress io.Writer) error {
 		C: c, Attacher: &walkthrough.Job{Bin: b},
 		Namespace: *namespace, Rollout: "demo", Out: out, Wait: 2 * time.Minute,
 	}
-	fmt.Fprintln(out, `
-The write-up "Revisioned Configmaps for Canary deployments", replayed: every config change gets a new
-ConfigMap name, the Rollout mounts it, and configmap-attacher (run exactly as the original Job) gives it an
-ownerReference to the ReplicaSet that uses it. Trees show what the garbage collector sees.`)
 	run := func(ctx context.Context, args ...string) error {
 		r := b.Run(ctx, nil, args...)
 		fmt.Fprintf(out, "\n$ configmap-attacher %s\n%s", strings.Join(args, " "), r.Stdout)
@@ -101,12 +102,30 @@ ownerReference to the ReplicaSet that uses it. Trees show what the garbage colle
 		}
 		return nil
 	}
-	if err := s.Walkthrough(ctx); err != nil {
-		return err
+	if *story != storyZeroTouch {
+		fmt.Fprintln(out, `
+The write-up "Revisioned Configmaps for Canary deployments", replayed: every config change gets a new
+ConfigMap name, the Rollout mounts it, and configmap-attacher (run exactly as the original Job) gives it an
+ownerReference to the ReplicaSet that uses it. Trees show what the garbage collector sees.`)
+		if err := s.Walkthrough(ctx); err != nil {
+			return err
+		}
 	}
-	fmt.Fprintf(out, "\nDone in %s: old config followed its ReplicaSets; the spot-replaced pod read the old config.\n", time.Since(start).Round(time.Second))
+	if *story != storyWriteUp {
+		if err := zeroTouch(ctx, c, b, *namespace+"-zero-touch", *keep, out); err != nil {
+			return err
+		}
+	}
+	fmt.Fprintf(out, "\nDone in %s: the spot-replaced pod read the old config", time.Since(start).Round(time.Second))
+	if *story != storyZeroTouch {
+		fmt.Fprint(out, "; old config followed its ReplicaSets")
+	}
+	if *story != storyWriteUp {
+		fmt.Fprint(out, "; with pinning, each revision's pods read its own snapshot of the one ConfigMap")
+	}
+	fmt.Fprintln(out, ".")
 	if *keep {
-		fmt.Fprintf(out, "Kept: namespace %s; KUBECONFIG=%s\n", *namespace, c.Kubeconfig)
+		fmt.Fprintf(out, "Kept: namespace %s (and %s-zero-touch, its controller stopped); KUBECONFIG=%s\n", *namespace, *namespace, c.Kubeconfig)
 	}
 	return nil
 }
