@@ -9,12 +9,14 @@ import (
 	"testing"
 
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/configmap-attacher/configmap-attacher/internal/api"
 	"github.com/configmap-attacher/configmap-attacher/internal/history"
 	"github.com/configmap-attacher/configmap-attacher/internal/pinning"
 	"github.com/configmap-attacher/configmap-attacher/test/framework"
+	"github.com/configmap-attacher/configmap-attacher/test/walkthrough"
 )
 
 // pinnedHistoryTemplate is the write-up's pod template reading the static app-config (with the
@@ -155,4 +157,38 @@ func TestHistoryAndDiffOfAPinnedRollout(t *testing.T) {
 			}
 		}
 	})
+}
+
+// The demo's second story, as `make demo` runs it: the controller started by the walkthrough's helper
+// (its webhook configuration and certificate deleted at the end), the story's assertions, and
+// history and diff where the demo shows them.
+func TestZeroTouchWalkthrough(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	s := story(t, "zero-touch", nil)
+	name := "walkthrough-" + s.Namespace
+	ctrl, err := walkthrough.StartPinningController(ctx, e2e.cluster, e2e.bin, name, s.Namespace)
+	must(t, err)
+	t.Cleanup(func() {
+		must(t, ctrl.Stop(ctx))
+		if _, err := e2e.cluster.Kube.AdmissionregistrationV1().MutatingWebhookConfigurations().Get(ctx, name, metav1.GetOptions{}); !apierrors.IsNotFound(err) {
+			t.Errorf("webhook configuration %s left behind (err %v)", name, err)
+		}
+		if _, err := e2e.cluster.Kube.CoreV1().Secrets(walkthrough.LeaseNamespace).Get(ctx, name+"-webhook-tls", metav1.GetOptions{}); !apierrors.IsNotFound(err) {
+			t.Errorf("certificate Secret %s-webhook-tls left behind (err %v)", name, err)
+		}
+	})
+	h := &historyStory{t: t, ns: s.Namespace}
+	s.AfterStep = func(ctx context.Context, step int) error {
+		switch step {
+		case 4:
+			h.expectContains("history after the abort", h.succeed("history", "rollout/demo", "-n", s.Namespace), "canary (aborted)", "(pinned)")
+			h.expectContains("diff after the abort", h.succeed("diff", "rollout/demo", "-n", s.Namespace), `+{"general": {"projectName": "demo service", "faulty": true}}`)
+		case 5:
+			h.expectContains("history after the in-place fix", h.succeed("history", "rollout/demo", "-n", s.Namespace), "DRIFT: configmap/app-config has changed since revision 2")
+			h.expectContains("diff 1 live", h.succeed("diff", "rollout/demo", "1", "live", "-n", s.Namespace), `+{"general": {"projectName": "demo service v3"}}`)
+		}
+		return nil
+	}
+	must(t, s.ZeroTouch(ctx))
 }
