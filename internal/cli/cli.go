@@ -60,6 +60,7 @@ func commands() []command {
 		{"attach", "attach named ConfigMaps/Secrets to a workload's current ReplicaSet once (Job mode; the default)", runJob},
 		{"controller", "keep every opted-in ConfigMap/Secret attached to every ReplicaSet that uses it", runController},
 		{"render", "give opted-in ConfigMaps/Secrets content-hash names and rewrite references (Helm post-renderer)", runRender},
+		{"adopt", "prepare a workload deployed without render for its first upgrade with it (keep, opt in, attach)", runAdopt},
 		{"release", "take the in-use protection finalizer off every object (uninstall)", runRelease},
 		{"history", "list a workload's revisions and the config each one runs with", runHistory},
 		{"diff", "show what changed in the config between two revisions", runDiff},
