@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"sync"
 
 	appsv1 "k8s.io/api/apps/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -30,11 +31,28 @@ type readiness struct {
 type objectGetter func(context.Context, refs.Ref) (*metav1.PartialObjectMetadata, error)
 
 // checkReady resolves the workload's current ReplicaSet and checks it references every target, and that
-// every target exists. Errors are returned only for what waiting cannot fix (RBAC, bad data).
+// every target exists. Errors are returned only for what waiting cannot fix (RBAC, bad data). The reads
+// are independent, so they go out at once: one round trip to the API server instead of one per object.
 func checkReady(ctx context.Context, src workload.Source, get objectGetter, ref workload.Ref, targets []refs.Ref) (*readiness, error) {
+	type read struct {
+		meta *metav1.PartialObjectMetadata
+		err  error
+	}
+	reads := make([]read, len(targets))
+	var wg sync.WaitGroup
+	for i, t := range targets {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			reads[i].meta, reads[i].err = get(ctx, t)
+		}()
+	}
+	res, resolveErr := workload.Resolve(ctx, src, ref)
+	wg.Wait()
+
 	r := &readiness{}
-	for _, t := range targets {
-		meta, err := get(ctx, t)
+	for i, t := range targets {
+		meta, err := reads[i].meta, reads[i].err
 		switch {
 		case apierrors.IsNotFound(err):
 			r.Pending = append(r.Pending, fmt.Sprintf("%s %s/%s does not exist", t.Kind, ref.Namespace, t.Name))
@@ -45,8 +63,7 @@ func checkReady(ctx context.Context, src workload.Source, get objectGetter, ref 
 		r.Objects = append(r.Objects, attach.Object{Kind: t.Kind, Meta: meta})
 	}
 
-	res, err := workload.Resolve(ctx, src, ref)
-	switch {
+	switch err := resolveErr; {
 	case errors.Is(err, workload.ErrNotFound):
 		r.Pending = append(r.Pending, err.Error()+" (check -namespace and the workload name)")
 		return r, nil

@@ -9,8 +9,10 @@ import (
 	"strings"
 	"time"
 
+	appsv1 "k8s.io/api/apps/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/labels"
 
 	"github.com/configmap-attacher/configmap-attacher/internal/api"
 	"github.com/configmap-attacher/configmap-attacher/internal/attach"
@@ -36,10 +38,7 @@ func Run(ctx context.Context, o *Options, clients *kube.Clients, stdout io.Write
 	ctx = logging.NewContext(ctx, logging.FromContext(ctx).With("workload", ref.String()))
 	log := logging.FromContext(ctx)
 
-	if err := kube.WaitReachable(ctx, clients.Kube, clients.Config.Host); err != nil {
-		return err
-	}
-	if err := checkNamespace(ctx, clients, ref.Namespace); err != nil {
+	if err := reachNamespace(ctx, clients, ref.Namespace); err != nil {
 		return err
 	}
 	waitCtx, cancel := context.WithTimeout(ctx, o.Timeout)
@@ -54,9 +53,10 @@ func Run(ctx context.Context, o *Options, clients *kube.Clients, stdout io.Write
 		return err
 	}
 
-	// Most runs find the ReplicaSet already in place: a few reads decide, and watches start only when
-	// there is something to wait for.
-	r, err := checkReady(waitCtx, workload.ClientSource{Kube: clients.Kube, Dynamic: clients.Dynamic}, get, ref, targets)
+	// Most runs find the ReplicaSet already in place: a few reads, sent at once, decide, and watches
+	// start only when there is something to wait for.
+	direct := &narrowSource{ClientSource: workload.ClientSource{Kube: clients.Kube, Dynamic: clients.Dynamic}, ref: ref}
+	r, err := checkReady(waitCtx, direct, get, ref, targets)
 	if err != nil {
 		return timedOut(err)
 	}
@@ -151,12 +151,32 @@ func attachTo(ctx context.Context, o *Options, clients *kube.Clients, r *readine
 	return nil
 }
 
-// checkNamespace fails fast on a namespace that does not exist. The original tool's RBAC has no access
-// to namespaces; then we skip the check and the workload lookup reports the problem instead.
+// reachNamespace fails fast on a namespace that does not exist, and its read doubles as the probe that
+// the API server is reachable: only a read that got no answer about the namespace (no connection,
+// unauthorized, ...) falls back to kube.WaitReachable's bounded retries, and then reads again, so every
+// failure reads as it would with the probe first. The original tool's RBAC has no access to
+// namespaces; then we skip the check and the workload lookup reports the problem instead.
+func reachNamespace(ctx context.Context, clients *kube.Clients, ns string) error {
+	err := checkNamespace(ctx, clients, ns)
+	if !errors.As(err, new(noAnswer)) {
+		return err
+	}
+	if err := kube.WaitReachable(ctx, clients.Kube, clients.Config.Host); err != nil {
+		return err
+	}
+	return checkNamespace(ctx, clients, ns)
+}
+
+// noAnswer marks a namespace read that said nothing about the namespace; its message is the error's.
+type noAnswer struct{ error }
+
+func (e noAnswer) Unwrap() error { return e.error }
+
 func checkNamespace(ctx context.Context, clients *kube.Clients, ns string) error {
 	_, err := clients.Kube.CoreV1().Namespaces().Get(ctx, ns, metav1.GetOptions{})
 	switch {
 	case err == nil:
+		logging.FromContext(ctx).Debug("API server reachable", "host", clients.Config.Host)
 		return nil
 	case apierrors.IsNotFound(err):
 		return fmt.Errorf("namespace %q not found: check -namespace", ns)
@@ -164,7 +184,49 @@ func checkNamespace(ctx context.Context, clients *kube.Clients, ns string) error
 		logging.FromContext(ctx).Debug("cannot get namespaces; skipping the namespace check", "namespace", ns)
 		return nil
 	}
-	return fmt.Errorf("reading namespace %s: %w", ns, err)
+	return fmt.Errorf("reading namespace %s: %w", ns, noAnswer{err})
+}
+
+// narrowSource reads like workload.ClientSource but lists only the ReplicaSets that can be the
+// workload's current one, so a run costs the same in a namespace of thousands of ReplicaSets: for a
+// Rollout those labelled with the pod-template hash its status names, for a Deployment those its
+// selector matches. workload.Resolve reads the workload before listing, and still keeps only the
+// ReplicaSets the workload owns (by uid); the current one is in the narrowed list whenever it is in the
+// full one.
+type narrowSource struct {
+	workload.ClientSource
+	ref      workload.Ref
+	selector string // "" lists every ReplicaSet
+}
+
+func (s *narrowSource) Rollout(ctx context.Context, namespace, name string) (*workload.RolloutObject, error) {
+	ro, err := s.ClientSource.Rollout(ctx, namespace, name)
+	if err == nil && s.ref.Kind == workload.Rollout && ro.Status.CurrentPodHash != "" {
+		s.selector = labels.Set{workload.RolloutHashLabel: ro.Status.CurrentPodHash}.String()
+	}
+	return ro, err
+}
+
+func (s *narrowSource) Deployment(ctx context.Context, namespace, name string) (*appsv1.Deployment, error) {
+	d, err := s.ClientSource.Deployment(ctx, namespace, name)
+	if err == nil && s.ref.Kind == workload.Deployment && d.Spec.Selector != nil {
+		if sel, err := metav1.LabelSelectorAsSelector(d.Spec.Selector); err == nil && !sel.Empty() {
+			s.selector = sel.String()
+		}
+	}
+	return d, err
+}
+
+func (s *narrowSource) ReplicaSets(ctx context.Context, namespace string) ([]*appsv1.ReplicaSet, error) {
+	list, err := s.Kube.AppsV1().ReplicaSets(namespace).List(ctx, metav1.ListOptions{LabelSelector: s.selector})
+	if err != nil {
+		return nil, err
+	}
+	out := make([]*appsv1.ReplicaSet, len(list.Items))
+	for i := range list.Items {
+		out[i] = &list.Items[i]
+	}
+	return out, nil
 }
 
 func explainWrite(err error) error {

@@ -1,0 +1,136 @@
+package oneshot
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"syscall"
+	"testing"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	dynamicfake "k8s.io/client-go/dynamic/fake"
+	"k8s.io/client-go/kubernetes/fake"
+	"k8s.io/client-go/rest"
+	k8stesting "k8s.io/client-go/testing"
+
+	"github.com/configmap-attacher/configmap-attacher/internal/kube"
+	"github.com/configmap-attacher/configmap-attacher/internal/testutil"
+	"github.com/configmap-attacher/configmap-attacher/internal/workload"
+)
+
+// listSelectors records the label selector of every ReplicaSet LIST.
+func listSelectors(kc *fake.Clientset) *[]string {
+	var got []string
+	kc.PrependReactor("list", "replicasets", func(a k8stesting.Action) (bool, runtime.Object, error) {
+		got = append(got, a.(k8stesting.ListAction).GetListRestrictions().Labels.String())
+		return false, nil, nil
+	})
+	return &got
+}
+
+func TestNarrowSourceListsOnlyCandidatesAndFindsTheSameReplicaSet(t *testing.T) {
+	spec := testutil.PodSpec([]string{"demo-cm-2"})
+	ro := testutil.Rollout("demo", "ro-uid", "bbb")
+	other := testutil.Rollout("other", "other-uid", "bbb") // same hash, another owner
+	d := testutil.Deployment("web", "d-uid", spec)
+	d.Spec.Selector = &metav1.LabelSelector{MatchLabels: map[string]string{"app": "web"}}
+	rss := []runtime.Object{
+		testutil.ReplicaSet(ro, workload.Rollout, "aaa", 1, testutil.PodSpec([]string{"demo-cm-1"})),
+		testutil.ReplicaSet(ro, workload.Rollout, "bbb", 2, spec),
+		testutil.ReplicaSet(other, workload.Rollout, "bbb", 1, spec),
+		testutil.ReplicaSet(d, workload.Deployment, "ddd", 1, spec),
+	}
+	u, err := runtime.DefaultUnstructuredConverter.ToUnstructured(ro)
+	if err != nil {
+		t.Fatal(err)
+	}
+	rollout := &unstructured.Unstructured{Object: u}
+	rollout.SetAPIVersion("argoproj.io/v1alpha1")
+	rollout.SetKind("Rollout")
+	dyn := dynamicfake.NewSimpleDynamicClientWithCustomListKinds(runtime.NewScheme(),
+		map[schema.GroupVersionResource]string{workload.RolloutGVR: "RolloutList"}, rollout)
+
+	tests := []struct {
+		ref          workload.Ref
+		wantSelector string
+		wantCurrent  string
+	}{
+		{workload.Ref{Kind: workload.Rollout, Namespace: testutil.Namespace, Name: "demo"}, "rollouts-pod-template-hash=bbb", "demo-bbb"},
+		{workload.Ref{Kind: workload.Deployment, Namespace: testutil.Namespace, Name: "web"}, "app=web", "web-ddd"},
+	}
+	for _, tt := range tests {
+		t.Run(string(tt.ref.Kind), func(t *testing.T) {
+			kc := fake.NewClientset(append([]runtime.Object{d}, rss...)...)
+			selectors := listSelectors(kc)
+			src := &narrowSource{ClientSource: workload.ClientSource{Kube: kc, Dynamic: dyn}, ref: tt.ref}
+			res, err := workload.Resolve(context.Background(), src, tt.ref)
+			if err != nil {
+				t.Fatal(err)
+			}
+			rs, err := res.Current()
+			if err != nil {
+				t.Fatal(err)
+			}
+			if rs.Name != tt.wantCurrent {
+				t.Errorf("current = %s, want %s", rs.Name, tt.wantCurrent)
+			}
+			if len(*selectors) != 1 || (*selectors)[0] != tt.wantSelector {
+				t.Errorf("ReplicaSet lists with selectors %q, want one with %q", *selectors, tt.wantSelector)
+			}
+		})
+	}
+}
+
+func TestReachNamespace(t *testing.T) {
+	ns := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: testutil.Namespace}}
+	refused := fmt.Errorf("dial tcp 127.0.0.1:6443: %w", syscall.ECONNREFUSED)
+	tests := []struct {
+		name       string
+		objects    []runtime.Object
+		errors     []error // answers to the namespace GETs, in order; then the fake's own
+		wantErr    string
+		wantProbes int // server version requests (kube.WaitReachable)
+	}{
+		{name: "exists: no probe", objects: []runtime.Object{ns}},
+		{name: "missing", wantErr: `namespace "devops-apps-01" not found: check -namespace`},
+		{name: "forbidden: skipped, as the original RBAC has no namespaces",
+			errors: []error{apierrors.NewForbidden(schema.GroupResource{Resource: "namespaces"}, testutil.Namespace, nil)}},
+		{name: "no connection: probe with retries, then read again", objects: []runtime.Object{ns}, errors: []error{refused}, wantProbes: 1},
+		{name: "unauthorized: the probe's error", errors: []error{apierrors.NewUnauthorized("no")}, wantErr: "no", wantProbes: 1},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			kc := fake.NewClientset(tt.objects...)
+			answers := tt.errors
+			kc.PrependReactor("get", "namespaces", func(k8stesting.Action) (bool, runtime.Object, error) {
+				if len(answers) == 0 {
+					return false, nil, nil
+				}
+				err := answers[0]
+				answers = answers[1:]
+				return true, nil, err
+			})
+			probes := 0
+			kc.PrependReactor("get", "version", func(k8stesting.Action) (bool, runtime.Object, error) {
+				probes++
+				if len(tt.errors) > 0 && apierrors.IsUnauthorized(tt.errors[0]) {
+					return true, nil, tt.errors[0]
+				}
+				return false, nil, nil
+			})
+			clients := &kube.Clients{Config: &rest.Config{Host: "https://127.0.0.1:6443"}, Kube: kc}
+			err := reachNamespace(context.Background(), clients, testutil.Namespace)
+			if tt.wantErr == "" && err != nil || tt.wantErr != "" && (err == nil || !strings.Contains(err.Error(), tt.wantErr)) {
+				t.Fatalf("err = %v, want %q", err, tt.wantErr)
+			}
+			if probes != tt.wantProbes {
+				t.Errorf("%d server version probes, want %d", probes, tt.wantProbes)
+			}
+		})
+	}
+}
