@@ -5,6 +5,7 @@ package e2e
 import (
 	"context"
 	"fmt"
+	"reflect"
 	"testing"
 	"time"
 
@@ -90,7 +91,7 @@ would adopt 1 objects (3 changes)
 	must(t, err)
 	no := false
 	wantOwner := metav1.OwnerReference{APIVersion: "apps/v1", Kind: "ReplicaSet", Name: old.rs.Name, UID: old.rs.UID, Controller: &no}
-	if len(cm.OwnerReferences) != 1 || fmt.Sprint(cm.OwnerReferences[0]) != fmt.Sprint(wantOwner) ||
+	if len(cm.OwnerReferences) != 1 || !reflect.DeepEqual(cm.OwnerReferences[0], wantOwner) ||
 		cm.Labels[api.RevisionedLabel] != "true" || cm.Annotations["helm.sh/resource-policy"] != "keep" ||
 		cm.Annotations["meta.helm.sh/release-name"] != "plain" {
 		t.Fatalf("then: app-config has labels %v annotations %v owners %v; want the opt-in label, keep, Helm's own annotations and one ownerReference %+v",
