@@ -95,6 +95,45 @@ func TestHistoryJSONFieldNames(t *testing.T) {
 	}
 }
 
+func TestPinnedJSONFieldNames(t *testing.T) {
+	// Additive and omitted when unused, so scripts written before pinning see the same objects.
+	b, err := json.Marshal(historytest.Pinned().History())
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got struct {
+		Revisions []struct {
+			Config []map[string]any `json:"config"`
+		} `json:"revisions"`
+		Drift []map[string]any `json:"drift"`
+	}
+	if err := json.Unmarshal(b, &got); err != nil {
+		t.Fatal(err)
+	}
+	for _, k := range []string{"pinned", "snapshot"} {
+		if _, ok := got.Revisions[0].Config[0][k]; !ok {
+			t.Errorf("pinned config lacks %q", k)
+		}
+	}
+	for _, k := range []string{"kind", "name", "revision", "snapshot", "live"} {
+		if len(got.Drift) == 0 {
+			t.Fatal("no drift")
+		}
+		if _, ok := got.Drift[0][k]; !ok {
+			t.Errorf("drift lacks %q", k)
+		}
+	}
+	plain, err := json.Marshal(historytest.Canary().History())
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, k := range []string{`"pinned"`, `"snapshot"`, `"drift"`} {
+		if strings.Contains(string(plain), k) {
+			t.Errorf("history without pinning has %s", k)
+		}
+	}
+}
+
 func TestColorOnlyWhenAsked(t *testing.T) {
 	var plain, color bytes.Buffer
 	h := historytest.Missing().History()
