@@ -67,7 +67,7 @@ func TestPublicChartGrafanaInstallAndTwoConfigUpgrades(t *testing.T) {
 	t.Logf("then: revisionHistoryLimit 1 prunes ReplicaSet %s, and the config only it used goes with it", rs1.Name)
 	must(t, e2e.cluster.WaitReplicaSetGone(ctx, helmWait, ns, rs1.Name))
 	expectConfigOf(t, rs2)
-	for _, r := range diffNames(first, append(second, third...)) {
+	for _, r := range diffNames(union(second, third), first) {
 		kind, name, _ := strings.Cut(r, "/")
 		must(t, e2e.cluster.WaitGone(ctx, freedWithin, ns, refs.Kind(kind), name))
 	}
