@@ -1,7 +1,8 @@
 // Command demo runs the original write-up on a real control plane with the real configmap-attacher
 // binary, narrating each step and drawing the resource tree; then the same canary with zero-touch
-// pinning (one static ConfigMap changed in place, the controller running with -pinning). -story picks one. `make demo` runs it on a local cluster it
-// starts (building the tools on first use) and deletes afterwards; -kubeconfig (or DEMO_KUBECONFIG)
+// pinning (one static ConfigMap changed in place, the controller running with -pinning); -story picks
+// one. `make demo` runs it on a local cluster it starts (building the tools on first use) and deletes
+// afterwards; -kubeconfig (or DEMO_KUBECONFIG)
 // runs it on an existing cluster with Argo Rollouts installed instead.
 package main
 
