@@ -3,6 +3,8 @@ package oneshot
 import (
 	"context"
 	"fmt"
+	"net/http"
+	"net/http/httptest"
 	"strings"
 	"syscall"
 	"testing"
@@ -14,6 +16,7 @@ import (
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	dynamicfake "k8s.io/client-go/dynamic/fake"
+	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/kubernetes/fake"
 	"k8s.io/client-go/rest"
 	k8stesting "k8s.io/client-go/testing"
@@ -132,5 +135,41 @@ func TestReachNamespace(t *testing.T) {
 				t.Errorf("%d server version probes, want %d", probes, tt.wantProbes)
 			}
 		})
+	}
+}
+
+func TestNarrowSourceReadsTheRolloutAsJSON(t *testing.T) {
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "application/json")
+		switch r.URL.Path {
+		case "/apis/argoproj.io/v1alpha1/namespaces/devops-apps-01/rollouts/demo":
+			fmt.Fprint(w, `{"apiVersion":"argoproj.io/v1alpha1","kind":"Rollout","metadata":{"name":"demo","uid":"ro-uid","generation":2},
+				"spec":{"workloadRef":{"kind":"Deployment","name":"demo-template"},"newFieldOfALaterCRD":{"x":[1]}},
+				"status":{"currentPodHash":"bbb","observedGeneration":"2"}}`)
+		default:
+			w.WriteHeader(http.StatusNotFound)
+			fmt.Fprint(w, `{"kind":"Status","apiVersion":"v1","status":"Failure","reason":"NotFound","code":404,
+				"details":{"name":"gone","group":"argoproj.io","kind":"rollouts"},"message":"rollouts.argoproj.io \"gone\" not found"}`)
+		}
+	}))
+	defer srv.Close()
+	kc, err := kubernetes.NewForConfig(&rest.Config{Host: srv.URL})
+	if err != nil {
+		t.Fatal(err)
+	}
+	src := &narrowSource{raw: kc.CoreV1().RESTClient(), ref: workload.Ref{Kind: workload.Rollout, Namespace: testutil.Namespace, Name: "demo"}}
+	ro, err := src.Rollout(context.Background(), testutil.Namespace, "demo")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if ro.UID != "ro-uid" || ro.Generation != 2 || ro.Status.CurrentPodHash != "bbb" || ro.Status.ObservedGeneration != "2" ||
+		ro.Spec.WorkloadRef == nil || ro.Spec.WorkloadRef.Name != "demo-template" {
+		t.Errorf("decoded %+v", ro)
+	}
+	if src.selector != "rollouts-pod-template-hash=bbb" {
+		t.Errorf("selector %q", src.selector)
+	}
+	if _, err := src.Rollout(context.Background(), testutil.Namespace, "gone"); !apierrors.IsNotFound(err) {
+		t.Errorf("err = %v, want NotFound", err)
 	}
 }
