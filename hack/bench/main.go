@@ -1,9 +1,15 @@
 // Command bench measures configmap-attacher on the local control plane and prints the figures recorded
-// in docs/benchmarks.md. It is a program, not a test: nothing here asserts a duration.
+// in docs/benchmarks.md. It is a program, not a test: nothing here asserts a duration. Every comparison
+// it prints is between processes measured side by side in the same run (a ratio), never against a
+// number from another run.
 //
-//	go run ./hack/bench job          # wall time of one Job attach of 3 ConfigMaps, median of 5
-//	go run ./hack/bench controller   # 500 Rollouts x 2 ConfigMaps, all changed at once: latency, writes, RSS
-//	go run ./hack/bench memory       # controller RSS with 10,000 labelled ConfigMaps of 64 KiB
+//	go run ./hack/bench job          # Job wall time; re-runs side by side with the original tool
+//	go run ./hack/bench controller   # 500 Rollouts changed at once: latency beside the floor and a peer
+//	go run ./hack/bench memory       # peak RSS with 2,000 and 10,000 ConfigMaps of 64 KiB beside the
+//	                                 # peers, then with 10,000 Pods as well
+//
+// The peers (the original configmap-attacher, configmap-rs-operator, Reloader) are built by
+// `hack/tools/build.sh peers` into _output/tools/bin; a scenario leaves out those not built.
 //
 // It starts a local cluster named "bench" (deleted afterwards) unless -kubeconfig names one.
 package main
@@ -14,9 +20,13 @@ import (
 	"fmt"
 	"os"
 	"os/signal"
+	"strconv"
 	"strings"
 	"syscall"
 	"time"
+
+	"k8s.io/client-go/metadata"
+	"k8s.io/client-go/tools/clientcmd"
 
 	"github.com/configmap-attacher/configmap-attacher/test/framework"
 )
@@ -33,7 +43,11 @@ func main() {
 
 type env struct {
 	c                  *framework.Cluster
+	meta               metadata.Interface
+	root               string
 	bin                framework.Binary
+	floor              string // the floor watcher's binary
+	peers              peers
 	controllerFlags    []string
 	controllerLog      string
 	controllerLogLevel string
@@ -43,8 +57,12 @@ func run(ctx context.Context, args []string) error {
 	fs := flag.NewFlagSet("bench", flag.ContinueOnError)
 	kubeconfig := fs.String("kubeconfig", "", "existing cluster to use (default: start a local one)")
 	rollouts := fs.Int("rollouts", 500, "controller: number of Rollouts")
-	configMaps := fs.Int("configmaps", 10000, "memory: number of ConfigMaps")
+	runs := fs.Int("runs", 10, "job: runs of each binary in the side-by-side comparison")
+	otherRS := fs.Int("replicasets", 500, "job: other ReplicaSets in the namespace for the second comparison (0: none)")
+	configMaps := fs.String("configmaps", "2000,10000", "memory: numbers of ConfigMaps to measure at, ascending, comma-separated")
+	pods := fs.Int("pods", 10000, "memory: Pods to add for the last measurement of our controller (0: none)")
 	size := fs.Int("size", 64*1024, "memory: bytes of data per ConfigMap")
+	withPeers := fs.Bool("peers", true, "run the peers built by hack/tools/build.sh peers beside ours")
 	keep := fs.Bool("keep", false, "keep the cluster and namespaces afterwards")
 	controllerLog := fs.String("controller-log", "", "controller scenario: write the controller's logs to this file")
 	controllerLogLevel := fs.String("controller-log-level", "warn", "LOG_LEVEL of the controller")
@@ -55,6 +73,14 @@ func run(ctx context.Context, args []string) error {
 	scenario := args[0]
 	if err := fs.Parse(args[1:]); err != nil {
 		return err
+	}
+	var counts []int
+	for _, s := range strings.Split(*configMaps, ",") {
+		n, err := strconv.Atoi(strings.TrimSpace(s))
+		if err != nil || n <= 0 || (len(counts) > 0 && n <= counts[len(counts)-1]) {
+			return fmt.Errorf("-configmaps %q: want ascending positive numbers", *configMaps)
+		}
+		counts = append(counts, n)
 	}
 	root, err := framework.RepoRoot()
 	if err != nil {
@@ -76,17 +102,35 @@ func run(ctx context.Context, args []string) error {
 		return err
 	}
 	defer cleanup()
-	e := env{c: c, bin: framework.Binary{Path: bin, Kubeconfig: c.Kubeconfig}, controllerFlags: strings.Fields(*controllerFlags),
-		controllerLog: *controllerLog, controllerLogLevel: *controllerLogLevel}
+	floor, cleanupFloor, err := buildFloor(ctx, root)
+	if err != nil {
+		return err
+	}
+	defer cleanupFloor()
+	cfg, err := clientcmd.BuildConfigFromFlags("", c.Kubeconfig)
+	if err != nil {
+		return err
+	}
+	cfg.QPS, cfg.Burst = 200, 400
+	meta, err := metadata.NewForConfig(cfg)
+	if err != nil {
+		return err
+	}
+	e := env{c: c, meta: meta, root: root, bin: framework.Binary{Path: bin, Kubeconfig: c.Kubeconfig}, floor: floor,
+		controllerFlags: strings.Fields(*controllerFlags), controllerLog: *controllerLog, controllerLogLevel: *controllerLogLevel}
+	if *withPeers {
+		e.peers = findPeers(root)
+	}
+	fmt.Printf("commit %s, %s, %d cores\n", commit(root), time.Now().Format("2006-01-02"), numCPU())
 	start := time.Now()
 	defer func() { fmt.Printf("\n(%s scenario took %s)\n", scenario, time.Since(start).Round(time.Second)) }()
 	switch scenario {
 	case "job":
-		return e.job(ctx, *keep)
+		return e.job(ctx, *runs, *otherRS, *keep)
 	case "controller":
 		return e.controller(ctx, *rollouts, *keep)
 	case "memory":
-		return e.memory(ctx, *configMaps, *size, *keep)
+		return e.memory(ctx, counts, *pods, *size, *keep)
 	}
 	return fmt.Errorf("unknown scenario %q: job, controller or memory", scenario)
 }
