@@ -34,7 +34,9 @@ It refuses (exit 1, one line naming the document, the field and the fix) rather 
 reference to a renamed object: from a user that follows no revision (an Ingress's TLS Secret, a
 ServiceAccount's secrets, a PersistentVolume, a Gateway), from inside a string (a container argument
 like --configmap=ns/name, an env value, a ConfigMap value ns/name), or across a namespace it cannot
-tell (an object without metadata.namespace and no -namespace).
+tell (an object without metadata.namespace and no -namespace). Given the chart (-chart DIR), it also
+refuses to rename an object its template reads back with Helm's lookup (a generated password): renamed,
+the lookup finds nothing and every upgrade generates new values; -allow-lookup once they are given.
 Rendering rendered output again changes nothing. Objects without metadata.namespace are in the
 -namespace namespace. Warnings go to stderr; stdout gets manifests only, and nothing at all on error.
 

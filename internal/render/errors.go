@@ -21,6 +21,9 @@ var (
 	// ErrUnreferencedRename: renaming an opted-in object would leave a reference to its old name (a
 	// user that follows no revision, or a namespace the renderer cannot tell).
 	ErrUnreferencedRename = errors.New("a reference would be left behind")
+	// ErrLookup: the chart reads an opted-in object back with Helm's lookup by name, which finds
+	// nothing once it is renamed (see lookup.go).
+	ErrLookup = errors.New("the chart looks it up by name")
 	// ErrUnsafe: the renderer could not prove its output means the input plus the intended changes,
 	// so it writes nothing rather than something subtly different.
 	ErrUnsafe = errors.New("cannot rewrite safely")

@@ -10,8 +10,9 @@ import (
 	"github.com/configmap-attacher/configmap-attacher/internal/refs"
 )
 
-// fuzzOptions derives flags from a byte, so the fuzzer explores them with the input.
-func fuzzOptions(mode uint8) *Options {
+// fuzzOptions derives flags from a byte, so the fuzzer explores them with the input; chart is a chart
+// directory for -chart (lookupChart).
+func fuzzOptions(mode uint8, chart string) *Options {
 	o := NewOptions()
 	o.AllConfigMaps = mode&1 != 0
 	o.AllSecrets = mode&2 != 0
@@ -20,6 +21,9 @@ func fuzzOptions(mode uint8) *Options {
 	}
 	if mode&8 != 0 {
 		must(o.Select.Set("configmap/cm,secret/sec,configmap/app-config"))
+	}
+	if mode&16 != 0 {
+		o.Chart = chart
 	}
 	return o
 }
@@ -46,15 +50,17 @@ func FuzzRender(f *testing.F) {
 		f.Add([]byte(tc.input), uint8(0))
 	}
 	f.Add([]byte(docs(configMap("cm"), deployment("app", "containers:\n- name: c\n  envFrom: [{configMapRef: {name: cm}}]"))), uint8(0))
+	f.Add([]byte(lookupOutput), uint8(3|16))
+	chart := lookupChart(f)
 	f.Fuzz(func(t *testing.T, input []byte, mode uint8) {
 		if len(input) > 1<<16 {
 			t.Skip("large inputs only slow the fuzzer down")
 		}
-		opts := fuzzOptions(mode)
+		opts := fuzzOptions(mode, chart)
 		res, _, err := renderString(t, opts, string(input))
 		if err != nil {
 			known := false
-			for _, s := range []error{ErrInvalidYAML, ErrNotObject, ErrInvalidObject, ErrDuplicate, ErrUnsafe, ErrUnreferencedRename} {
+			for _, s := range []error{ErrInvalidYAML, ErrNotObject, ErrInvalidObject, ErrDuplicate, ErrUnsafe, ErrUnreferencedRename, ErrLookup} {
 				known = known || errors.Is(err, s)
 			}
 			var de *DocError
@@ -114,7 +120,7 @@ func FuzzRender(f *testing.F) {
 			}
 		}
 
-		again, _, err := renderString(t, fuzzOptions(mode), string(res.out))
+		again, _, err := renderString(t, fuzzOptions(mode, chart), string(res.out))
 		if err != nil {
 			t.Fatalf("rendering the output again: %v\n%s", err, res.out)
 		}

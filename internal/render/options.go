@@ -24,6 +24,12 @@ type Options struct {
 	Select        Selection
 	AllConfigMaps bool
 	AllSecrets    bool
+	// Chart is the directory of the chart whose output is rendered: its templates tell which objects
+	// the chart reads back with lookup (lookup.go). Empty: not checked.
+	Chart string
+	// AllowLookup are objects to rename although their template may look them up: the user gives
+	// every value the lookup would have kept.
+	AllowLookup Selection
 }
 
 // NewOptions returns options with defaults.
@@ -34,6 +40,8 @@ func (o *Options) AddFlags(fs *flag.FlagSet) {
 	fs.StringVar(&o.Namespace, "namespace", o.Namespace, "namespace of objects that have no metadata.namespace (Helm's release namespace); without it they only match each other")
 	fs.Var(&o.Select, "select", "comma-separated kind/name of extra objects to revision although unlabelled, e.g. configmap/app-config,secret/app-env (kinds: configmap, cm, secret)")
 	fs.BoolVar(&o.AllConfigMaps, "all-configmaps", o.AllConfigMaps, "revision every ConfigMap in the input except those labelled "+api.RevisionedLabel+`: "false"`)
+	fs.StringVar(&o.Chart, "chart", o.Chart, "directory of the chart being rendered (Helm's chart path; the Argo CD plugin passes .): refuse to rename a ConfigMap or Secret its template reads back with lookup")
+	fs.Var(&o.AllowLookup, "allow-lookup", "comma-separated kind/name to rename although -chart finds a lookup in its template: every value the lookup would keep is given explicitly")
 	fs.BoolVar(&o.AllSecrets, "all-secrets", o.AllSecrets, "revision every Secret in the input except those labelled "+api.RevisionedLabel+`: "false"`)
 }
 
@@ -46,6 +54,7 @@ func (o *Options) Validate() error {
 		}
 	}
 	errs = append(errs, o.Select.problems()...)
+	errs = append(errs, o.AllowLookup.problems()...)
 	for _, f := range o.Files {
 		// The flag package stops at the first file, so a flag after it arrives here as a file name.
 		if f != "-" && strings.HasPrefix(f, "-") {

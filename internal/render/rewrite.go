@@ -104,6 +104,9 @@ func (p *planner) plan(docs []*document) error {
 	if err := p.selectConfig(objects); err != nil {
 		return err
 	}
+	if err := p.refuseLookups(); err != nil {
+		return err
+	}
 	for _, o := range objects {
 		if err := p.rewriteReferences(o); err != nil {
 			return err

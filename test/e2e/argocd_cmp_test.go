@@ -107,7 +107,8 @@ func pluginApp(t *testing.T, a framework.HelmApp, values map[string]any) *unstru
 		"name": "configmap-attacher",
 		"env": []any{
 			map[string]any{"name": "RELEASE_NAME", "value": "graf"},
-			map[string]any{"name": "RENDER_ARGS", "value": "-select=configmap/graf-grafana,secret/graf-grafana,secret/graf-grafana-env"},
+			map[string]any{"name": "RENDER_ARGS", "value": "-select=configmap/graf-grafana,secret/graf-grafana,secret/graf-grafana-env " +
+				"-allow-lookup=secret/graf-grafana"}, // the chart looks its admin password up unless given: the values give it
 		},
 		"parameters": valuesParameter(t, values),
 	}
