@@ -1,0 +1,120 @@
+//go:build e2e
+
+package e2e
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/configmap-attacher/configmap-attacher/internal/refs"
+	"github.com/configmap-attacher/configmap-attacher/test/framework"
+)
+
+// Zero-touch pinning under Argo CD: the chart keeps its static app-config (no renaming, no plugin),
+// Argo CD syncs it in place, and each revision's pods still read the content their revision was
+// created with. What Argo CD compares (app-config, the Rollout) is never written by us, and the
+// snapshots carry none of its tracking metadata: the diff stays clean throughout.
+func TestArgoCDZeroTouchPinningKeepsTheDiffClean(t *testing.T) {
+	ctx := context.Background()
+	ns := givenNamespace(t, "argocd-pinning")
+	startArgoCD(t)
+	startPinningController(t, "Fail", ns)
+	r := pinnedRollout{t: t, ns: ns}
+
+	repo, err := framework.ServeChartRepo(helmCLI(t), "")
+	must(t, err)
+	t.Cleanup(func() { _ = repo.Close() })
+	version, err := repo.Add(ctx, testdataPath("charts/pinned-rollout"), "")
+	must(t, err)
+	app := framework.HelmApp{Name: "argocd-pinning", RepoURL: repo.URL, Chart: "pinned-rollout", Version: version, Namespace: ns,
+		Values: map[string]any{"config": toAny(pinV1)}}
+	must(t, e2e.cluster.DeleteApplication(ctx, argoWait, app.Name))
+	t.Cleanup(func() { _ = e2e.cluster.DeleteApplication(context.Background(), argoWait, app.Name) })
+
+	t.Log("given: chart pinned-rollout (static app-config labelled pin, Rollout demo with the checksum annotation) synced by Argo CD")
+	must(t, e2e.cluster.ApplyApplication(ctx, app))
+	must(t, e2e.cluster.SyncApplication(ctx, app.Name, true, nil))
+	st, err := e2e.cluster.WaitSynced(ctx, argoWait, app.Name)
+	must(t, err)
+	expectResources(t, st, "ConfigMap/app-config", "Rollout/demo")
+	rs1 := r.current(pinV1, 3)
+	r.expectReads(rs1, pinV1)
+
+	t.Log("when: the config changes in Git (values) and Argo CD syncs app-config in place: a canary starts and pauses")
+	must(t, e2e.cluster.SetApplicationValues(ctx, app.Name, map[string]any{"config": toAny(pinV2)}))
+	must(t, e2e.cluster.SyncApplication(ctx, app.Name, true, nil))
+	st, err = e2e.cluster.WaitApplication(ctx, argoWait, app.Name, "Synced, the canary paused (Suspended)", func(s framework.AppStatus) bool {
+		return s.Current && !s.OperationPending && s.Sync == "Synced" && s.Health == "Suspended"
+	})
+	must(t, err)
+	rs2 := r.current(pinV2, 1)
+	r.expectReads(rs2, pinV2)
+	must(t, e2e.cluster.WaitPods(ctx, 30*time.Second, rs1, 2))
+	r.expectReads(rs1, pinV1)
+
+	t.Log("when: a spot node takes a stable pod")
+	pods, err := e2e.cluster.PodsOf(ctx, rs1)
+	must(t, err)
+	must(t, e2e.cluster.Kube.CoreV1().Pods(ns).Delete(ctx, pods[0].Name, metav1.DeleteOptions{}))
+	must(t, e2e.cluster.WaitPods(ctx, 60*time.Second, rs1, 2))
+	r.expectReads(rs1, pinV1)
+	t.Log("then: its replacement reads the old content though app-config, as Argo CD applied it, holds the new")
+
+	t.Log("when: Argo CD compares again (hard refresh)")
+	st = refreshed(t, app.Name)
+	if st.Sync != "Synced" {
+		t.Fatalf("then: the Application is %s after pinning, want Synced: %s", st.Sync, st)
+	}
+	expectResources(t, st, "ConfigMap/app-config", "Rollout/demo")
+	r.expectAppConfigHasNoOwners()
+	meta, err := e2e.cluster.Meta(ctx, ns, refs.ConfigMap, "app-config")
+	must(t, err)
+	if len(meta.Finalizers) > 0 {
+		t.Fatalf("app-config got finalizers %v: the static object is Argo CD's, untouched", meta.Finalizers)
+	}
+	snaps, err := e2e.cluster.Snapshots(ctx, ns, "app-config")
+	must(t, err)
+	for _, s := range snaps {
+		for k := range s.Annotations {
+			if k == "argocd.argoproj.io/tracking-id" {
+				t.Fatalf("snapshot %s carries Argo CD's tracking annotation: Argo CD would claim it", s.Name)
+			}
+		}
+	}
+	t.Logf("then: still Synced; Argo CD manages exactly app-config and the Rollout, and neither the %d snapshots nor the pods show in its diff", len(snaps))
+
+	t.Log("when: the canary is promoted")
+	must(t, e2e.cluster.Promote(ctx, ns, "demo"))
+	r.current(pinV2, 3)
+	st, err = e2e.cluster.WaitSynced(ctx, argoWait, app.Name)
+	must(t, err)
+	t.Logf("then: Synced and Healthy: %s", st)
+}
+
+// refreshed asks Argo CD to compare the Application again and returns the status of that comparison.
+func refreshed(t *testing.T, name string) framework.AppStatus {
+	t.Helper()
+	ctx := context.Background()
+	must(t, e2e.cluster.RefreshApplication(ctx, name))
+	st, err := e2e.cluster.WaitApplication(ctx, argoWait, name, "refreshed", func(s framework.AppStatus) bool {
+		app, err := e2e.cluster.Application(ctx, name)
+		if err != nil {
+			return false
+		}
+		_, pending := app.GetAnnotations()["argocd.argoproj.io/refresh"]
+		return !pending && s.Current
+	})
+	must(t, err)
+	return st
+}
+
+func toAny(m map[string]string) map[string]any {
+	out := make(map[string]any, len(m))
+	for k, v := range m {
+		out[k] = v
+	}
+	return out
+}
