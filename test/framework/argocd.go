@@ -20,6 +20,7 @@ import (
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/util/retry"
 )
 
 // Argo CD on the local cluster: hack/cluster/argocd.sh runs its application controller and repo
@@ -234,16 +235,44 @@ func (c *Cluster) PatchApplication(ctx context.Context, name string, patch map[s
 
 // SetApplicationValues replaces the chart values (spec.source.helm.valuesObject) as a whole.
 func (c *Cluster) SetApplicationValues(ctx context.Context, name string, values map[string]any) error {
+	return c.updateApplication(ctx, name, func(app *unstructured.Unstructured) error {
+		return unstructured.SetNestedField(app.Object, values, "spec", "source", "helm", "valuesObject")
+	})
+}
+
+// updateApplication reads, changes and writes the Application, again on a conflict: the controller
+// writes its status all the time.
+func (c *Cluster) updateApplication(ctx context.Context, name string, change func(*unstructured.Unstructured) error) error {
 	apps := c.Dynamic.Resource(ApplicationGVR).Namespace(ArgoCDNamespace)
-	app, err := apps.Get(ctx, name, metav1.GetOptions{})
-	if err != nil {
+	return retry.RetryOnConflict(retry.DefaultRetry, func() error {
+		app, err := apps.Get(ctx, name, metav1.GetOptions{})
+		if err != nil {
+			return err
+		}
+		if err := change(app); err != nil {
+			return err
+		}
+		_, err = apps.Update(ctx, app, metav1.UpdateOptions{})
 		return err
-	}
-	if err := unstructured.SetNestedField(app.Object, values, "spec", "source", "helm", "valuesObject"); err != nil {
-		return err
-	}
-	_, err = apps.Update(ctx, app, metav1.UpdateOptions{})
-	return err
+	})
+}
+
+// TerminateOperation stops the Application's running operation, as `argocd app terminate-op` does
+// (status.operationState.phase: Terminating); running hooks are deleted. No-op without one.
+func (c *Cluster) TerminateOperation(ctx context.Context, name string) error {
+	return c.updateApplication(ctx, name, func(app *unstructured.Unstructured) error {
+		if _, running, _ := unstructured.NestedFieldNoCopy(app.Object, "operation"); !running {
+			return nil
+		}
+		return unstructured.SetNestedField(app.Object, "Terminating", "status", "operationState", "phase")
+	})
+}
+
+// RefreshApplication asks the controller to compare the Application with the cluster now, as
+// `argocd app get --refresh` does (the annotation argocd.argoproj.io/refresh: normal).
+func (c *Cluster) RefreshApplication(ctx context.Context, name string) error {
+	return c.PatchApplication(ctx, name, map[string]any{"metadata": map[string]any{
+		"annotations": map[string]any{"argocd.argoproj.io/refresh": "normal"}}})
 }
 
 // SyncApplication asks the controller to sync now, as `argocd app sync` would: it sets the
@@ -285,8 +314,36 @@ type AppStatus struct {
 	OperationMessage string
 	// OperationPending is true while the Application's `operation` field is set (not finished yet).
 	OperationPending bool
-	Resources        []AppResource // status.resources: what the Application manages
-	Conditions       []string      // status.conditions, as "<type>: <message>"
+	// Deployed is true when the last (or running) sync operation applies exactly the current spec
+	// (status.operationState.syncResult.source is spec.source): with Phase Succeeded, the spec as it
+	// is now was synced.
+	Deployed bool
+	// OperationStarted and OperationFinished are the last operation's startedAt and finishedAt (zero
+	// while it runs).
+	OperationStarted, OperationFinished time.Time
+	// SyncResults are status.operationState.syncResult.resources: what the last (or running) sync did
+	// to each resource and hook ("created", "pruned", a hook's phase).
+	SyncResults []SyncResult
+	Resources   []AppResource // status.resources: what the Application manages
+	Conditions  []string      // status.conditions, as "<type>: <message>"
+}
+
+// SyncResult is one entry of status.operationState.syncResult.resources.
+type SyncResult struct {
+	Kind, Namespace, Name string
+	Status                string // Synced, SyncFailed, Pruned, PruneSkipped
+	HookType              string // Sync, PreSync, ...; empty for a resource
+	HookPhase             string // Running, Succeeded, Failed, ... (also set for resources)
+	SyncPhase             string // PreSync, Sync, PostSync
+	Message               string
+}
+
+func (r SyncResult) String() string {
+	hook := ""
+	if r.HookType != "" {
+		hook = " hook " + r.HookType
+	}
+	return fmt.Sprintf("%s/%s%s: %s %s %q", r.Kind, r.Name, hook, r.Status, r.HookPhase, r.Message)
 }
 
 // AppResource is one entry of status.resources.
@@ -294,10 +351,19 @@ type AppResource struct {
 	Group, Version, Kind, Namespace, Name string
 	Status                                string // Synced, OutOfSync
 	Health                                string // empty for kinds without a health check
+	Hook                                  bool   // a hook (e.g. the last Sync hook Job), not a managed resource
+	RequiresPruning                       bool   // live, app-managed, no longer rendered: a sync with prune deletes it
 }
 
 func (r AppResource) String() string {
-	return fmt.Sprintf("%s/%s %s (%s, %s)", r.Kind, r.Name, r.Namespace, r.Status, r.Health)
+	s := fmt.Sprintf("%s/%s %s (%s, %s)", r.Kind, r.Name, r.Namespace, r.Status, r.Health)
+	if r.Hook {
+		s += " hook"
+	}
+	if r.RequiresPruning {
+		s += " requiresPruning"
+	}
+	return s
 }
 
 func (s AppStatus) String() string {
@@ -331,16 +397,31 @@ func StatusOf(app *unstructured.Unstructured) AppStatus {
 		OperationMessage: str("status", "operationState", "message"),
 	}
 	_, s.OperationPending, _ = unstructured.NestedFieldNoCopy(o, "operation")
+	s.OperationStarted, _ = time.Parse(time.RFC3339, str("status", "operationState", "startedAt"))
+	s.OperationFinished, _ = time.Parse(time.RFC3339, str("status", "operationState", "finishedAt"))
+	results, _, _ := unstructured.NestedSlice(o, "status", "operationState", "syncResult", "resources")
+	for _, r := range results {
+		m, _ := r.(map[string]any)
+		get := func(k string) string { v, _ := m[k].(string); return v }
+		s.SyncResults = append(s.SyncResults, SyncResult{
+			Kind: get("kind"), Namespace: get("namespace"), Name: get("name"), Status: get("status"),
+			HookType: get("hookType"), HookPhase: get("hookPhase"), SyncPhase: get("syncPhase"), Message: get("message"),
+		})
+	}
 	spec, _, _ := unstructured.NestedFieldNoCopy(o, "spec", "source")
 	compared, found, _ := unstructured.NestedFieldNoCopy(o, "status", "sync", "comparedTo", "source")
 	s.Current = found && reflect.DeepEqual(spec, compared)
+	synced, found, _ := unstructured.NestedFieldNoCopy(o, "status", "operationState", "syncResult", "source")
+	s.Deployed = found && reflect.DeepEqual(spec, synced)
 	resources, _, _ := unstructured.NestedSlice(o, "status", "resources")
 	for _, r := range resources {
 		m, _ := r.(map[string]any)
 		get := func(path ...string) string { v, _, _ := unstructured.NestedString(m, path...); return v }
+		hook, _, _ := unstructured.NestedBool(m, "hook")
+		prune, _, _ := unstructured.NestedBool(m, "requiresPruning")
 		s.Resources = append(s.Resources, AppResource{
 			Group: get("group"), Version: get("version"), Kind: get("kind"), Namespace: get("namespace"),
-			Name: get("name"), Status: get("status"), Health: get("health", "status"),
+			Name: get("name"), Status: get("status"), Health: get("health", "status"), Hook: hook, RequiresPruning: prune,
 		})
 	}
 	conditions, _, _ := unstructured.NestedSlice(o, "status", "conditions")
@@ -389,16 +470,27 @@ func (c *Cluster) WaitSynced(ctx context.Context, timeout time.Duration, name st
 }
 
 // DeleteApplication deletes the Application and waits until it is gone (with Cascade, Argo CD first
-// deletes what it deployed).
+// deletes what it deployed). A running operation is terminated first: Argo CD deletes an
+// Application only when no operation runs (a sync waiting for a paused Rollout would never end).
 func (c *Cluster) DeleteApplication(ctx context.Context, timeout time.Duration, name string) error {
 	apps := c.Dynamic.Resource(ApplicationGVR).Namespace(ArgoCDNamespace)
+	if err := c.TerminateOperation(ctx, name); err != nil && !apierrors.IsNotFound(err) {
+		return err
+	}
 	if err := apps.Delete(ctx, name, metav1.DeleteOptions{}); err != nil && !apierrors.IsNotFound(err) {
 		return err
 	}
 	return Eventually(ctx, timeout, "Application "+name+" to be deleted", func(ctx context.Context) (bool, string, error) {
-		_, err := apps.Get(ctx, name, metav1.GetOptions{})
+		app, err := apps.Get(ctx, name, metav1.GetOptions{})
 		if apierrors.IsNotFound(err) {
 			return true, "", nil
+		}
+		if err == nil {
+			if _, running, _ := unstructured.NestedFieldNoCopy(app.Object, "operation"); running {
+				if phase, _, _ := unstructured.NestedString(app.Object, "status", "operationState", "phase"); phase == "Running" {
+					return false, "an operation runs", c.TerminateOperation(ctx, name)
+				}
+			}
 		}
 		return false, "still there", err
 	})
