@@ -32,6 +32,9 @@ func (s *Story) start(ctx context.Context, spec framework.RolloutSpec) (revision
 	if err := s.waitStable(ctx, rs); err != nil {
 		return revision{}, err
 	}
+	if err := s.deployerDone(ctx, cm, rs); err != nil {
+		return revision{}, err
+	}
 	if err := s.expectAttached(ctx, cm, rs); err != nil {
 		return revision{}, err
 	}
@@ -56,7 +59,7 @@ func (s *Story) canary(ctx context.Context, i int, stable revision) (revision, e
 		return revision{}, err
 	}
 	s.say("the canary paused: ReplicaSet %s runs 1 pod, ReplicaSet %s keeps %d", rs.Name, stable.RS.Name, replicas-1)
-	if err := s.expectAttached(ctx, cm, rs); err != nil {
+	if err := s.expectCanaryAttached(ctx, cm, rs); err != nil {
 		return revision{}, err
 	}
 	if err := s.expectAttached(ctx, stable.ConfigMap, stable.RS); err != nil {
@@ -83,7 +86,13 @@ func (s *Story) promote(ctx context.Context, next revision, old ...revision) err
 		}
 	}
 	s.say("✓ all %d pods run ReplicaSet %s", replicas, next.RS.Name)
-	return nil
+	if s.Deployer == nil {
+		return nil
+	}
+	if err := s.deployerDone(ctx, next.ConfigMap, next.RS); err != nil {
+		return err
+	}
+	return s.expectAttached(ctx, next.ConfigMap, next.RS)
 }
 
 // step is one numbered step of a story; its tree is drawn after it.

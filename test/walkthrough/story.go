@@ -37,6 +37,9 @@ type Story struct {
 	SkipAttachChecks bool
 	// AfterStep, when set, runs after each step's tree (the demo shows `history` there).
 	AfterStep func(ctx context.Context, step int) error
+	// Deployer, when set, deploys each revision instead of the story applying the ConfigMap and the
+	// Rollout itself (ArgoCD: an Application of charts/base-app); Attacher is then not used.
+	Deployer Deployer
 
 	step int
 }
@@ -79,6 +82,9 @@ func (s *Story) showTree(ctx context.Context) error {
 // deploy creates config revision i and points the Rollout at it (creating the Rollout the first time),
 // then lets the attacher do its part.
 func (s *Story) deploy(ctx context.Context, i int, spec framework.RolloutSpec) (string, error) {
+	if s.Deployer != nil {
+		return s.Deployer.Deploy(ctx, s, i, configs[i], spec)
+	}
 	var cm *corev1.ConfigMap
 	var err error
 	if s.Classic {
