@@ -36,8 +36,9 @@ argocd-down:
 	hack/cluster/argocd.sh down
 
 ## demo: the write-up replayed on the local control plane (or DEMO_KUBECONFIG=<path>), narrated.
+## ARGOCD=1: the write-up deployed through Argo CD (an Application of charts/base-app, the attacher its Sync hook).
 demo:
-	$(GO) run ./hack/demo $(if $(DEMO_KUBECONFIG),-kubeconfig $(DEMO_KUBECONFIG))
+	$(GO) run ./hack/demo $(if $(DEMO_KUBECONFIG),-kubeconfig $(DEMO_KUBECONFIG)) $(if $(filter 1,$(ARGOCD)),-argocd)
 
 ## test: unit tests, then the e2e tests on a local control plane (or the cluster KUBECONFIG names), then a short soak.
 test: test-unit test-e2e soak-short

@@ -3,7 +3,8 @@
 // pinning (one static ConfigMap changed in place, the controller running with -pinning); -story picks
 // one. `make demo` runs it on a local cluster it starts (building the tools on first use) and deletes
 // afterwards; -kubeconfig (or DEMO_KUBECONFIG)
-// runs it on an existing cluster with Argo Rollouts installed instead.
+// runs it on an existing cluster with Argo Rollouts installed instead. -argocd (`make demo ARGOCD=1`)
+// deploys the write-up's revisions the way its team did, through Argo CD (argocd.go).
 package main
 
 import (
@@ -40,8 +41,15 @@ func run(ctx context.Context, args []string, out, progress io.Writer) error {
 	namespace := fs.String("namespace", "devops-apps-01", "namespace the demo creates and deletes")
 	keep := fs.Bool("keep", os.Getenv("DEMO_KEEP") == "1", "keep the namespace and the local cluster afterwards, to look around")
 	story := fs.String("story", storyAll, "which story: write-up (revisioned names, the Job), zero-touch (pinning, in <namespace>-zero-touch), or all")
+	argoCD := fs.Bool("argocd", os.Getenv("ARGOCD") == "1", "the write-up through Argo CD: an Application of charts/base-app, the attacher its Sync hook Job (write-up story only)")
 	if err := fs.Parse(args); err != nil {
 		return err
+	}
+	if *argoCD {
+		if *story == storyZeroTouch {
+			return fmt.Errorf("-argocd replays the write-up story only (-story %s)", storyWriteUp)
+		}
+		*story = storyWriteUp
 	}
 	if *story != storyAll && *story != storyWriteUp && *story != storyZeroTouch {
 		return fmt.Errorf("-story %q: use %s, %s or %s", *story, storyWriteUp, storyZeroTouch, storyAll)
@@ -103,11 +111,20 @@ func run(ctx context.Context, args []string, out, progress io.Writer) error {
 		}
 		return nil
 	}
+	if *argoCD {
+		stopArgoCD, err := throughArgoCD(ctx, s, root, *keep, out, progress)
+		if err != nil {
+			return err
+		}
+		defer stopArgoCD()
+	}
 	if *story != storyZeroTouch {
-		fmt.Fprintln(out, `
+		if !*argoCD {
+			fmt.Fprintln(out, `
 The write-up "Revisioned Configmaps for Canary deployments", replayed: every config change gets a new
 ConfigMap name, the Rollout mounts it, and configmap-attacher (run exactly as the original Job) gives it an
 ownerReference to the ReplicaSet that uses it. Trees show what the garbage collector sees.`)
+		}
 		if err := s.Walkthrough(ctx); err != nil {
 			return err
 		}
