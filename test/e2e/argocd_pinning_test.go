@@ -98,7 +98,8 @@ func TestArgoCDZeroTouchPinningKeepsTheDiffClean(t *testing.T) {
 func refreshed(t *testing.T, name string) framework.AppStatus {
 	t.Helper()
 	ctx := context.Background()
-	must(t, e2e.cluster.RefreshApplication(ctx, name))
+	must(t, e2e.cluster.PatchApplication(ctx, name, map[string]any{"metadata": map[string]any{
+		"annotations": map[string]any{"argocd.argoproj.io/refresh": "hard"}}}))
 	st, err := e2e.cluster.WaitApplication(ctx, argoWait, name, "refreshed", func(s framework.AppStatus) bool {
 		app, err := e2e.cluster.Application(ctx, name)
 		if err != nil {
