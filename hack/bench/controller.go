@@ -188,11 +188,24 @@ func (e env) controller(ctx context.Context, n int, keep bool) error {
 	}
 	elapsed := time.Since(start)
 	if op != nil {
-		// It drops a ReplicaSet whose object is not in its cache yet; do not wait forever.
-		_ = framework.Eventually(ctx, time.Minute, rsOperator+" done", func(context.Context) (bool, string, error) {
+		// It may drop a ReplicaSet for good (it gives up on an object missing from its cache): wait
+		// while it makes progress, at most 10 minutes.
+		last, lastChange := -1, time.Now()
+		_ = framework.Eventually(ctx, 10*time.Minute, rsOperator+" done", func(context.Context) (bool, string, error) {
 			got := len(w.latencies(rsOperator))
+			if got != last {
+				last, lastChange = got, time.Now()
+			}
+			if time.Since(lastChange) > 30*time.Second {
+				return false, "", fmt.Errorf("%s stopped at %d/%d pairs", rsOperator, got, 2*n)
+			}
 			return got >= 2*n, fmt.Sprintf("%d/%d", got, 2*n), nil
 		})
+		fmt.Printf("%s attached %d of %d new pairs %s after the first update\n", rsOperator, len(w.latencies(rsOperator)), 2*n,
+			time.Since(start).Round(time.Second))
+		if errs := linesWith(op.Logs(), "Reconciler error"); len(errs) > 0 {
+			fmt.Printf("%s logged %d reconcile errors, the first: %s\n", rsOperator, len(errs), errs[0])
+		}
 	}
 	time.Sleep(3 * time.Second) // let stragglers (duplicate writes, if any) show in the metrics
 	maxDepth, meanDepth := depth()
@@ -252,13 +265,32 @@ func (e env) controller(ctx context.Context, n int, keep bool) error {
 	fmt.Printf("writes per new (ConfigMap, ReplicaSet) pair: ours %.3f PATCH (200s minus the floor's %d), floor %.3f PATCH",
 		ourPatches/pairs, floorPatches, float64(floorPatches)/pairs)
 	if op != nil {
-		fmt.Printf(", %s %.3f PUT", rsOperator, (after[[2]string{"PUT", "200"}]-before[[2]string{"PUT", "200"}])/pairs)
+		fmt.Printf(", %s %.3f PUT (every PUT of a ConfigMap in the cluster)", rsOperator, (after[[2]string{"PUT", "200"}]-before[[2]string{"PUT", "200"}])/pairs)
 	}
 	fmt.Println()
 	fmt.Printf("our controller, whole run (its histograms, bucket upper bounds): sync of one revision p50 <= %s, p99 <= %s; "+
-		"revision created -> written p50 <= %s, p99 <= %s (creationTimestamp has 1 s resolution)\n", syncs[0], syncs[1], delays[0], delays[1])
+		"revision created -> written p50 <= %s, p99 <= %s (creationTimestamp has 1 s resolution)\n",
+		bound(syncs[0]), bound(syncs[1]), bound(delays[0]), bound(delays[1]))
 	fmt.Printf("our queue depth during the storm (sampled every 100 ms): max %.0f, mean %.1f\n", maxDepth, meanDepth)
 	return nil
+}
+
+func linesWith(logs, s string) []string {
+	var out []string
+	for _, l := range strings.Split(logs, "\n") {
+		if strings.Contains(l, s) {
+			out = append(out, l)
+		}
+	}
+	return out
+}
+
+// bound prints a histogram bucket bound; the last bucket has none.
+func bound(d time.Duration) string {
+	if d < 0 {
+		return "+Inf"
+	}
+	return d.String()
 }
 
 type quant struct{ p50, p95, p99, max time.Duration }

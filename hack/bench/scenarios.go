@@ -104,8 +104,8 @@ func histogramQuantiles(url, name, filter string, qs ...float64) ([]time.Duratio
 			return nil, err
 		}
 		bound, err := strconv.ParseFloat(le, 64)
-		if err != nil {
-			bound = math.Inf(1)
+		if err != nil || math.IsInf(bound, 1) {
+			bound = -1 // no upper bound: printed as +Inf
 		}
 		buckets = append(buckets, bucket{bound, count})
 	}
@@ -118,6 +118,9 @@ func histogramQuantiles(url, name, filter string, qs ...float64) ([]time.Duratio
 		for _, b := range buckets {
 			if b.count >= q*total {
 				out[i] = time.Duration(b.le * float64(time.Second)).Round(100 * time.Microsecond)
+				if b.le < 0 {
+					out[i] = -1
+				}
 				break
 			}
 		}
