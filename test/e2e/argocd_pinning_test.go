@@ -23,6 +23,8 @@ func TestArgoCDZeroTouchPinningKeepsTheDiffClean(t *testing.T) {
 	startArgoCD(t)
 	startPinningController(t, "Fail", ns)
 	r := pinnedRollout{t: t, ns: ns}
+	// The chart's checksum is over its rendered template, so revisions are told apart by ReplicaSet.
+	story := &helmStory{t: t, ns: ns, rollout: "demo"}
 
 	repo, err := framework.ServeChartRepo(helmCLI(t), "")
 	must(t, err)
@@ -40,7 +42,7 @@ func TestArgoCDZeroTouchPinningKeepsTheDiffClean(t *testing.T) {
 	st, err := e2e.cluster.WaitSynced(ctx, argoWait, app.Name)
 	must(t, err)
 	expectResources(t, st, "ConfigMap/app-config", "Rollout/demo")
-	rs1 := r.current(pinV1, 3)
+	rs1 := story.waitNewRevision(nil, 3).rs
 	r.expectReads(rs1, pinV1)
 
 	t.Log("when: the config changes in Git (values) and Argo CD syncs app-config in place: a canary starts and pauses")
@@ -50,7 +52,7 @@ func TestArgoCDZeroTouchPinningKeepsTheDiffClean(t *testing.T) {
 		return s.Current && !s.OperationPending && s.Sync == "Synced" && s.Health == "Suspended"
 	})
 	must(t, err)
-	rs2 := r.current(pinV2, 1)
+	rs2 := story.waitNewRevision(rs1, 1).rs
 	r.expectReads(rs2, pinV2)
 	must(t, e2e.cluster.WaitPods(ctx, 30*time.Second, rs1, 2))
 	r.expectReads(rs1, pinV1)
@@ -88,7 +90,8 @@ func TestArgoCDZeroTouchPinningKeepsTheDiffClean(t *testing.T) {
 
 	t.Log("when: the canary is promoted")
 	must(t, e2e.cluster.Promote(ctx, ns, "demo"))
-	r.current(pinV2, 3)
+	must(t, e2e.cluster.WaitPods(ctx, argoWait, rs2, 3))
+	r.expectReads(rs2, pinV2)
 	st, err = e2e.cluster.WaitSynced(ctx, argoWait, app.Name)
 	must(t, err)
 	t.Logf("then: Synced and Healthy: %s", st)
