@@ -145,8 +145,8 @@ type soak struct {
 	faults        map[string]int
 	lost          int
 	leaked        int
-	lostSeen      map[string]bool
-	leakedSeen    map[string]bool
+	unattachedN   int
+	seen          map[string]map[string]bool // by kind of violation, what was reported
 	errors        int
 	jobFailures   int
 	crashes       int
@@ -159,7 +159,8 @@ func newSoak(c *framework.Cluster, bin framework.Binary, o options) *soak {
 		rnd:     rng{rand.New(rand.NewPCG(o.seed, 0x50a4))},
 		ns:      map[string]*namespaceState{},
 		configs: map[string]config{},
-		faults:  map[string]int{}, lostSeen: map[string]bool{}, leakedSeen: map[string]bool{},
+		faults:  map[string]int{},
+		seen:    map[string]map[string]bool{"lost": {}, "leaked": {}, "unattached": {}},
 		started: time.Now(),
 	}
 	s.ctl = newControllers(s)

@@ -211,11 +211,11 @@ func (s *soak) checkpoint(ctx context.Context) {
 	for _, n := range notes {
 		fmt.Printf("      note: %s\n", n)
 	}
-	before := s.leaked
+	leaked, unattached := s.leaked, s.unattachedN
 	took := s.settle(ctx)
 	outcome := "settled"
-	if s.leaked > before {
-		outcome = fmt.Sprintf("%d leaked", s.leaked-before)
+	if s.leaked > leaked || s.unattachedN > unattached {
+		outcome = fmt.Sprintf("%d leaked, %d unattached", s.leaked-leaked, s.unattachedN-unattached)
 	}
 	fmt.Printf("check     %-17s %-44s %s (%s)\n", "settle", "all namespaces", outcome, took.Round(100*time.Millisecond))
 }
@@ -511,7 +511,7 @@ func (s *soak) summary(took time.Duration) {
 		faults = append(faults, fmt.Sprintf("%s=%d", a, s.faults[string(a)]))
 		total += s.faults[string(a)]
 	}
-	fmt.Printf("\nfaults: %s; controller replicas that exited on their own: %d; cluster components restarted: %d; Job mode failures: %d; step errors: %d; took %s; logs in %s\n",
-		strings.Join(faults, " "), s.crashes, s.planeRestarts, s.jobFailures, s.errors, took.Round(time.Second), s.o.workDir)
+	fmt.Printf("\nfaults: %s; unattached (not counted below): %d; controller replicas that exited on their own: %d; cluster components restarted: %d; Job mode failures: %d; step errors: %d; took %s; logs in %s\n",
+		strings.Join(faults, " "), s.unattachedN, s.crashes, s.planeRestarts, s.jobFailures, s.errors, took.Round(time.Second), s.o.workDir)
 	fmt.Printf("steps=%d faults=%d lost=%d leaked=%d seed=%d\n", s.step, total, s.lost, s.leaked, s.o.seed)
 }
