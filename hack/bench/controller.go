@@ -170,6 +170,16 @@ func (e env) controller(ctx context.Context, n int, keep bool) error {
 	if err != nil {
 		return err
 	}
+	metricsURL := "http://" + metricsAddr + "/metrics"
+	const syncMetric, delayMetric, attachSyncs = "configmap_attacher_reconcile_duration_seconds", "configmap_attacher_attach_delay_seconds", `controller="attach"`
+	syncsBefore, err := readHistogram(metricsURL, syncMetric, attachSyncs)
+	if err != nil {
+		return err
+	}
+	delaysBefore, err := readHistogram(metricsURL, delayMetric, "")
+	if err != nil {
+		return err
+	}
 	depth := sampleGauge(ctx, "http://"+metricsAddr+"/metrics", "configmap_attacher_queue_depth", 100*time.Millisecond)
 	w.startMeasuring()
 	start := time.Now()
@@ -219,15 +229,16 @@ func (e env) controller(ctx context.Context, n int, keep bool) error {
 	if op != nil {
 		rss[rsOperator], _ = peakRSS(op.Pid())
 	}
-	metricsURL := "http://" + metricsAddr + "/metrics"
-	syncs, err := histogramQuantiles(metricsURL, "configmap_attacher_reconcile_duration_seconds", `controller="attach"`, 0.5, 0.99)
+	syncs, err := readHistogram(metricsURL, syncMetric, attachSyncs)
 	if err != nil {
 		return err
 	}
-	delays, err := histogramQuantiles(metricsURL, "configmap_attacher_attach_delay_seconds", "", 0.5, 0.99)
+	syncs = syncs.since(syncsBefore)
+	delays, err := readHistogram(metricsURL, delayMetric, "")
 	if err != nil {
 		return err
 	}
+	delays = delays.since(delaysBefore)
 	floorAfter, floorErrors, err := floorCount(fl)
 	if err != nil {
 		return err
@@ -268,9 +279,9 @@ func (e env) controller(ctx context.Context, n int, keep bool) error {
 		fmt.Printf(", %s %.3f PUT (every PUT of a ConfigMap in the cluster)", rsOperator, (after[[2]string{"PUT", "200"}]-before[[2]string{"PUT", "200"}])/pairs)
 	}
 	fmt.Println()
-	fmt.Printf("our controller, whole run (its histograms, bucket upper bounds): sync of one revision p50 <= %s, p99 <= %s; "+
-		"revision created -> written p50 <= %s, p99 <= %s (creationTimestamp has 1 s resolution)\n",
-		bound(syncs[0]), bound(syncs[1]), bound(delays[0]), bound(delays[1]))
+	fmt.Printf("our controller during the storm (its histograms, bucket upper bounds): %.0f syncs of one revision, p50 <= %s, p99 <= %s; "+
+		"revision created -> written p50 <= %s, p99 <= %s (creationTimestamp has 1 s resolution)\n", syncs[len(syncs)-1].count,
+		bound(syncs.quantile(0.5)), bound(syncs.quantile(0.99)), bound(delays.quantile(0.5)), bound(delays.quantile(0.99)))
 	fmt.Printf("our queue depth during the storm (sampled every 100 ms): max %.0f, mean %.1f\n", maxDepth, meanDepth)
 	return nil
 }

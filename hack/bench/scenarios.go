@@ -83,49 +83,64 @@ func readAll(resp *http.Response) string {
 	return string(b)
 }
 
-// histogramQuantiles reads a Prometheus histogram from url (only series whose labels contain filter)
-// and returns, for each q, the upper bound of the first bucket holding at least that fraction of
-// observations.
-func histogramQuantiles(url, name, filter string, qs ...float64) ([]time.Duration, error) {
+// histogram is a Prometheus histogram's cumulative bucket counts, by upper bound (-1: +Inf).
+type histogram []struct{ le, count float64 }
+
+// readHistogram reads a histogram from url, only the series whose labels contain filter.
+func readHistogram(url, name, filter string) (histogram, error) {
 	resp, err := http.Get(url)
 	if err != nil {
 		return nil, err
 	}
 	defer resp.Body.Close()
-	type bucket struct{ le, count float64 }
-	var buckets []bucket
+	var h histogram
 	for _, line := range strings.Split(readAll(resp), "\n") {
 		if !strings.HasPrefix(line, name+"_bucket{") || !strings.Contains(line, filter) {
 			continue
 		}
-		le := between(line, `le="`, `"`)
 		count, err := strconv.ParseFloat(line[strings.LastIndex(line, " ")+1:], 64)
 		if err != nil {
 			return nil, err
 		}
-		bound, err := strconv.ParseFloat(le, 64)
+		bound, err := strconv.ParseFloat(between(line, `le="`, `"`), 64)
 		if err != nil || math.IsInf(bound, 1) {
-			bound = -1 // no upper bound: printed as +Inf
+			bound = -1
 		}
-		buckets = append(buckets, bucket{bound, count})
+		h = append(h, struct{ le, count float64 }{bound, count})
 	}
-	if len(buckets) == 0 {
+	if len(h) == 0 {
 		return nil, fmt.Errorf("no histogram %s{%s} at %s", name, filter, url)
 	}
-	total := buckets[len(buckets)-1].count
-	out := make([]time.Duration, len(qs))
-	for i, q := range qs {
-		for _, b := range buckets {
-			if b.count >= q*total {
-				out[i] = time.Duration(b.le * float64(time.Second)).Round(100 * time.Microsecond)
-				if b.le < 0 {
-					out[i] = -1
-				}
-				break
-			}
+	return h, nil
+}
+
+// since is what was observed after earlier (the same histogram read before).
+func (h histogram) since(earlier histogram) histogram {
+	out := append(histogram(nil), h...)
+	for i := range out {
+		if i < len(earlier) {
+			out[i].count -= earlier[i].count
 		}
 	}
-	return out, nil
+	return out
+}
+
+// quantile is the upper bound of the first bucket holding at least fraction q of the observations
+// (-1 for the +Inf bucket, 0 with no observations).
+func (h histogram) quantile(q float64) time.Duration {
+	total := h[len(h)-1].count
+	if total == 0 {
+		return 0
+	}
+	for _, b := range h {
+		if b.count >= q*total {
+			if b.le < 0 {
+				return -1
+			}
+			return time.Duration(b.le * float64(time.Second)).Round(100 * time.Microsecond)
+		}
+	}
+	return -1
 }
 
 // apiserverWrites reads apiserver_request_total for PATCH and PUT on configmaps, by verb and response
