@@ -2,13 +2,11 @@ package adopt
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
 	"io"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/types"
 
 	"github.com/configmap-attacher/configmap-attacher/internal/api"
 	"github.com/configmap-attacher/configmap-attacher/internal/attach"
@@ -111,16 +109,7 @@ func markPatch(ctx context.Context, w *attach.Writer, o *Object, dryRun bool) (*
 	if o.AddKeep {
 		meta["annotations"] = map[string]string{ResourcePolicyAnnotation: KeepPolicy}
 	}
-	body, err := json.Marshal(map[string]any{"metadata": meta})
-	if err != nil {
-		return nil, err
-	}
-	opts := metav1.PatchOptions{FieldManager: api.FieldManager}
-	if dryRun {
-		opts.DryRun = []string{metav1.DryRunAll}
-	}
-	m, err := w.Client.Resource(o.Kind.GVR()).Namespace(o.Meta.Namespace).
-		Patch(ctx, o.Meta.Name, types.StrategicMergePatchType, body, opts)
+	m, err := w.PatchMetadata(ctx, o.Object, meta, dryRun)
 	if apierrors.IsConflict(err) {
 		return nil, fmt.Errorf("%s changed while adopting: run adopt again: %w", o.Object, err)
 	}

@@ -3,7 +3,6 @@ package attach
 import (
 	"bytes"
 	"context"
-	"encoding/json"
 	"fmt"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -75,13 +74,8 @@ func (w *Writer) Detach(ctx context.Context, kind refs.Kind, namespace, name str
 		if len(deletes) == 0 {
 			return nil
 		}
-		body, err := json.Marshal(map[string]any{"metadata": map[string]any{
-			"resourceVersion": fresh.ResourceVersion, "ownerReferences": deletes}})
-		if err != nil {
-			return err
-		}
-		_, err = w.Client.Resource(kind.GVR()).Namespace(namespace).
-			Patch(ctx, name, types.StrategicMergePatchType, body, metav1.PatchOptions{FieldManager: api.FieldManager})
+		_, err = PatchMetadata(ctx, w.Client, kind, namespace, name,
+			map[string]any{"resourceVersion": fresh.ResourceVersion, "ownerReferences": deletes}, false)
 		return err
 	})
 	if apierrors.IsNotFound(err) {

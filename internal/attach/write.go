@@ -16,6 +16,7 @@ import (
 
 	"github.com/configmap-attacher/configmap-attacher/internal/api"
 	"github.com/configmap-attacher/configmap-attacher/internal/logging"
+	"github.com/configmap-attacher/configmap-attacher/internal/refs"
 	"github.com/configmap-attacher/configmap-attacher/internal/revision"
 )
 
@@ -144,6 +145,18 @@ func (w *Writer) patch(ctx context.Context, c Change, rv string, dryRun bool) (*
 	if rv != "" {
 		meta["resourceVersion"] = rv
 	}
+	out, err := w.PatchMetadata(ctx, c.Object, meta, dryRun)
+	if err != nil {
+		return nil, fmt.Errorf("patching %s: %w", c.Object, err)
+	}
+	return out, nil
+}
+
+// PatchMetadata sends {"metadata": meta} to an object as a strategic merge patch under our field
+// manager (a server-side dry run when asked): lists with a merge key merge by it (ownerReferences by
+// uid), maps by key, and finalizers through $deleteFromPrimitiveList, so nothing another writer set is
+// replaced. Every write of ours to a ConfigMap's or Secret's metadata goes through here.
+func PatchMetadata(ctx context.Context, client metadata.Interface, kind refs.Kind, namespace, name string, meta map[string]any, dryRun bool) (*metav1.PartialObjectMetadata, error) {
 	body, err := json.Marshal(map[string]any{"metadata": meta})
 	if err != nil {
 		return nil, err
@@ -152,11 +165,15 @@ func (w *Writer) patch(ctx context.Context, c Change, rv string, dryRun bool) (*
 	if dryRun {
 		opts.DryRun = []string{metav1.DryRunAll}
 	}
-	out, err := w.Client.Resource(c.Object.Kind.GVR()).Namespace(c.Object.Meta.Namespace).
-		Patch(ctx, c.Object.Meta.Name, types.StrategicMergePatchType, body, opts)
+	out, err := client.Resource(kind.GVR()).Namespace(namespace).Patch(ctx, name, types.StrategicMergePatchType, body, opts)
 	if err != nil {
-		return nil, fmt.Errorf("patching %s: %w", c.Object, err)
+		return nil, err
 	}
-	logging.FromContext(ctx).Debug("patched", "object", c.Object.String(), "dryRun", dryRun, slog.String("patch", string(body)))
+	logging.FromContext(ctx).Debug("patched", "object", fmt.Sprintf("%s %s/%s", kind, namespace, name), "dryRun", dryRun, slog.String("patch", string(body)))
 	return out, nil
+}
+
+// PatchMetadata is the package function for one of the writer's objects.
+func (w *Writer) PatchMetadata(ctx context.Context, o Object, meta map[string]any, dryRun bool) (*metav1.PartialObjectMetadata, error) {
+	return PatchMetadata(ctx, w.Client, o.Kind, o.Meta.Namespace, o.Meta.Name, meta, dryRun)
 }

@@ -2,14 +2,12 @@ package protection
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
 
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/metadata"
 
 	"github.com/configmap-attacher/configmap-attacher/internal/api"
+	"github.com/configmap-attacher/configmap-attacher/internal/attach"
 	"github.com/configmap-attacher/configmap-attacher/internal/refs"
 )
 
@@ -37,13 +35,7 @@ func (f Finalizers) Remove(ctx context.Context, kind refs.Kind, namespace, name,
 }
 
 func (f Finalizers) patch(ctx context.Context, kind refs.Kind, namespace, name string, meta map[string]any) error {
-	body, err := json.Marshal(map[string]any{"metadata": meta})
-	if err != nil {
-		return err
-	}
-	_, err = f.Client.Resource(kind.GVR()).Namespace(namespace).
-		Patch(ctx, name, types.StrategicMergePatchType, body, metav1.PatchOptions{FieldManager: api.FieldManager})
-	if err != nil {
+	if _, err := attach.PatchMetadata(ctx, f.Client, kind, namespace, name, meta, false); err != nil {
 		return fmt.Errorf("patching the finalizers of %s %s/%s: %w", kind, namespace, name, err)
 	}
 	return nil
