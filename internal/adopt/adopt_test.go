@@ -242,15 +242,7 @@ func TestApply(t *testing.T) {
 	w := adopt.Workload{Kind: caches.Deployment, Namespace: ns, Name: "web"}
 	writer := &attach.Writer{Client: mc}
 
-	p, err := adopt.Read(ctx, c, w)
-	if err != nil {
-		t.Fatal(err)
-	}
-	var out bytes.Buffer
-	sum, err := adopt.Apply(ctx, writer, p, false, &out)
-	if err != nil {
-		t.Fatal(err)
-	}
+	sum, out := adoptOnce(t, c, writer, w)
 	if want := (adopt.Summary{Objects: 3, Changes: 9}); sum != want {
 		t.Errorf("summary = %+v, want %+v", sum, want)
 	}
@@ -305,15 +297,7 @@ Secret devops-apps-01/app-env: add ownerReference to ReplicaSet web-bbb (revisio
 
 	t.Run("again: a no-op", func(t *testing.T) {
 		mc.ClearActions()
-		p, err := adopt.Read(ctx, c, w)
-		if err != nil {
-			t.Fatal(err)
-		}
-		var out bytes.Buffer
-		sum, err := adopt.Apply(ctx, writer, p, false, &out)
-		if err != nil {
-			t.Fatal(err)
-		}
+		sum, out := adoptOnce(t, c, writer, w)
 		if sum != (adopt.Summary{}) || out.Len() != 0 {
 			t.Errorf("second run: %+v, output %q", sum, out.String())
 		}
@@ -343,13 +327,7 @@ func TestApplyStatefulSet(t *testing.T) {
 	c, mc := clients(t, []runtime.Object{sts, cr("db-1", 1, spec([]string{"db-config"})), cr("db-2", 2, spec([]string{"db-config"}))},
 		config{kind: refs.ConfigMap, name: "db-config"})
 	ctx := context.Background()
-	p, err := adopt.Read(ctx, c, adopt.Workload{Kind: caches.StatefulSet, Namespace: ns, Name: "db"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := adopt.Apply(ctx, &attach.Writer{Client: mc}, p, false, &bytes.Buffer{}); err != nil {
-		t.Fatal(err)
-	}
+	adoptOnce(t, c, &attach.Writer{Client: mc}, adopt.Workload{Kind: caches.StatefulSet, Namespace: ns, Name: "db"})
 	m, err := mc.Resource(refs.ConfigMap.GVR()).Namespace(ns).Get(ctx, "db-config", metav1.GetOptions{})
 	if err != nil {
 		t.Fatal(err)
@@ -362,6 +340,22 @@ func TestApplyStatefulSet(t *testing.T) {
 	if want := []string{"ControllerRevision/db-1/cr-db-1", "ControllerRevision/db-2/cr-db-2"}; !reflect.DeepEqual(got, want) {
 		t.Errorf("ownerReferences = %v, want %v", got, want)
 	}
+}
+
+// adoptOnce reads and applies, as the command does, and returns the summary and the output.
+func adoptOnce(t *testing.T, c *kube.Clients, w *attach.Writer, wl adopt.Workload) (adopt.Summary, *bytes.Buffer) {
+	t.Helper()
+	ctx := context.Background()
+	p, err := adopt.Read(ctx, c, wl)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out bytes.Buffer
+	sum, err := adopt.Apply(ctx, w, p, false, &out)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return sum, &out
 }
 
 func TestParseKind(t *testing.T) {

@@ -8,6 +8,7 @@ import (
 	"strings"
 	"testing"
 
+	appsv1 "k8s.io/api/apps/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"sigs.k8s.io/yaml"
@@ -52,39 +53,38 @@ func TestArgoCDRendersAPublicChartThroughTheCMP(t *testing.T) {
 	t.Cleanup(func() { _ = e2e.cluster.DeleteApplication(context.Background(), argoWait, app.GetName()) })
 	ref := workload.Ref{Kind: workload.Deployment, Namespace: ns, Name: "graf-grafana"}
 
-	sync := func() framework.AppStatus {
+	// deploy syncs the Application with values (prune on) and returns the new revision and the
+	// revisioned config it reads, checking Argo CD manages exactly that config and the previous
+	// revision still finds its own.
+	deploy := func(prev *appsv1.ReplicaSet) (*appsv1.ReplicaSet, []string) {
 		t.Helper()
+		if prev != nil {
+			setPluginValues(t, app.GetName(), values)
+		}
 		must(t, e2e.cluster.SyncApplication(ctx, app.GetName(), true, nil))
 		st, err := e2e.cluster.WaitSynced(ctx, argoWait, app.GetName())
 		must(t, err)
-		return st
+		rs := waitDeploymentRevision(t, ref, prev)
+		config := expectConfigOf(t, rs)
+		if prev != nil {
+			expectConfigOf(t, prev)
+		}
+		expectManaged(t, st, config)
+		return rs, config
 	}
 
 	t.Log("when: the Application (source.plugin: configmap-attacher) is synced")
-	st := sync()
-	rs1 := waitDeploymentRevision(t, ref, nil)
-	first := expectConfigOf(t, rs1)
-	expectManaged(t, st, first)
+	rs1, first := deploy(nil)
 	t.Logf("then: Synced and Healthy; the pods read %v, renamed by the plugin and attached", first)
 
 	t.Log("when: grafana.ini changes and the Application is synced with prune")
 	values["grafana.ini"] = map[string]any{"log": map[string]any{"level": "debug"}}
-	setPluginValues(t, app.GetName(), values)
-	st = sync()
-	rs2 := waitDeploymentRevision(t, ref, rs1)
-	second := expectConfigOf(t, rs2)
-	expectConfigOf(t, rs1)
-	expectManaged(t, st, second)
+	rs2, second := deploy(rs1)
 	t.Logf("then: Synced; revision 2 reads %v; Argo CD neither pruned nor lists revision 1's %v", diffNames(first, second), diffNames(second, first))
 
 	t.Log("when: envRenderSecret changes and the Application is synced with prune")
 	values["envRenderSecret"] = map[string]any{"GF_FEATURE_X": "2"}
-	setPluginValues(t, app.GetName(), values)
-	st = sync()
-	rs3 := waitDeploymentRevision(t, ref, rs2)
-	third := expectConfigOf(t, rs3)
-	expectConfigOf(t, rs2)
-	expectManaged(t, st, third)
+	_, third := deploy(rs2)
 	must(t, e2e.cluster.WaitReplicaSetGone(ctx, helmWait, ns, rs1.Name))
 	for _, r := range diffNames(union(second, third), first) {
 		kind, name, _ := strings.Cut(r, "/")
@@ -92,7 +92,7 @@ func TestArgoCDRendersAPublicChartThroughTheCMP(t *testing.T) {
 	}
 	t.Logf("then: revision 3 reads %v; ReplicaSet %s is pruned and the garbage collector removes what only it read",
 		diffNames(second, third), rs1.Name)
-	st, err = e2e.cluster.WaitSynced(ctx, argoWait, app.GetName())
+	st, err := e2e.cluster.WaitSynced(ctx, argoWait, app.GetName())
 	must(t, err)
 	t.Logf("then: still Synced and Healthy: %s", st)
 }

@@ -7,8 +7,6 @@ import (
 	"testing"
 	"time"
 
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-
 	"github.com/configmap-attacher/configmap-attacher/internal/refs"
 	"github.com/configmap-attacher/configmap-attacher/test/framework"
 )
@@ -58,10 +56,7 @@ func TestArgoCDZeroTouchPinningKeepsTheDiffClean(t *testing.T) {
 	r.expectReads(rs1, pinV1)
 
 	t.Log("when: a spot node takes a stable pod")
-	pods, err := e2e.cluster.PodsOf(ctx, rs1)
-	must(t, err)
-	must(t, e2e.cluster.Kube.CoreV1().Pods(ns).Delete(ctx, pods[0].Name, metav1.DeleteOptions{}))
-	must(t, e2e.cluster.WaitPods(ctx, 60*time.Second, rs1, 2))
+	r.spotKill(rs1, 2)
 	r.expectReads(rs1, pinV1)
 	t.Log("then: its replacement reads the old content though app-config, as Argo CD applied it, holds the new")
 

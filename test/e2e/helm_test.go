@@ -19,6 +19,7 @@ import (
 
 	"github.com/configmap-attacher/configmap-attacher/internal/api"
 	"github.com/configmap-attacher/configmap-attacher/internal/refs"
+	"github.com/configmap-attacher/configmap-attacher/internal/workload"
 	"github.com/configmap-attacher/configmap-attacher/test/framework"
 )
 
@@ -163,34 +164,10 @@ func (s *helmStory) waitPruned(old []revisionOf) revisionOf {
 // waitNewRevision waits until the Rollout's current ReplicaSet is not prev and runs `ready` ready pods.
 func (s *helmStory) waitNewRevision(prev *appsv1.ReplicaSet, ready int) revisionOf {
 	s.t.Helper()
-	var r revisionOf
-	must(s.t, framework.Eventually(context.Background(), helmWait, fmt.Sprintf("a new ReplicaSet of %s with %d ready pods", s.rollout, ready),
-		func(ctx context.Context) (bool, string, error) {
-			res, err := e2e.cluster.Resolve(ctx, s.ns, s.rollout)
-			if err != nil {
-				return false, err.Error(), nil
-			}
-			rs, err := res.Current()
-			if err != nil {
-				return false, err.Error(), nil
-			}
-			if prev != nil && rs.UID == prev.UID {
-				return false, "still on " + rs.Name, nil
-			}
-			pods, err := e2e.cluster.PodsOf(ctx, rs)
-			if err != nil {
-				return false, "", err
-			}
-			if n := framework.ReadyPods(pods); n != ready || len(pods) != ready {
-				return false, fmt.Sprintf("%s has %d pods, %d ready", rs.Name, len(pods), n), nil
-			}
-			cm, err := mountedConfigMap(rs)
-			if err != nil {
-				return false, "", err
-			}
-			r = revisionOf{rs: rs, cm: cm}
-			return true, "", nil
-		}))
+	rs := waitCurrentRevision(s.t, workload.Ref{Kind: workload.Rollout, Namespace: s.ns, Name: s.rollout}, prev, ready, false)
+	cm, err := mountedConfigMap(rs)
+	must(s.t, err)
+	r := revisionOf{rs: rs, cm: cm}
 	if s.check != nil {
 		s.check(r.cm)
 	}

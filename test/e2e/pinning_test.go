@@ -123,6 +123,19 @@ func (r pinnedRollout) expectReads(rs *appsv1.ReplicaSet, data map[string]string
 	return snap.Name
 }
 
+// spotKill deletes a pod of rs, as a spot interruption would, and waits for rs to run n pods again.
+func (r pinnedRollout) spotKill(rs *appsv1.ReplicaSet, n int) {
+	r.t.Helper()
+	ctx := context.Background()
+	pods, err := e2e.cluster.PodsOf(ctx, rs)
+	must(r.t, err)
+	if len(pods) == 0 {
+		r.t.Fatalf("ReplicaSet %s has no pod to replace", rs.Name)
+	}
+	must(r.t, e2e.cluster.Kube.CoreV1().Pods(r.ns).Delete(ctx, pods[0].Name, metav1.DeleteOptions{}))
+	must(r.t, e2e.cluster.WaitPods(ctx, 60*time.Second, rs, n))
+}
+
 func (r pinnedRollout) expectAppConfigHasNoOwners() {
 	r.t.Helper()
 	if owners := ownersOf(r.t, r.ns, refs.ConfigMap, "app-config"); len(owners) != 0 {
@@ -167,10 +180,7 @@ func TestPinningTheWalkthroughWithAStaticConfigMap(t *testing.T) {
 	r.expectReads(rs1, pinV1)
 
 	t.Log("when: a spot node takes a stable pod")
-	pods, err := e2e.cluster.PodsOf(ctx, rs1)
-	must(t, err)
-	must(t, e2e.cluster.Kube.CoreV1().Pods(ns).Delete(ctx, pods[0].Name, metav1.DeleteOptions{}))
-	must(t, e2e.cluster.WaitPods(ctx, 60*time.Second, rs1, 2))
+	r.spotKill(rs1, 2)
 	t.Logf("then: its replacement reads the OLD content, not app-config's faulty one")
 	r.expectReads(rs1, pinV1)
 
@@ -196,7 +206,7 @@ func TestPinningTheWalkthroughWithAStaticConfigMap(t *testing.T) {
 	r.expectReads(rs3, pinV3)
 	must(t, e2e.cluster.Promote(ctx, ns, "demo"))
 	r.current(pinV3, 3)
-	_, err = e2e.cluster.Dynamic.Resource(workload.RolloutGVR).Namespace(ns).Patch(ctx, "demo", types.MergePatchType,
+	_, err := e2e.cluster.Dynamic.Resource(workload.RolloutGVR).Namespace(ns).Patch(ctx, "demo", types.MergePatchType,
 		[]byte(`{"spec":{"revisionHistoryLimit":0}}`), metav1.PatchOptions{})
 	must(t, err)
 	for _, rs := range []*appsv1.ReplicaSet{rs1, rs2} {

@@ -89,8 +89,18 @@ func TestPublicChartGrafanaInstallAndTwoConfigUpgrades(t *testing.T) {
 // every other ReplicaSet scaled to zero.
 func waitDeploymentRevision(t *testing.T, ref workload.Ref, prev *appsv1.ReplicaSet) *appsv1.ReplicaSet {
 	t.Helper()
+	rs := waitCurrentRevision(t, ref, prev, -1, true)
+	t.Logf("then: ReplicaSet %s (revision %s) runs", rs.Name, framework.RevisionOf(rs))
+	return rs
+}
+
+// waitCurrentRevision waits until the workload's current ReplicaSet is not prev and runs ready ready
+// pods (-1: as many as it wants) and no others; with settled, every other ReplicaSet runs none.
+func waitCurrentRevision(t *testing.T, ref workload.Ref, prev *appsv1.ReplicaSet, ready int, settled bool) *appsv1.ReplicaSet {
+	t.Helper()
 	var cur *appsv1.ReplicaSet
-	must(t, framework.Eventually(context.Background(), helmWait, "a new revision of "+ref.String()+" rolled out", func(ctx context.Context) (bool, string, error) {
+	what := fmt.Sprintf("a new revision of %s with %d ready pods", ref, ready)
+	must(t, framework.Eventually(context.Background(), helmWait, what, func(ctx context.Context) (bool, string, error) {
 		res, err := e2e.cluster.ResolveWorkload(ctx, ref)
 		if err != nil {
 			return false, err.Error(), nil
@@ -103,7 +113,7 @@ func waitDeploymentRevision(t *testing.T, ref workload.Ref, prev *appsv1.Replica
 			return false, "still on " + rs.Name, nil
 		}
 		for _, o := range res.Owned {
-			if o.UID != rs.UID && o.Status.Replicas > 0 {
+			if settled && o.UID != rs.UID && o.Status.Replicas > 0 {
 				return false, o.Name + " still runs pods", nil
 			}
 		}
@@ -111,13 +121,16 @@ func waitDeploymentRevision(t *testing.T, ref workload.Ref, prev *appsv1.Replica
 		if err != nil {
 			return false, "", err
 		}
-		if n := framework.ReadyPods(pods); n == 0 || n != len(pods) || n != int(*rs.Spec.Replicas) {
-			return false, fmt.Sprintf("%s: %d pods, %d ready", rs.Name, len(pods), n), nil
+		want := ready
+		if want < 0 {
+			want = int(*rs.Spec.Replicas)
+		}
+		if n := framework.ReadyPods(pods); n != want || len(pods) != want {
+			return false, fmt.Sprintf("%s has %d pods, %d ready", rs.Name, len(pods), n), nil
 		}
 		cur = rs
 		return true, "", nil
 	}))
-	t.Logf("then: ReplicaSet %s (revision %s) runs", cur.Name, framework.RevisionOf(cur))
 	return cur
 }
 
@@ -167,24 +180,17 @@ func union(a, b []string) []string {
 
 // revisionedObjects lists the opted-in ConfigMaps and Secrets of ns not being deleted, as Kind/name.
 func revisionedObjects(ctx context.Context, ns string) ([]string, error) {
-	sel := metav1.ListOptions{LabelSelector: api.RevisionedLabel + "=" + api.RevisionedValue}
 	var out []string
-	cms, err := e2e.cluster.Kube.CoreV1().ConfigMaps(ns).List(ctx, sel)
-	if err != nil {
-		return nil, err
-	}
-	for _, o := range cms.Items {
-		if o.DeletionTimestamp == nil {
-			out = append(out, refs.Ref{Kind: refs.ConfigMap, Name: o.Name}.String())
+	for _, kind := range refs.Kinds() {
+		list, err := e2e.cluster.Dynamic.Resource(kind.GVR()).Namespace(ns).List(ctx,
+			metav1.ListOptions{LabelSelector: api.RevisionedLabel + "=" + api.RevisionedValue})
+		if err != nil {
+			return nil, err
 		}
-	}
-	secrets, err := e2e.cluster.Kube.CoreV1().Secrets(ns).List(ctx, sel)
-	if err != nil {
-		return nil, err
-	}
-	for _, o := range secrets.Items {
-		if o.DeletionTimestamp == nil {
-			out = append(out, refs.Ref{Kind: refs.Secret, Name: o.Name}.String())
+		for _, o := range list.Items {
+			if o.GetDeletionTimestamp() == nil {
+				out = append(out, refs.Ref{Kind: kind, Name: o.GetName()}.String())
+			}
 		}
 	}
 	slices.Sort(out)
