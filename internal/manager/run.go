@@ -94,7 +94,7 @@ func Run(ctx context.Context, o *Options, clients *kube.Clients) error {
 		return fmt.Errorf("informer caches did not sync before shutdown")
 	}
 	if o.Pinning.Enabled {
-		if err := serveWebhook(ctx, o, clients, cs, writer); err != nil {
+		if err := serveWebhook(ctx, o, clients, cs, writer, m); err != nil {
 			return err
 		}
 	}
@@ -166,7 +166,7 @@ func controllers(cs *caches.Caches, writer *attach.Writer, m *metrics.Metrics, e
 
 // serveWebhook makes (or loads) the serving certificate, serves the pinning webhook over TLS and
 // registers it: the whole configuration at -webhook-url, or the caBundle of the chart's.
-func serveWebhook(ctx context.Context, o *Options, clients *kube.Clients, cs *caches.Caches, writer *attach.Writer) error {
+func serveWebhook(ctx context.Context, o *Options, clients *kube.Clients, cs *caches.Caches, writer *attach.Writer, m *metrics.Metrics) error {
 	po := o.Pinning
 	reg := pinning.Registration{Configuration: po.Configuration, URL: strings.TrimSuffix(po.URL, "/"),
 		FailurePolicy: admissionregistrationv1.FailurePolicyType(po.FailurePolicy), Namespaces: o.Namespaces}
@@ -187,7 +187,7 @@ func serveWebhook(ctx context.Context, o *Options, clients *kube.Clients, cs *ca
 	if err := certs.Ensure(ctx); err != nil {
 		return err
 	}
-	hook := &pinning.Webhook{Caches: cs, Taker: &pinning.Taker{Kube: clients.Kube, Writer: writer}, Log: logging.FromContext(ctx)}
+	hook := &pinning.Webhook{Caches: cs, Taker: &pinning.Taker{Kube: clients.Kube, Writer: writer}, Log: logging.FromContext(ctx), Metrics: m}
 	mux := http.NewServeMux()
 	mux.Handle(pinning.Path, hook)
 	if _, err := serveTLS(ctx, "webhook", addr, mux, &tls.Config{GetCertificate: certs.GetCertificate, MinVersion: tls.VersionTLS12}); err != nil {

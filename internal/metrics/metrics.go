@@ -19,6 +19,8 @@ type Metrics struct {
 	reconcile *prometheus.HistogramVec
 	attachAge prometheus.Histogram
 	isLeader  prometheus.Gauge
+	admission *prometheus.HistogramVec
+	apiCalls  *prometheus.CounterVec
 }
 
 // New registers the series plus the Go and process collectors (process_resident_memory_bytes is what
@@ -44,8 +46,15 @@ func New() *Metrics {
 		isLeader: prometheus.NewGauge(prometheus.GaugeOpts{
 			Name: "configmap_attacher_leader", Help: "1 while this replica holds the leader Lease.",
 		}),
+		admission: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Name: "configmap_attacher_webhook_admission_duration_seconds", Help: "Time to decide one pod admission, by outcome (pinned, unchanged, denied).",
+			Buckets: prometheus.ExponentialBuckets(0.0001, 2, 16),
+		}, []string{"outcome"}),
+		apiCalls: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "configmap_attacher_webhook_api_calls_total", Help: "API requests made while admitting a pod (the pod path reads caches; these are the exceptions), by call.",
+		}, []string{"call"}),
 	}
-	reg.MustRegister(m.attaches, m.errors, m.reconcile, m.attachAge, m.isLeader,
+	reg.MustRegister(m.attaches, m.errors, m.reconcile, m.attachAge, m.isLeader, m.admission, m.apiCalls,
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	return m
 }
@@ -82,3 +91,11 @@ func (m *Metrics) Leading(yes bool) {
 		m.isLeader.Set(0)
 	}
 }
+
+// Admitted records one pod admission decided by the pinning webhook.
+func (m *Metrics) Admitted(outcome string, d time.Duration) {
+	m.admission.WithLabelValues(outcome).Observe(d.Seconds())
+}
+
+// WebhookAPICall records an API request made on the pod path (a cache miss, a snapshot taken there).
+func (m *Metrics) WebhookAPICall(call string) { m.apiCalls.WithLabelValues(call).Inc() }

@@ -9,6 +9,7 @@ import (
 	"net/http"
 	"strconv"
 	"strings"
+	"time"
 
 	admissionv1 "k8s.io/api/admission/v1"
 	appsv1 "k8s.io/api/apps/v1"
@@ -20,6 +21,7 @@ import (
 
 	"github.com/configmap-attacher/configmap-attacher/internal/caches"
 	"github.com/configmap-attacher/configmap-attacher/internal/logging"
+	"github.com/configmap-attacher/configmap-attacher/internal/metrics"
 	"github.com/configmap-attacher/configmap-attacher/internal/refs"
 	"github.com/configmap-attacher/configmap-attacher/internal/revision"
 )
@@ -35,6 +37,8 @@ type Webhook struct {
 	Taker  *Taker
 	// Log is the serving process's logger: requests arrive with the HTTP server's context.
 	Log *slog.Logger
+	// Metrics, optional, gets each admission's duration and every API call on the pod path.
+	Metrics *metrics.Metrics
 }
 
 var podResource = metav1.GroupVersionResource{Version: "v1", Resource: "pods"}
@@ -54,7 +58,18 @@ func (w *Webhook) ServeHTTP(rw http.ResponseWriter, req *http.Request) {
 		http.Error(rw, fmt.Sprintf("not an AdmissionReview: %v", err), http.StatusBadRequest)
 		return
 	}
+	start := time.Now()
 	resp := w.Admit(req.Context(), review.Request)
+	if w.Metrics != nil {
+		outcome := "unchanged"
+		switch {
+		case !resp.Allowed:
+			outcome = "denied"
+		case resp.Patch != nil:
+			outcome = "pinned"
+		}
+		w.Metrics.Admitted(outcome, time.Since(start))
+	}
 	resp.UID = review.Request.UID
 	review.Response, review.Request = resp, nil
 	rw.Header().Set("Content-Type", "application/json")
@@ -155,6 +170,7 @@ func (w *Webhook) snapshot(ctx context.Context, rev *revision.Revision, r refs.R
 		return DryRunName(obj)
 	}
 	logging.FromContext(ctx).Info("the pod came before its revision was pinned: snapshotting now", "revision", rev.String(), "object", r.String())
+	w.apiCall("take_snapshot")
 	return w.Taker.Take(ctx, rev, r)
 }
 
@@ -202,6 +218,7 @@ func (w *Webhook) controllerRevisionUID(ctx context.Context, ns, name string, ow
 			}
 		}
 	}
+	w.apiCall("get_controllerrevision")
 	cr, err := w.Taker.Kube.AppsV1().ControllerRevisions(ns).Get(ctx, name, metav1.GetOptions{})
 	if apierrors.IsNotFound(err) {
 		return "", nil
@@ -213,6 +230,12 @@ func (w *Webhook) controllerRevisionUID(ctx context.Context, ns, name string, ow
 		return "", nil
 	}
 	return cr.UID, nil
+}
+
+func (w *Webhook) apiCall(call string) {
+	if w.Metrics != nil {
+		w.Metrics.WebhookAPICall(call)
+	}
 }
 
 // pointer turns a refs.Path into a JSON Pointer (RFC 6901).

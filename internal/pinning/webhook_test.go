@@ -20,6 +20,7 @@ import (
 	"github.com/configmap-attacher/configmap-attacher/internal/api"
 	"github.com/configmap-attacher/configmap-attacher/internal/attach"
 	"github.com/configmap-attacher/configmap-attacher/internal/caches"
+	"github.com/configmap-attacher/configmap-attacher/internal/metrics"
 	"github.com/configmap-attacher/configmap-attacher/internal/refs"
 	"github.com/configmap-attacher/configmap-attacher/internal/testutil"
 )
@@ -102,7 +103,7 @@ func newFixture(t *testing.T, users []*caches.User, snapshots []*metav1.PartialO
 		cs.Users[k] = caches.NewUserInformerForTest(byKind[k]...)
 	}
 	cs.Pinning = caches.NewPinningForTest([]runtime.Object{appConfig("v1"), appSecret()}, snapshots, ns)
-	f.hook = &Webhook{Caches: cs, Taker: &Taker{Kube: f.kube, Writer: &attach.Writer{Client: f.meta}}}
+	f.hook = &Webhook{Caches: cs, Taker: &Taker{Kube: f.kube, Writer: &attach.Writer{Client: f.meta}}, Metrics: metrics.New()}
 	return f
 }
 
@@ -173,6 +174,27 @@ func TestWebhookPinsAReplicaSetsPodsToItsSnapshots(t *testing.T) {
 	if n := len(f.kube.Actions()) + len(f.meta.Actions()); n != 0 {
 		t.Errorf("%d API requests on the pod path; want none (caches only)", n)
 	}
+	if n := counted(t, f.hook.Metrics, "configmap_attacher_webhook_api_calls_total"); n != 0 {
+		t.Errorf("the API call counter says %v; want 0", n)
+	}
+}
+
+// counted sums a counter's samples over every label value.
+func counted(t *testing.T, m *metrics.Metrics, name string) float64 {
+	t.Helper()
+	families, err := m.Registry.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	sum := 0.0
+	for _, f := range families {
+		if f.GetName() == name {
+			for _, s := range f.GetMetric() {
+				sum += s.GetCounter().GetValue()
+			}
+		}
+	}
+	return sum
 }
 
 // The webhook is reinvoked when a later webhook changes the pod: a pinned pod has nothing left to pin.
@@ -231,6 +253,9 @@ func TestWebhookTakesTheSnapshotWhenThePodComesFirst(t *testing.T) {
 	resp, got = f.admit(t, p, false)
 	if !resp.Allowed || !equal(got, wantPinnedTo(cm, sec)) {
 		t.Fatalf("allowed %v, patch %v; want the live content's snapshot %s", resp.Allowed, got, cm)
+	}
+	if n := counted(t, f.hook.Metrics, "configmap_attacher_webhook_api_calls_total"); n != 2 {
+		t.Errorf("the API call counter says %v; want 2 (the ConfigMap's and the Secret's snapshots)", n)
 	}
 	snap, err := f.kube.CoreV1().ConfigMaps(ns).Get(context.Background(), cm, metav1.GetOptions{})
 	if err != nil {
