@@ -7,6 +7,7 @@
 //	go run ./hack/bench controller   # 500 Rollouts changed at once: latency beside the floor and a peer
 //	go run ./hack/bench memory       # peak RSS with 2,000 and 10,000 ConfigMaps of 64 KiB beside the
 //	                                 # peers, then with 10,000 Pods as well
+//	go run ./hack/bench webhook      # 500 pods created at once with and without the pinning webhook
 //
 // The peers (the original configmap-attacher, configmap-rs-operator, Reloader) are built by
 // `hack/tools/build.sh peers` into _output/tools/bin; a scenario leaves out those not built.
@@ -66,9 +67,11 @@ func run(ctx context.Context, args []string) error {
 	keep := fs.Bool("keep", false, "keep the cluster and namespaces afterwards")
 	controllerLog := fs.String("controller-log", "", "controller scenario: write the controller's logs to this file")
 	controllerLogLevel := fs.String("controller-log-level", "warn", "LOG_LEVEL of the controller")
+	webhookPods := fs.Int("webhook-pods", 500, "webhook: pods created at once in each of the two namespaces")
+	inFlight := fs.Int("in-flight", 64, "webhook: CREATE requests in flight at once")
 	controllerFlags := fs.String("controller-flags", "", "extra flags for the controller, space-separated (e.g. \"-workers=16 -kube-api-qps=300\")")
 	if len(args) == 0 {
-		return fmt.Errorf("usage: bench job|controller|memory [flags]")
+		return fmt.Errorf("usage: bench job|controller|memory|webhook [flags]")
 	}
 	scenario := args[0]
 	if err := fs.Parse(args[1:]); err != nil {
@@ -131,6 +134,8 @@ func run(ctx context.Context, args []string) error {
 		return e.controller(ctx, *rollouts, *keep)
 	case "memory":
 		return e.memory(ctx, counts, *pods, *size, *keep)
+	case "webhook":
+		return e.webhook(ctx, *webhookPods, *inFlight, *keep)
 	}
-	return fmt.Errorf("unknown scenario %q: job, controller or memory", scenario)
+	return fmt.Errorf("unknown scenario %q: job, controller, memory or webhook", scenario)
 }
