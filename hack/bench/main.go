@@ -69,6 +69,7 @@ func run(ctx context.Context, args []string) error {
 	controllerLogLevel := fs.String("controller-log-level", "warn", "LOG_LEVEL of the controller")
 	webhookPods := fs.Int("webhook-pods", 500, "webhook: pods created at once in each of the two namespaces")
 	inFlight := fs.Int("in-flight", 64, "webhook: CREATE requests in flight at once")
+	rounds := fs.Int("rounds", 5, "webhook: storms, each with fresh pods")
 	controllerFlags := fs.String("controller-flags", "", "extra flags for the controller, space-separated (e.g. \"-workers=16 -kube-api-qps=300\")")
 	if len(args) == 0 {
 		return fmt.Errorf("usage: bench job|controller|memory|webhook [flags]")
@@ -135,7 +136,7 @@ func run(ctx context.Context, args []string) error {
 	case "memory":
 		return e.memory(ctx, counts, *pods, *size, *keep)
 	case "webhook":
-		return e.webhook(ctx, *webhookPods, *inFlight, *keep)
+		return e.webhook(ctx, *webhookPods, *inFlight, *rounds, *keep)
 	}
 	return fmt.Errorf("unknown scenario %q: job, controller, memory or webhook", scenario)
 }

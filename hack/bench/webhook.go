@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"net/http"
+	"sort"
 	"strconv"
 	"strings"
 	"sync"
@@ -28,7 +29,7 @@ import (
 // The pods are created directly, controlled by a ReplicaSet of 0 replicas whose selector they do not
 // match (the webhook keys on the controlling ReplicaSet's uid). The ReplicaSet controller then releases
 // them, in both namespaces alike.
-func (e env) webhook(ctx context.Context, pods, inFlight int, keep bool) error {
+func (e env) webhook(ctx context.Context, pods, inFlight, rounds int, keep bool) error {
 	pinned, plain := "bench-webhook-pinned", "bench-webhook-plain"
 	for _, ns := range []string{pinned, plain} {
 		if err := e.freshNamespace(ctx, ns, keep); err != nil {
@@ -92,34 +93,35 @@ func (e env) webhook(ctx context.Context, pods, inFlight int, keep bool) error {
 		return err
 	}
 
-	var mu sync.Mutex
-	lat := map[string][]time.Duration{}
-	yes := true
-	err = parallel(2*pods, inFlight, func(i int) error {
-		ns := pinned
-		if i%2 == 1 {
-			ns = plain
-		}
-		rs := owners[ns]
-		p := &corev1.Pod{
-			ObjectMeta: metav1.ObjectMeta{Name: fmt.Sprintf("storm-%04d", i/2), Labels: map[string]string{"app": "storm-pod"},
-				OwnerReferences: []metav1.OwnerReference{{APIVersion: "apps/v1", Kind: "ReplicaSet", Name: rs.Name, UID: rs.UID, Controller: &yes}}},
-			Spec: *rs.Spec.Template.Spec.DeepCopy(),
-		}
-		start := time.Now()
-		_, err := storm.CoreV1().Pods(ns).Create(ctx, p, metav1.CreateOptions{})
-		d := time.Since(start)
+	fmt.Printf("\nwebhook: %d pods per namespace created at once, interleaved, %d CREATEs in flight; %d rounds\n", pods, inFlight, rounds)
+	fmt.Printf("%-7s %-26s %9s %9s %9s %9s   %s\n", "round", "CREATE latency (client)", "p50", "p95", "p99", "max", "ratio with ÷ without")
+	var ratio50, ratio99 []float64
+	for round := 1; round <= rounds; round++ {
+		lat, err := e.podStorm(ctx, storm, owners, pods, inFlight, round)
 		if err != nil {
-			return fmt.Errorf("creating pod %s/%s: %w", ns, p.Name, err)
+			return err
 		}
-		mu.Lock()
-		lat[ns] = append(lat[ns], d)
-		mu.Unlock()
-		return nil
-	})
-	if err != nil {
-		return err
+		q := map[string]quant{pinned: quantiles(lat[pinned]), plain: quantiles(lat[plain])}
+		r50, r99 := float64(q[pinned].p50)/float64(q[plain].p50), float64(q[pinned].p99)/float64(q[plain].p99)
+		ratio50, ratio99 = append(ratio50, r50), append(ratio99, r99)
+		for _, row := range []struct{ name, ns, ratio string }{
+			{"without the webhook", plain, ""},
+			{"with the webhook (pinned)", pinned, fmt.Sprintf("p50 %.2f  p99 %.2f", r50, r99)},
+		} {
+			fmt.Printf("%-7d %-26s %9s %9s %9s %9s   %s\n", round, row.name, ms(q[row.ns].p50), ms(q[row.ns].p95), ms(q[row.ns].p99), ms(q[row.ns].max), row.ratio)
+		}
+		reads, err := e.stormReads(ctx, pinned, plain)
+		if err != nil {
+			return err
+		}
+		if reads[pinned][snapshot] != pods || reads[plain]["app-config"] != pods {
+			return fmt.Errorf("round %d: pods read %v (pinned namespace) and %v (plain)", round, reads[pinned], reads[plain])
+		}
+		if err := e.deleteStorm(ctx, pinned, plain); err != nil {
+			return err
+		}
 	}
+	fmt.Printf("median ratio over the rounds: p50 %.2f  p99 %.2f\n", medianOf(ratio50), medianOf(ratio99))
 
 	after, err := readHistogram(metricsURL, "configmap_attacher_webhook_admission_duration_seconds", `outcome="pinned"`)
 	if err != nil {
@@ -130,36 +132,88 @@ func (e env) webhook(ctx context.Context, pods, inFlight int, keep bool) error {
 	if err != nil {
 		return err
 	}
+	fmt.Printf("webhook admission time (its histogram, bucket bounds): p50 ≤ %s, p99 ≤ %s over %.0f pinned pods\n",
+		bound(admission.quantile(0.5)), bound(admission.quantile(0.99)), admission[len(admission)-1].count)
+	fmt.Printf("API requests on the pod path during the storms: %.0f\n", callsAfter-callsBefore)
+	fmt.Printf("every round: %d of %d pods read the snapshot %s; the plain namespace's %d read app-config\n", pods, pods, snapshot, pods)
+	return nil
+}
+
+// podStorm creates pods pods in each namespace of owners, interleaved, inFlight at once, and returns
+// each namespace's CREATE latencies.
+func (e env) podStorm(ctx context.Context, client kubernetes.Interface, owners map[string]*appsv1.ReplicaSet, pods, inFlight, round int) (map[string][]time.Duration, error) {
+	var namespaces []string
+	for ns := range owners {
+		namespaces = append(namespaces, ns)
+	}
+	sort.Strings(namespaces)
+	var mu sync.Mutex
+	lat := map[string][]time.Duration{}
+	yes := true
+	err := parallel(len(namespaces)*pods, inFlight, func(i int) error {
+		ns := namespaces[i%len(namespaces)]
+		rs := owners[ns]
+		p := &corev1.Pod{
+			ObjectMeta: metav1.ObjectMeta{Name: fmt.Sprintf("storm-%d-%04d", round, i/len(namespaces)), Labels: map[string]string{"app": "storm-pod"},
+				OwnerReferences: []metav1.OwnerReference{{APIVersion: "apps/v1", Kind: "ReplicaSet", Name: rs.Name, UID: rs.UID, Controller: &yes}}},
+			Spec: *rs.Spec.Template.Spec.DeepCopy(),
+		}
+		start := time.Now()
+		_, err := client.CoreV1().Pods(ns).Create(ctx, p, metav1.CreateOptions{})
+		d := time.Since(start)
+		if err != nil {
+			return fmt.Errorf("creating pod %s/%s: %w", ns, p.Name, err)
+		}
+		mu.Lock()
+		lat[ns] = append(lat[ns], d)
+		mu.Unlock()
+		return nil
+	})
+	return lat, err
+}
+
+// stormReads counts the storm's pods of each namespace by the ConfigMaps they read.
+func (e env) stormReads(ctx context.Context, namespaces ...string) (map[string]map[string]int, error) {
 	reads := map[string]map[string]int{}
-	for _, ns := range []string{pinned, plain} {
+	for _, ns := range namespaces {
 		list, err := e.c.Kube.CoreV1().Pods(ns).List(ctx, metav1.ListOptions{LabelSelector: "app=storm-pod"})
 		if err != nil {
-			return err
+			return nil, err
 		}
 		reads[ns] = map[string]int{}
 		for i := range list.Items {
 			reads[ns][strings.Join(framework.ReadsConfigMaps(&list.Items[i]), ",")]++
 		}
 	}
+	return reads, nil
+}
 
-	fmt.Printf("\nwebhook: %d pods per namespace created at once, interleaved, %d CREATEs in flight\n", pods, inFlight)
-	fmt.Printf("%-28s %9s %9s %9s %9s\n", "CREATE latency (client)", "p50", "p95", "p99", "max")
-	q := map[string]quant{}
-	for _, row := range []struct{ name, ns string }{{"without the webhook", plain}, {"with the webhook (pinned)", pinned}} {
-		q[row.ns] = quantiles(lat[row.ns])
-		fmt.Printf("%-28s %9s %9s %9s %9s\n", row.name, ms(q[row.ns].p50), ms(q[row.ns].p95), ms(q[row.ns].p99), ms(q[row.ns].max))
+// deleteStorm deletes the storm's pods and waits until they are gone, so every round starts alike.
+func (e env) deleteStorm(ctx context.Context, namespaces ...string) error {
+	zero := int64(0)
+	for _, ns := range namespaces {
+		if err := e.c.Kube.CoreV1().Pods(ns).DeleteCollection(ctx, metav1.DeleteOptions{GracePeriodSeconds: &zero},
+			metav1.ListOptions{LabelSelector: "app=storm-pod"}); err != nil {
+			return err
+		}
 	}
-	fmt.Printf("ratio (with ÷ without): p50 %.2f  p99 %.2f\n",
-		float64(q[pinned].p50)/float64(q[plain].p50), float64(q[pinned].p99)/float64(q[plain].p99))
-	fmt.Printf("webhook admission time (its histogram, bucket bounds): p50 ≤ %s, p99 ≤ %s over %.0f pinned pods\n",
-		bound(admission.quantile(0.5)), bound(admission.quantile(0.99)), admission[len(admission)-1].count)
-	fmt.Printf("API requests on the pod path during the storm: %.0f\n", callsAfter-callsBefore)
-	fmt.Printf("pods reading the snapshot %s: %d of %d; pods of the plain namespace reading app-config: %d of %d\n",
-		snapshot, reads[pinned][snapshot], pods, reads[plain]["app-config"], pods)
-	if reads[pinned][snapshot] != pods || reads[plain]["app-config"] != pods {
-		return fmt.Errorf("pods read %v (pinned namespace) and %v (plain)", reads[pinned], reads[plain])
-	}
-	return nil
+	return framework.Eventually(ctx, 5*time.Minute, "the storm's pods deleted", func(ctx context.Context) (bool, string, error) {
+		left := 0
+		for _, ns := range namespaces {
+			list, err := e.c.Kube.CoreV1().Pods(ns).List(ctx, metav1.ListOptions{LabelSelector: "app=storm-pod"})
+			if err != nil {
+				return false, "", err
+			}
+			left += len(list.Items)
+		}
+		return left == 0, fmt.Sprintf("%d pods left", left), nil
+	})
+}
+
+func medianOf(v []float64) float64 {
+	s := append([]float64(nil), v...)
+	sort.Float64s(s)
+	return s[len(s)/2]
 }
 
 // startPinning runs our controller with -pinning on the namespaces, its webhook registered by URL,
