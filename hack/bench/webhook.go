@@ -12,6 +12,7 @@ import (
 
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/clientcmd"
@@ -188,12 +189,23 @@ func (e env) stormReads(ctx context.Context, namespaces ...string) (map[string]m
 	return reads, nil
 }
 
-// deleteStorm deletes the storm's pods and waits until they are gone, so every round starts alike.
+// deleteStorm deletes the storm's pods (one DELETE each: a DeleteCollection of a thousand pods outlasts
+// the API server's request timeout on a loaded machine) and waits until they are gone, so every round
+// starts alike.
 func (e env) deleteStorm(ctx context.Context, namespaces ...string) error {
 	zero := int64(0)
 	for _, ns := range namespaces {
-		if err := e.c.Kube.CoreV1().Pods(ns).DeleteCollection(ctx, metav1.DeleteOptions{GracePeriodSeconds: &zero},
-			metav1.ListOptions{LabelSelector: "app=storm-pod"}); err != nil {
+		list, err := e.c.Kube.CoreV1().Pods(ns).List(ctx, metav1.ListOptions{LabelSelector: "app=storm-pod"})
+		if err != nil {
+			return err
+		}
+		if err := parallel(len(list.Items), 32, func(i int) error {
+			err := e.c.Kube.CoreV1().Pods(ns).Delete(ctx, list.Items[i].Name, metav1.DeleteOptions{GracePeriodSeconds: &zero})
+			if apierrors.IsNotFound(err) {
+				return nil
+			}
+			return err
+		}); err != nil {
 			return err
 		}
 	}
