@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"net/http"
 	"os"
@@ -105,7 +106,15 @@ func (e env) controller(ctx context.Context, n int, keep bool) error {
 	}
 	args := append([]string{"controller", "-namespaces", ns, "-leader-elect=false",
 		"-metrics-bind-address", metricsAddr, "-health-probe-bind-address", ""}, e.controllerFlags...)
-	p, err := e.bin.Start(ctx, []string{"LOG_LEVEL=" + e.controllerLogLevel}, args...)
+	level, floorArgs := e.controllerLogLevel, []string{"-namespace", ns, "-prefix", attacherPrefix[floor]}
+	if e.breakdown {
+		// Our "attached" lines (info) and the floor's "patched" lines say when each PATCH returned.
+		if level != "debug" {
+			level = "info"
+		}
+		floorArgs = append(floorArgs, "-log-patches")
+	}
+	p, err := e.bin.Start(ctx, []string{"LOG_LEVEL=" + level, "LOG_FORMAT=json"}, args...)
 	if err != nil {
 		return err
 	}
@@ -115,7 +124,7 @@ func (e env) controller(ctx context.Context, n int, keep bool) error {
 			_ = os.WriteFile(e.controllerLog, []byte(p.Logs()), 0o644)
 		}
 	}()
-	fl, err := framework.Binary{Path: e.floor, Kubeconfig: e.c.Kubeconfig}.Start(ctx, nil, "-namespace", ns, "-prefix", attacherPrefix[floor])
+	fl, err := framework.Binary{Path: e.floor, Kubeconfig: e.c.Kubeconfig}.Start(ctx, nil, floorArgs...)
 	if err != nil {
 		return err
 	}
@@ -263,6 +272,9 @@ func (e env) controller(ctx context.Context, n int, keep bool) error {
 		fmt.Printf("%-22s %6d %9s %9s %9s %9s %11.2f %11.2f %7.1f MiB\n", a, len(lat), ms(q.p50), ms(q.p95), ms(q.p99), ms(q.max),
 			float64(q.p50)/float64(fq.p50), float64(q.p99)/float64(fq.p99), float64(rss[a])/(1<<20))
 	}
+	if e.breakdown {
+		printBreakdown(w, map[string]map[pairKey]time.Time{ours: oursPatches(p.Logs()), floor: floorPatchTimes(fl.Logs())})
+	}
 	oq := quantiles(w.latencies(ours))
 	fmt.Printf("ratio to floor: p50 %.2f p99 %.2f (ours / floor, same run; targets p50 <= 1.2, p99 <= 1.5)\n",
 		float64(oq.p50)/float64(fq.p50), float64(oq.p99)/float64(fq.p99))
@@ -403,11 +415,12 @@ type watch struct {
 	newRS     map[types.UID]bool
 	pairSeen  map[string]map[[2]types.UID]time.Time // by attacher
 	finalized map[types.UID]bool                    // ConfigMaps carrying our in-use finalizer
+	cmName    map[types.UID]string
 }
 
 func newWatch(ctx context.Context, e env, ns string) (*watch, error) {
 	w := &watch{rsSeen: map[types.UID]time.Time{}, newRS: map[types.UID]bool{}, pairSeen: map[string]map[[2]types.UID]time.Time{},
-		finalized: map[types.UID]bool{}}
+		finalized: map[types.UID]bool{}, cmName: map[types.UID]string{}}
 	f := informers.NewSharedInformerFactoryWithOptions(e.c.Kube, 0, informers.WithNamespace(ns))
 	rsInf := f.Apps().V1().ReplicaSets().Informer()
 	cmInf := f.Core().V1().ConfigMaps().Informer()
@@ -430,6 +443,7 @@ func newWatch(ctx context.Context, e env, ns string) (*watch, error) {
 		if api.HasFinalizer(cm.Finalizers, api.InUseFinalizer) {
 			w.finalized[cm.UID] = true
 		}
+		w.cmName[cm.UID] = cm.Name
 		seen := w.pairSeen[a]
 		if seen == nil {
 			seen = map[[2]types.UID]time.Time{}
@@ -488,4 +502,71 @@ func sortedKeys(m map[[2]string]float64) [][2]string {
 	}
 	sort.Slice(out, func(i, j int) bool { return out[i][0]+out[i][1] < out[j][0]+out[j][1] })
 	return out
+}
+
+// pairKey is a ConfigMap name and the uid of the ReplicaSet it was attached to.
+type pairKey struct {
+	cm string
+	rs types.UID
+}
+
+// oursPatches reads when each of our PATCHes returned from the controller's JSON log ("attached").
+func oursPatches(logs string) map[pairKey]time.Time {
+	out := map[pairKey]time.Time{}
+	for _, line := range strings.Split(logs, "\n") {
+		var l struct {
+			Time   time.Time `json:"time"`
+			Msg    string    `json:"msg"`
+			Object string    `json:"object"`
+			UID    types.UID `json:"uid"`
+		}
+		if json.Unmarshal([]byte(line), &l) != nil || l.Msg != "attached" {
+			continue
+		}
+		name := l.Object[strings.LastIndex(l.Object, "/")+1:] // "ConfigMap ns/name"
+		out[pairKey{name, l.UID}] = l.Time
+	}
+	return out
+}
+
+// floorPatchTimes reads the floor's "patched NAME RS-UID UNIX-NANOS" lines.
+func floorPatchTimes(logs string) map[pairKey]time.Time {
+	out := map[pairKey]time.Time{}
+	for _, line := range strings.Split(logs, "\n") {
+		var name, uid string
+		var nanos int64
+		if n, _ := fmt.Sscanf(line, "patched %s %s %d", &name, &uid, &nanos); n == 3 {
+			out[pairKey{name, types.UID(uid)}] = time.Unix(0, nanos)
+		}
+	}
+	return out
+}
+
+// printBreakdown splits each measured latency at the moment the attacher's PATCH returned: before it,
+// the attacher's reaction (its watch or informer delivering the ReplicaSet, its queue and sync, the
+// PATCH); after it, the ConfigMap's update reaching the measuring watch.
+func printBreakdown(w *watch, patched map[string]map[pairKey]time.Time) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	fmt.Println("split at the PATCH's return (from the attachers' logs): ReplicaSet seen -> PATCH returned | PATCH returned -> seen attached")
+	for _, a := range []string{ours, floor} {
+		var react, deliver []time.Duration
+		for k, seen := range w.pairSeen[a] {
+			if !w.newRS[k[1]] {
+				continue
+			}
+			t, ok := patched[a][pairKey{w.cmName[k[0]], k[1]}]
+			if !ok {
+				continue
+			}
+			react = append(react, t.Sub(w.rsSeen[k[1]]))
+			deliver = append(deliver, seen.Sub(t))
+		}
+		if len(react) == 0 {
+			fmt.Printf("  %-20s no PATCH times found\n", a)
+			continue
+		}
+		r, d := quantiles(react), quantiles(deliver)
+		fmt.Printf("  %-20s %4d pairs: reaction p50 %s p99 %s | delivery p50 %s p99 %s\n", a, len(react), ms(r.p50), ms(r.p99), ms(d.p50), ms(d.p99))
+	}
 }

@@ -52,6 +52,7 @@ type env struct {
 	controllerFlags    []string
 	controllerLog      string
 	controllerLogLevel string
+	breakdown          bool
 }
 
 func run(ctx context.Context, args []string) error {
@@ -64,6 +65,7 @@ func run(ctx context.Context, args []string) error {
 	pods := fs.Int("pods", 10000, "memory: Pods to add for the last measurement of our controller (0: none)")
 	size := fs.Int("size", 64*1024, "memory: bytes of data per ConfigMap")
 	withPeers := fs.Bool("peers", true, "run the peers built by hack/tools/build.sh peers beside ours")
+	breakdown := fs.Bool("breakdown", false, "controller: split each latency of ours and the floor at the moment its PATCH returned (their logs)")
 	keep := fs.Bool("keep", false, "keep the cluster and namespaces afterwards")
 	controllerLog := fs.String("controller-log", "", "controller scenario: write the controller's logs to this file")
 	controllerLogLevel := fs.String("controller-log-level", "warn", "LOG_LEVEL of the controller")
@@ -121,7 +123,7 @@ func run(ctx context.Context, args []string) error {
 		return err
 	}
 	e := env{c: c, meta: meta, root: root, bin: framework.Binary{Path: bin, Kubeconfig: c.Kubeconfig}, floor: floor,
-		controllerFlags: strings.Fields(*controllerFlags), controllerLog: *controllerLog, controllerLogLevel: *controllerLogLevel}
+		controllerFlags: strings.Fields(*controllerFlags), controllerLog: *controllerLog, controllerLogLevel: *controllerLogLevel, breakdown: *breakdown}
 	if *withPeers {
 		e.peers = findPeers(root)
 	}

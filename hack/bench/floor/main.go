@@ -26,6 +26,7 @@ import (
 	"sync"
 	"sync/atomic"
 	"syscall"
+	"time"
 
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
@@ -42,6 +43,7 @@ import (
 func main() {
 	ns := flag.String("namespace", "", "namespace to watch")
 	prefix := flag.String("prefix", "floor-", "attach only ConfigMaps whose name starts with this")
+	logPatches := flag.Bool("log-patches", false, "print \"patched NAME RS-UID UNIX-NANOS\" when each patch returns")
 	flag.Parse()
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
@@ -54,7 +56,7 @@ func main() {
 			report()
 		}
 	}()
-	err := run(ctx, *ns, *prefix, &ok, &failed)
+	err := run(ctx, *ns, *prefix, *logPatches, &ok, &failed)
 	report()
 	if err != nil && ctx.Err() == nil {
 		fmt.Fprintln(os.Stderr, "floor:", err)
@@ -62,7 +64,7 @@ func main() {
 	}
 }
 
-func run(ctx context.Context, ns, prefix string, ok, failed *atomic.Int64) error {
+func run(ctx context.Context, ns, prefix string, logPatches bool, ok, failed *atomic.Int64) error {
 	cfg, err := clientcmd.NewNonInteractiveDeferredLoadingClientConfig(clientcmd.NewDefaultClientConfigLoadingRules(), nil).ClientConfig()
 	if err != nil {
 		return err
@@ -90,6 +92,9 @@ func run(ctx context.Context, ns, prefix string, ok, failed *atomic.Int64) error
 					return
 				}
 				ok.Add(1)
+				if logPatches {
+					fmt.Printf("patched %s %s %d\n", name, rs.UID, time.Now().UnixNano())
+				}
 			}()
 		}
 	}
