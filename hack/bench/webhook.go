@@ -56,7 +56,7 @@ func (e env) webhook(ctx context.Context, pods, inFlight, rounds int, keep bool)
 		tmpl := framework.PodTemplate("storm-rs", []string{"app-config"}, nil)
 		rs, err := e.c.Kube.AppsV1().ReplicaSets(ns).Create(ctx, &appsv1.ReplicaSet{
 			ObjectMeta: metav1.ObjectMeta{Name: "storm"},
-			Spec: appsv1.ReplicaSetSpec{Replicas: &zero, Selector: &metav1.LabelSelector{MatchLabels: tmpl.Labels}, Template: tmpl},
+			Spec:       appsv1.ReplicaSetSpec{Replicas: &zero, Selector: &metav1.LabelSelector{MatchLabels: tmpl.Labels}, Template: tmpl},
 		}, metav1.CreateOptions{})
 		if err != nil {
 			return err

@@ -21,7 +21,9 @@ import (
 const ByPin = "byPin"
 
 // PinKey is the ByPin index value of a revision's pin for a config object.
-func PinKey(revision string, r refs.Ref) string { return fmt.Sprintf("%s/%s/%s", revision, r.Kind, r.Name) }
+func PinKey(revision string, r refs.Ref) string {
+	return fmt.Sprintf("%s/%s/%s", revision, r.Kind, r.Name)
+}
 
 func indexByPin(kind refs.Kind) cache.IndexFunc {
 	return func(obj any) ([]string, error) {

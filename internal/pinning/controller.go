@@ -36,7 +36,9 @@ const (
 const driftDelay = 30 * time.Second
 
 // revisionKinds are the revisions pods are pinned to.
-func revisionKinds() []caches.Kind { return []caches.Kind{caches.ReplicaSet, caches.ControllerRevision} }
+func revisionKinds() []caches.Kind {
+	return []caches.Kind{caches.ReplicaSet, caches.ControllerRevision}
+}
 
 // Controller takes each revision's snapshots when the revision appears, and reports drift and unpinned
 // pods. Keys: revision keys (caches.Key), and "drift/Kind/namespace/name" for pinned objects.

@@ -282,15 +282,24 @@ func TestChartClusterWideRBACSuffices(t *testing.T) {
 	t.Log("then: its ServiceAccount may read everything that uses config, and namespaces, in every namespace")
 	kc := serviceAccountClient(t, ns, d.Spec.Template.Spec.ServiceAccountName)
 	for what, list := range map[string]func() error{
-		"pods":                func() error { _, err := kc.CoreV1().Pods("").List(ctx, metav1.ListOptions{Limit: 1}); return err },
-		"replicasets":         func() error { _, err := kc.AppsV1().ReplicaSets("").List(ctx, metav1.ListOptions{Limit: 1}); return err },
-		"controllerrevisions": func() error { _, err := kc.AppsV1().ControllerRevisions("").List(ctx, metav1.ListOptions{Limit: 1}); return err },
-		"statefulsets":        func() error { _, err := kc.AppsV1().StatefulSets("").List(ctx, metav1.ListOptions{Limit: 1}); return err },
-		"daemonsets":          func() error { _, err := kc.AppsV1().DaemonSets("").List(ctx, metav1.ListOptions{Limit: 1}); return err },
-		"jobs":                func() error { _, err := kc.BatchV1().Jobs("").List(ctx, metav1.ListOptions{Limit: 1}); return err },
-		"cronjobs":            func() error { _, err := kc.BatchV1().CronJobs("").List(ctx, metav1.ListOptions{Limit: 1}); return err },
-		"secrets":             func() error { _, err := kc.CoreV1().Secrets("").List(ctx, metav1.ListOptions{Limit: 1}); return err },
-		"namespaces":          func() error { _, err := kc.CoreV1().Namespaces().Get(ctx, appNS, metav1.GetOptions{}); return err },
+		"pods": func() error { _, err := kc.CoreV1().Pods("").List(ctx, metav1.ListOptions{Limit: 1}); return err },
+		"replicasets": func() error {
+			_, err := kc.AppsV1().ReplicaSets("").List(ctx, metav1.ListOptions{Limit: 1})
+			return err
+		},
+		"controllerrevisions": func() error {
+			_, err := kc.AppsV1().ControllerRevisions("").List(ctx, metav1.ListOptions{Limit: 1})
+			return err
+		},
+		"statefulsets": func() error {
+			_, err := kc.AppsV1().StatefulSets("").List(ctx, metav1.ListOptions{Limit: 1})
+			return err
+		},
+		"daemonsets": func() error { _, err := kc.AppsV1().DaemonSets("").List(ctx, metav1.ListOptions{Limit: 1}); return err },
+		"jobs":       func() error { _, err := kc.BatchV1().Jobs("").List(ctx, metav1.ListOptions{Limit: 1}); return err },
+		"cronjobs":   func() error { _, err := kc.BatchV1().CronJobs("").List(ctx, metav1.ListOptions{Limit: 1}); return err },
+		"secrets":    func() error { _, err := kc.CoreV1().Secrets("").List(ctx, metav1.ListOptions{Limit: 1}); return err },
+		"namespaces": func() error { _, err := kc.CoreV1().Namespaces().Get(ctx, appNS, metav1.GetOptions{}); return err },
 	} {
 		if err := list(); err != nil {
 			t.Errorf("%s as the controller: %v", what, err)
