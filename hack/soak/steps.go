@@ -67,7 +67,7 @@ type plan struct {
 	which   string   // config: own, shared or secret
 	limit   int32    // history
 	reuse   bool     // recreate: with the config it had
-	picks   []uint64 // spot-kill: which pods
+	picks   []uint64 // spot-kill: which pods; config-delete: which object
 	downFor int      // ctl-kill: steps until it comes back
 }
 
@@ -75,21 +75,21 @@ func (s *soak) eligible(a action) []*app {
 	exists := func(ok func(*app) bool) []*app {
 		return s.targets(func(w *app) bool { return w.exists && ok(w) })
 	}
-	any := func(*app) bool { return true }
+	every := func(*app) bool { return true }
 	switch a {
 	case actConfig, actImage, actDelete:
-		return exists(any)
+		return exists(every)
 	case actCfgDelete:
 		if s.ctl.down {
 			return nil // an object the controller has not seen yet has no finalizer: documented exposure
 		}
-		return exists(any)
+		return exists(every)
 	case actPromote, actAbort:
 		return exists(func(w *app) bool { return w.kind.isRollout() })
 	case actUndo:
 		return exists(func(w *app) bool { return w.kind.hasReplicaSets() })
 	case actHistory:
-		return exists(any)
+		return exists(every)
 	case actCronRun:
 		return exists(func(w *app) bool { return w.kind == cronJob })
 	case actRecreate:
@@ -252,9 +252,12 @@ func (s *soak) bringBack(ctx context.Context) string {
 }
 
 func (s *soak) execute(ctx context.Context, p plan) (string, error) {
-	if isFault(p.a) {
-		defer func() { s.faults[string(p.a)]++ }()
-	}
+	fault := isFault(p.a) // executed faults are counted; a leader-kill that found no leader is not
+	defer func() {
+		if fault {
+			s.faults[string(p.a)]++
+		}
+	}()
 	w := p.w
 	switch p.a {
 	case actConfig:
@@ -314,14 +317,17 @@ func (s *soak) execute(ctx context.Context, p plan) (string, error) {
 			return "", err
 		}
 		if killed == nil {
-			s.faults[string(p.a)]-- // nothing was killed
+			fault = false
 			return "no replica held the Lease: nothing killed", nil
 		}
 		if err := s.ctl.waitReady(ctx, 2*time.Minute); err != nil {
 			return "", fmt.Errorf("replica %d killed; no new leader: %w", killed.i, err)
 		}
-		l := s.ctl.leader(ctx)
-		return fmt.Sprintf("replica %d killed and restarted; replica %d leads after %s", killed.i, l.i, time.Since(start).Round(100*time.Millisecond)), nil
+		leader := "a replica"
+		if l := s.ctl.leader(ctx); l != nil {
+			leader = fmt.Sprintf("replica %d", l.i)
+		}
+		return fmt.Sprintf("replica %d killed and restarted; %s leads after %s", killed.i, leader, time.Since(start).Round(100*time.Millisecond)), nil
 	case actAPIServer:
 		start := time.Now()
 		if err := s.c.RestartAPIServer(ctx, io.Discard); err != nil {
