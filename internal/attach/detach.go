@@ -55,6 +55,18 @@ func Written(meta *metav1.ObjectMeta) map[types.UID]bool {
 // drop managedFields) and writes a strategic merge patch deleting by uid, conditional on the version
 // read, so a reference someone else wrote meanwhile is never touched. A missing object is no error.
 func (w *Writer) Detach(ctx context.Context, kind refs.Kind, namespace, name string, owners ...types.UID) ([]types.UID, error) {
+	return w.detach(ctx, kind, namespace, name, false, owners)
+}
+
+// DetachUnlessLast is Detach, except that it removes nothing when that would leave the object with no
+// ownerReference at all: the garbage collector never deletes an object without owners, so an object
+// whose last owner we took back would outlive everything that used it, forever. Kept, it goes with
+// that owner.
+func (w *Writer) DetachUnlessLast(ctx context.Context, kind refs.Kind, namespace, name string, owners ...types.UID) ([]types.UID, error) {
+	return w.detach(ctx, kind, namespace, name, true, owners)
+}
+
+func (w *Writer) detach(ctx context.Context, kind refs.Kind, namespace, name string, unlessLast bool, owners []types.UID) ([]types.UID, error) {
 	var removed []types.UID
 	err := retry.RetryOnConflict(retry.DefaultRetry, func() error {
 		removed = nil
@@ -72,6 +84,11 @@ func (w *Writer) Detach(ctx context.Context, kind refs.Kind, namespace, name str
 			removed = append(removed, ref.UID)
 		}
 		if len(deletes) == 0 {
+			return nil
+		}
+		if unlessLast && len(deletes) == len(fresh.OwnerReferences) {
+			logging.FromContext(ctx).Debug("kept the last ownerReference", "object", fmt.Sprintf("%s %s/%s", kind, namespace, name))
+			removed = nil
 			return nil
 		}
 		_, err = PatchMetadata(ctx, w.Client, kind, namespace, name,

@@ -93,7 +93,8 @@ func TestSyncAttachesTheRevisionOfEveryKind(t *testing.T) {
 }
 
 // A CronJob's template changes in place: the objects it stopped using lose the reference we wrote (its
-// Jobs keep theirs), and a reference someone else wrote to it stays.
+// Jobs keep theirs), unless it is their last (no owner, the garbage collector would never delete them);
+// a reference someone else wrote to it stays.
 func TestSyncTakesBackWhatARevisionNoLongerUses(t *testing.T) {
 	cj := &batchv1.CronJob{ObjectMeta: objectMeta("backup", "cj-uid", nil),
 		Spec: batchv1.CronJobSpec{JobTemplate: batchv1.JobTemplateSpec{Spec: batchv1.JobSpec{Template: corev1.PodTemplateSpec{
@@ -101,15 +102,21 @@ func TestSyncTakesBackWhatARevisionNoLongerUses(t *testing.T) {
 	u := reduced(t, cj)
 	no := false
 	ref := metav1.OwnerReference{APIVersion: "batch/v1", Kind: "CronJob", Name: "backup", UID: "cj-uid", Controller: &no}
-	old := testutil.ConfigMeta(refs.ConfigMap, "backup-cm-1", true, ref)
-	old.ManagedFields = []metav1.ManagedFieldsEntry{managedOwnerRef(api.FieldManager, "cj-uid")}
+	jobRef := metav1.OwnerReference{APIVersion: "batch/v1", Kind: "Job", Name: "backup-1", UID: "job-uid", Controller: &no}
+	ranOnce := testutil.ConfigMeta(refs.ConfigMap, "backup-cm-1", true, ref, jobRef)
+	ranOnce.ManagedFields = []metav1.ManagedFieldsEntry{managedOwnerRef(api.FieldManager, "cj-uid"), managedOwnerRef(api.FieldManager, "job-uid")}
+	neverRan := testutil.ConfigMeta(refs.ConfigMap, "backup-cm-0", true, ref)
+	neverRan.ManagedFields = []metav1.ManagedFieldsEntry{managedOwnerRef(api.FieldManager, "cj-uid")}
 	theirs := testutil.ConfigMeta(refs.ConfigMap, "shared", true, ref)
 	theirs.ManagedFields = []metav1.ManagedFieldsEntry{managedOwnerRef("kubectl-client-side-apply", "cj-uid")}
-	f := newFixture(t, []*caches.User{u}, []*metav1.PartialObjectMetadata{old, theirs, testutil.ConfigMeta(refs.ConfigMap, "backup-cm-2", true)})
+	f := newFixture(t, []*caches.User{u}, []*metav1.PartialObjectMetadata{ranOnce, neverRan, theirs, testutil.ConfigMeta(refs.ConfigMap, "backup-cm-2", true)})
 
 	f.sync(u.Key())
-	if got := f.ownersOf(t, "backup-cm-1"); len(got) != 0 {
-		t.Errorf("backup-cm-1 still owned by %v after the CronJob moved to backup-cm-2", got)
+	if got := f.ownersOf(t, "backup-cm-1"); len(got) != 1 || got[0].UID != "job-uid" {
+		t.Errorf("backup-cm-1 owners = %v after the CronJob moved to backup-cm-2; want its Job's alone", got)
+	}
+	if got := f.ownersOf(t, "backup-cm-0"); len(got) != 1 || got[0].UID != "cj-uid" {
+		t.Errorf("backup-cm-0 owners = %v; want the CronJob's kept, its last (no owner: never collected)", got)
 	}
 	if got := f.ownersOf(t, "shared"); len(got) != 1 {
 		t.Errorf("shared lost a reference someone else wrote: %v", got)

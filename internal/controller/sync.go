@@ -77,7 +77,11 @@ func (c *Controller) sync(ctx context.Context, key string) (reconcile.Result, er
 
 // detachUnused takes back the ownerReferences we wrote from the revision to opted-in objects its pod
 // template no longer references. Only a CronJob's (or a bare ReplicaSet's) template changes in place;
-// the objects its earlier Jobs or pods still use stay theirs, and in-use protection holds them.
+// the objects its earlier Jobs or pods still use stay theirs, and in-use protection holds them. The
+// reference stays when it is the object's last: without owners the garbage collector would never
+// delete it, and we do not delete config ourselves (a user who may only edit a CronJob must not get a
+// ConfigMap deleted through us). Such an object goes with the revision instead, e.g. a CronJob that
+// changed its config before any Job ran keeps the earlier config until it is deleted.
 func (c *Controller) detachUnused(ctx context.Context, u *caches.User) error {
 	var errs []error
 	for kind, inf := range c.caches.Configs {
@@ -90,7 +94,7 @@ func (c *Controller) detachUnused(ctx context.Context, u *caches.User) error {
 			if u.Uses(refs.Ref{Kind: kind, Name: m.Name}) {
 				continue
 			}
-			if _, err := c.writer.Detach(ctx, kind, m.Namespace, m.Name, u.UID); err != nil {
+			if _, err := c.writer.DetachUnlessLast(ctx, kind, m.Namespace, m.Name, u.UID); err != nil {
 				errs = append(errs, err)
 			}
 		}

@@ -306,6 +306,24 @@ func TestCronJobAndItsJobs(t *testing.T) {
 	deleteBackground(ctx, t, e2e.cluster.Kube.BatchV1().Jobs(ns).Delete, job.Name)
 	must(t, e2e.cluster.WaitGone(ctx, freedWithin, ns, refs.ConfigMap, v1))
 	stillThere(t, ns, refs.ConfigMap, v2, "the CronJob uses it")
+
+	// When the CronJob moves on to v3 before any Job ran with v2,
+	v3 := configRevision(t, ns, "backup-cm", "v3")
+	patch = []byte(`{"spec":{"jobTemplate":{"spec":{"template":{"spec":{"volumes":[{"name":"configmaps-volume","projected":{"sources":[{"configMap":{"name":"` + v3 + `"}}]}}]}}}}}}`)
+	_, err = e2e.cluster.Kube.BatchV1().CronJobs(ns).Patch(ctx, "backup", types.StrategicMergePatchType, patch, metav1.PatchOptions{})
+	must(t, err)
+	must(t, e2e.cluster.WaitOwnedBy(ctx, attachWithin, ns, refs.ConfigMap, v3, framework.OwnerOf("CronJob", cj)))
+	// then v2 keeps the CronJob's reference, its last: without an owner the garbage collector would
+	// never delete it,
+	stillThere(t, ns, refs.ConfigMap, v2, "the CronJob is its only owner")
+	if owners := ownersOf(t, ns, refs.ConfigMap, v2); len(owners) != 1 || owners[0].UID != cj.UID {
+		t.Fatalf("%s owners %s; want the CronJob's reference kept", v2, describe(owners))
+	}
+	// and both go with the CronJob.
+	deleteBackground(ctx, t, e2e.cluster.Kube.BatchV1().CronJobs(ns).Delete, cj.Name)
+	for _, cm := range []string{v2, v3} {
+		must(t, e2e.cluster.WaitGone(ctx, freedWithin, ns, refs.ConfigMap, cm))
+	}
 }
 
 // A bare Pod is its own revision.
