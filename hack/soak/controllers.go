@@ -158,8 +158,8 @@ func (c *controllers) supervise(ctx context.Context) []string {
 			continue
 		}
 		c.s.crashes++
-		notes = append(notes, fmt.Sprintf("replica %d exited on its own (%v; last log line: %s); restarted",
-			r.i, r.p.ExitErr(), lastLine(r.logs())))
+		notes = append(notes, fmt.Sprintf("replica %d exited on its own (%v: %s); restarted",
+			r.i, r.p.ExitErr(), exitReason(r.logs())))
 		if err := c.start(ctx, r); err != nil {
 			notes = append(notes, "restart failed: "+err.Error())
 		}
@@ -199,4 +199,16 @@ func (c *controllers) stop() {
 			_ = r.p.Stop()
 		}
 	}
+}
+
+// exitReason is the error line the binary printed last (`configmap-attacher controller: error: …`),
+// else its last log line: informers log after the error as they stop.
+func exitReason(logs string) string {
+	lines := strings.Split(strings.TrimSpace(logs), "\n")
+	for i := len(lines) - 1; i >= 0; i-- {
+		if strings.HasPrefix(lines[i], "configmap-attacher") && strings.Contains(lines[i], "error:") {
+			return lines[i]
+		}
+	}
+	return "last log line: " + lines[len(lines)-1]
 }

@@ -151,7 +151,6 @@ type soak struct {
 	jobFailures   int
 	crashes       int
 	planeRestarts int
-	started       time.Time
 }
 
 func newSoak(c *framework.Cluster, bin framework.Binary, o options) *soak {
@@ -161,7 +160,6 @@ func newSoak(c *framework.Cluster, bin framework.Binary, o options) *soak {
 		configs: map[string]config{},
 		faults:  map[string]int{},
 		seen:    map[string]map[string]bool{"lost": {}, "leaked": {}, "unattached": {}},
-		started: time.Now(),
 	}
 	s.ctl = newControllers(s)
 	return s
