@@ -21,9 +21,16 @@ func newExpectations(ttl time.Duration) *expectations {
 	return &expectations{ttl: ttl, m: map[[2]types.UID]time.Time{}}
 }
 
-func (e *expectations) expect(object, owner types.UID) {
+// expect records a write whose effect the cache does not show yet. shown reads the cache: under the
+// lock, so a watch event that arrived before the write returned (its observe came first) cannot leave
+// behind an expectation nothing will clear, which would make the next sync skip the object for a TTL
+// (an ownerReference stripped meanwhile, e.g. by Argo CD's Replace=true, would stay missing that long).
+func (e *expectations) expect(object, owner types.UID, shown func() bool) {
 	e.mu.Lock()
 	defer e.mu.Unlock()
+	if shown() {
+		return
+	}
 	e.m[[2]types.UID{object, owner}] = time.Now()
 }
 

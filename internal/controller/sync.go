@@ -12,6 +12,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/types"
 
 	"github.com/configmap-attacher/configmap-attacher/internal/api"
 	"github.com/configmap-attacher/configmap-attacher/internal/attach"
@@ -19,6 +20,7 @@ import (
 	"github.com/configmap-attacher/configmap-attacher/internal/logging"
 	"github.com/configmap-attacher/configmap-attacher/internal/reconcile"
 	"github.com/configmap-attacher/configmap-attacher/internal/refs"
+	"github.com/configmap-attacher/configmap-attacher/internal/revision"
 )
 
 // sync makes every opted-in config object used by one revision carry an ownerReference to it, and
@@ -61,7 +63,7 @@ func (c *Controller) sync(ctx context.Context, key string) (reconcile.Result, er
 		return reconcile.Result{}, err
 	}
 	for _, ch := range res.Written {
-		c.pending.expect(ch.Object.Meta.UID, u.UID)
+		c.pending.expect(ch.Object.Meta.UID, u.UID, func() bool { return c.cachedOwnedBy(ch.Object, u.UID) })
 		if c.metrics != nil {
 			c.metrics.Attached(ch.Object.Kind, time.Since(u.CreationTimestamp.Time))
 		}
@@ -100,6 +102,16 @@ func (c *Controller) detachUnused(ctx context.Context, u *caches.User) error {
 		}
 	}
 	return errors.Join(errs...)
+}
+
+// cachedOwnedBy reports whether the config cache already shows o owned by uid.
+func (c *Controller) cachedOwnedBy(o attach.Object, uid types.UID) bool {
+	inf, ok := c.caches.Configs[o.Kind]
+	if !ok {
+		return false
+	}
+	m, exists, err := inf.Get(o.Meta.Namespace, o.Meta.Name)
+	return err == nil && exists && m.UID == o.Meta.UID && revision.OwnedBy(&m.ObjectMeta, uid)
 }
 
 func splitKey(key string) (caches.Kind, string, string, error) {

@@ -11,6 +11,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/types"
 	metafake "k8s.io/client-go/metadata/fake"
 	clienttesting "k8s.io/client-go/testing"
 
@@ -222,5 +223,51 @@ func TestConfigEventEnqueuesItsReplicaSets(t *testing.T) {
 	sort.Strings(got)
 	if want := []string{key(rs1), key(rs2)}; !slices.Equal(got, want) {
 		t.Fatalf("enqueued %v, want %v", got, want)
+	}
+}
+
+// The watch event showing our write can arrive before the write returns. The expectation must then not
+// be left behind: when Argo CD's Replace=true strips the reference a moment later, the next sync must
+// write it again at once, not a TTL later.
+func TestSyncRewritesAStrippedReferenceAtOnceWhenTheEventBeatTheWrite(t *testing.T) {
+	ro := testutil.Rollout("demo", "ro-uid", "bbb")
+	rs := testutil.ReplicaSet(ro, workload.Rollout, "bbb", 2, testutil.PodSpec([]string{"demo-cm-2"}))
+	f := newFixture(t, []*caches.User{user(rs)}, configMaps(true, "demo-cm-2"))
+	store := f.c.caches.Configs[refs.ConfigMap].Indexers()[0]
+	// The informer delivers the patched object (store, then handlers) before Patch returns.
+	f.meta.PrependReactor("patch", "configmaps", func(a clienttesting.Action) (bool, runtime.Object, error) {
+		p := a.(clienttesting.PatchAction)
+		if p.GetPatchType() != types.StrategicMergePatchType {
+			return false, nil, nil // the test's own strip below
+		}
+		shown := testutil.ConfigMeta(refs.ConfigMap, p.GetName(), true, revision.FromReplicaSet(rs).OwnerReference())
+		if err := store.Update(shown); err != nil {
+			t.Fatal(err)
+		}
+		f.c.pending.observe(shown)
+		return false, nil, nil // the fake applies the patch as usual
+	})
+	f.sync(key(rs))
+	if got := f.patched(); !slices.Equal(got, []string{"configmaps/demo-cm-2"}) {
+		t.Fatalf("patched %v", got)
+	}
+
+	// Replace=true strips the reference: the object comes back without it.
+	stripped := testutil.ConfigMeta(refs.ConfigMap, "demo-cm-2", true)
+	stripped.ResourceVersion = "3"
+	if err := store.Update(stripped); err != nil {
+		t.Fatal(err)
+	}
+	f.c.pending.observe(stripped)
+	if _, err := f.meta.Resource(refs.ConfigMap.GVR()).Namespace(testutil.Namespace).Patch(context.Background(), "demo-cm-2",
+		types.JSONPatchType, []byte(`[{"op":"remove","path":"/metadata/ownerReferences"}]`), metav1.PatchOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	f.meta.ClearActions()
+	if r := f.sync(key(rs)); r.RequeueAfter != 0 {
+		t.Errorf("requeue after %s: the sync skipped the object as still in flight", r.RequeueAfter)
+	}
+	if got := f.patched(); !slices.Equal(got, []string{"configmaps/demo-cm-2"}) {
+		t.Fatalf("after the strip, patched %v; want the reference written again at once", got)
 	}
 }
