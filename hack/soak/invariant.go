@@ -23,6 +23,11 @@ import (
 //           DaemonSet, Job, CronJob or Rollout in a soak namespace references does not exist. An
 //           object being deleted but held by a finalizer exists: that is the point.
 //   leaked: after settling, an opted-in object that nothing live references still exists.
+//
+// Not leaked, reported as retained: an opted-in object that nothing references, owned by a live
+// CronJob that stopped using it before any Job ran with it. The controller keeps that reference by
+// design (docs/controller.md: without it the object would have no owner and never be collected; the
+// controller deletes no config itself), so the object goes with the CronJob.
 
 // templateRefs returns "Kind/name" of every ConfigMap and Secret a pod spec references: volumes,
 // projected sources, envFrom and env valueFrom, of init, regular and ephemeral containers.
@@ -306,9 +311,27 @@ func (s *soak) leakCandidates(snap *snapshot) []violation {
 		}
 		d := fmt.Sprintf("exists, referenced by nothing live; owners: %s; finalizers: %v; being deleted: %v",
 			strings.Join(owners, ", "), o.finalizers, o.deleting)
-		out = append(out, violation{kind: "leaked", key: key, id: o.uid, detail: d})
+		kind := "leaked"
+		if retainedByCronJob(o, snap) {
+			kind = "retained"
+		}
+		out = append(out, violation{kind: kind, key: key, id: o.uid, detail: d})
 	}
 	return out
+}
+
+// retainedByCronJob reports whether o's only owners are live CronJobs: what the controller keeps when
+// a CronJob's template moved on before any Job used the object.
+func retainedByCronJob(o *configObject, snap *snapshot) bool {
+	if len(o.owners) == 0 {
+		return false
+	}
+	for _, ref := range o.owners {
+		if ref.Kind != "CronJob" || !snap.live[string(ref.UID)] {
+			return false
+		}
+	}
+	return true
 }
 
 // unattached are the controller's first promise not (yet) kept: an opted-in object, not being
@@ -366,6 +389,9 @@ func (s *soak) report(vs []violation) {
 		case "leaked":
 			s.leaked++
 			fmt.Printf("      LEAKED %s: %s (step %d, seed %d)\n", v.key, v.detail, s.step, s.o.seed)
+		case "retained":
+			s.retained++
+			fmt.Printf("      retained %s: %s: kept by its CronJob by design, goes with it (step %d, seed %d)\n", v.key, v.detail, s.step, s.o.seed)
 		default:
 			s.unattachedN++
 			fmt.Printf("      unattached %s: %s (step %d, seed %d)\n", v.key, v.detail, s.step, s.o.seed)
@@ -388,6 +414,10 @@ func (s *soak) settle(ctx context.Context) time.Duration {
 		s.report(s.lostIn(snap))
 		var pending []violation
 		for _, v := range append(s.leakCandidates(snap), s.unattached(snap)...) {
+			if v.kind == "retained" {
+				s.report([]violation{v}) // by design: nothing to wait for
+				continue
+			}
 			if !s.seen[v.kind][v.id] {
 				pending = append(pending, v)
 			}

@@ -146,6 +146,7 @@ type soak struct {
 	lost          int
 	leaked        int
 	unattachedN   int
+	retained      int
 	seen          map[string]map[string]bool // by kind of violation, what was reported
 	errors        int
 	jobFailures   int
@@ -159,7 +160,7 @@ func newSoak(c *framework.Cluster, bin framework.Binary, o options) *soak {
 		ns:      map[string]*namespaceState{},
 		configs: map[string]config{},
 		faults:  map[string]int{},
-		seen:    map[string]map[string]bool{"lost": {}, "leaked": {}, "unattached": {}},
+		seen:    map[string]map[string]bool{"lost": {}, "leaked": {}, "unattached": {}, "retained": {}},
 	}
 	s.ctl = newControllers(s)
 	return s

@@ -517,7 +517,7 @@ func (s *soak) summary(took time.Duration) {
 		faults = append(faults, fmt.Sprintf("%s=%d", a, s.faults[string(a)]))
 		total += s.faults[string(a)]
 	}
-	fmt.Printf("\nfaults: %s; unattached (not counted below): %d; controller replicas that exited on their own: %d; cluster components restarted: %d; Job mode failures: %d; step errors: %d; took %s; logs in %s\n",
-		strings.Join(faults, " "), s.unattachedN, s.crashes, s.planeRestarts, s.jobFailures, s.errors, took.Round(time.Second), s.o.workDir)
+	fmt.Printf("\nfaults: %s; unattached (not counted below): %d; retained by a CronJob (by design, not counted below): %d; controller replicas that exited on their own: %d; cluster components restarted: %d; Job mode failures: %d; step errors: %d; took %s; logs in %s\n",
+		strings.Join(faults, " "), s.unattachedN, s.retained, s.crashes, s.planeRestarts, s.jobFailures, s.errors, took.Round(time.Second), s.o.workDir)
 	fmt.Printf("steps=%d faults=%d lost=%d leaked=%d seed=%d\n", s.step, total, s.lost, s.leaked, s.o.seed)
 }
