@@ -3,9 +3,7 @@ package controller
 import (
 	"context"
 	"errors"
-	"fmt"
 	"slices"
-	"strings"
 	"time"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -27,7 +25,8 @@ import (
 // takes back the references it wrote to objects the revision no longer uses. It reads only caches
 // (and, for attach-all workloads, the few objects not in them) and writes only what is missing.
 func (c *Controller) sync(ctx context.Context, key string) (reconcile.Result, error) {
-	kind, namespace, name, err := splitKey(key)
+	k, namespace, name, err := reconcile.SplitKey(key)
+	kind := caches.Kind(k)
 	if err != nil {
 		return reconcile.Result{}, err
 	}
@@ -112,14 +111,6 @@ func (c *Controller) cachedOwnedBy(o attach.Object, uid types.UID) bool {
 	}
 	m, exists, err := inf.Get(o.Meta.Namespace, o.Meta.Name)
 	return err == nil && exists && m.UID == o.Meta.UID && revision.OwnedBy(&m.ObjectMeta, uid)
-}
-
-func splitKey(key string) (caches.Kind, string, string, error) {
-	parts := strings.SplitN(key, "/", 3)
-	if len(parts) != 3 || parts[0] == "" || parts[2] == "" {
-		return "", "", "", fmt.Errorf("bad key %q: %w", key, reconcile.ErrPermanent)
-	}
-	return caches.Kind(parts[0]), parts[1], parts[2], nil
 }
 
 // follows reports whether the object is a revision we attach to: any ReplicaSet matching

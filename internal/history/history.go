@@ -283,7 +283,7 @@ func optionalRefs(spec *corev1.PodSpec) map[refs.Ref]bool {
 	out := map[refs.Ref]bool{}
 	for _, use := range uses {
 		opt := false
-		if parent, ok := lookup(u, use.Path[:len(use.Path)-1]).(map[string]any); ok {
+		if parent, ok := use.Path[:len(use.Path)-1].In(u).(map[string]any); ok {
 			opt, _ = parent["optional"].(bool)
 		}
 		if prev, seen := out[use.Ref]; seen {
@@ -293,26 +293,4 @@ func optionalRefs(spec *corev1.PodSpec) map[refs.Ref]bool {
 		}
 	}
 	return out
-}
-
-func lookup(v any, path refs.Path) any {
-	for _, p := range path {
-		switch k := p.(type) {
-		case string:
-			m, ok := v.(map[string]any)
-			if !ok {
-				return nil
-			}
-			v = m[k]
-		case int:
-			s, ok := v.([]any)
-			if !ok || k >= len(s) {
-				return nil
-			}
-			v = s[k]
-		default:
-			return nil
-		}
-	}
-	return v
 }

@@ -172,11 +172,11 @@ func (c *Controller) sync(ctx context.Context, key string) (reconcile.Result, er
 		c.auditPod(rest)
 		return reconcile.Result{}, nil
 	}
-	parts := strings.SplitN(key, "/", 3)
-	if len(parts) != 3 {
-		return reconcile.Result{}, fmt.Errorf("bad key %q: %w", key, reconcile.ErrPermanent)
+	k, ns, name, err := reconcile.SplitKey(key)
+	if err != nil {
+		return reconcile.Result{}, err
 	}
-	kind, ns, name := caches.Kind(parts[0]), parts[1], parts[2]
+	kind := caches.Kind(k)
 	inf, ok := c.caches.Users[kind]
 	if !ok {
 		return reconcile.Result{}, nil
@@ -230,13 +230,13 @@ func isRevision(u *caches.User) bool {
 // checkDrift reports a pinned object whose current content no revision using it runs: it changed in
 // place and no new revision came (the template did not change: no checksum annotation).
 func (c *Controller) checkDrift(key string) error {
-	parts := strings.SplitN(key, "/", 3)
-	if len(parts) != 3 {
-		return nil
+	kind, ns, name, err := reconcile.SplitKey(key)
+	if err != nil {
+		return err
 	}
-	r := refs.Ref{Kind: refs.Kind(parts[0]), Name: parts[2]}
-	if d, ok := c.driftOf(parts[1], r); ok {
-		c.event(&corev1.ObjectReference{APIVersion: "v1", Kind: string(r.Kind), Namespace: parts[1], Name: r.Name}, corev1.EventTypeWarning, ReasonDrift, d)
+	r := refs.Ref{Kind: refs.Kind(kind), Name: name}
+	if d, ok := c.driftOf(ns, r); ok {
+		c.event(&corev1.ObjectReference{APIVersion: "v1", Kind: string(r.Kind), Namespace: ns, Name: r.Name}, corev1.EventTypeWarning, ReasonDrift, d)
 	}
 	return nil
 }

@@ -130,11 +130,11 @@ func (c *Controller) userHandler() cache.ResourceEventHandler {
 }
 
 func (c *Controller) sync(ctx context.Context, key string) (reconcile.Result, error) {
-	parts := strings.SplitN(key, "/", 3)
-	if len(parts) != 3 {
-		return reconcile.Result{}, fmt.Errorf("bad key %q: %w", key, reconcile.ErrPermanent)
+	k, ns, name, err := reconcile.SplitKey(key)
+	if err != nil {
+		return reconcile.Result{}, err
 	}
-	kind, ns, name := refs.Kind(parts[0]), parts[1], parts[2]
+	kind := refs.Kind(k)
 	inf, ok := c.caches.Configs[kind]
 	if !ok {
 		return reconcile.Result{}, nil

@@ -6,6 +6,8 @@ package reconcile
 import (
 	"context"
 	"errors"
+	"fmt"
+	"strings"
 	"sync"
 	"time"
 
@@ -93,4 +95,14 @@ func (l *Loop) ProcessNext(ctx context.Context) bool {
 		l.Queue.AddRateLimited(key)
 	}
 	return true
+}
+
+// SplitKey splits a "Kind/namespace/name" queue key (caches.Key builds them). A malformed key is
+// permanent: retrying cannot mend it.
+func SplitKey(key string) (kind, namespace, name string, err error) {
+	parts := strings.SplitN(key, "/", 3)
+	if len(parts) != 3 || parts[0] == "" || parts[2] == "" {
+		return "", "", "", fmt.Errorf("bad key %q: %w", key, ErrPermanent)
+	}
+	return parts[0], parts[1], parts[2], nil
 }

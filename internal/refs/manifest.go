@@ -186,27 +186,7 @@ func group(apiVersion string) string {
 }
 
 // at returns the value at path in decoded JSON, nil when absent.
-func at(v any, path ...any) any {
-	for _, p := range path {
-		switch k := p.(type) {
-		case string:
-			m, ok := v.(map[string]any)
-			if !ok {
-				return nil
-			}
-			v = m[k]
-		case int:
-			s, ok := v.([]any)
-			if !ok || k < 0 || k >= len(s) {
-				return nil
-			}
-			v = s[k]
-		default:
-			return nil
-		}
-	}
-	return v
-}
+func at(v any, path ...any) any { return Path(path).In(v) }
 
 func list(v any) []any {
 	s, _ := v.([]any)

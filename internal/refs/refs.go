@@ -53,6 +53,30 @@ func (r Ref) String() string { return fmt.Sprintf("%s/%s", r.Kind, r.Name) }
 // ["volumes", 0, "projected", "sources", 1, "configMap", "name"].
 type Path []any
 
+// In returns the value at the path in decoded JSON (maps and slices as encoding/json makes them), nil
+// when it is absent.
+func (p Path) In(v any) any {
+	for _, e := range p {
+		switch k := e.(type) {
+		case string:
+			m, ok := v.(map[string]any)
+			if !ok {
+				return nil
+			}
+			v = m[k]
+		case int:
+			s, ok := v.([]any)
+			if !ok || k < 0 || k >= len(s) {
+				return nil
+			}
+			v = s[k]
+		default:
+			return nil
+		}
+	}
+	return v
+}
+
 func (p Path) String() string {
 	var b strings.Builder
 	for _, s := range p {
