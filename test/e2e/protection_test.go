@@ -340,18 +340,26 @@ func TestABarePodOwnsItsConfig(t *testing.T) {
 	must(t, e2e.cluster.WaitGone(ctx, freedWithin, ns, refs.ConfigMap, cm))
 }
 
+// givenAProtectedDeployment runs Deployment web (one pod) reading a revisioned ConfigMap, and waits
+// until in-use protection holds that ConfigMap; it returns its name.
+func givenAProtectedDeployment(t *testing.T, ns string) string {
+	t.Helper()
+	ctx := context.Background()
+	cm := configRevision(t, ns, "web-cm", "v1")
+	web, err := e2e.cluster.CreateDeployment(ctx, ns, "web", template("web", cm), nil)
+	must(t, err)
+	must(t, e2e.cluster.WaitPods(ctx, 30*time.Second, deploymentReplicaSet(t, ns, web), 1))
+	must(t, e2e.cluster.WaitProtected(ctx, attachWithin, ns, refs.ConfigMap, cm))
+	return cm
+}
+
 // `kubectl delete cm` of an object in use: held while used, released once not.
 func TestDeletingAConfigInUseWaitsUntilItIsUnused(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	ns := givenNamespace(t, "protect-kubectl-delete")
 	startController(t, nil, ns)
-	cm := configRevision(t, ns, "web-cm", "v1")
-	web, err := e2e.cluster.CreateDeployment(ctx, ns, "web", template("web", cm), nil)
-	must(t, err)
-	rs := deploymentReplicaSet(t, ns, web)
-	must(t, e2e.cluster.WaitPods(ctx, 30*time.Second, rs, 1))
-	must(t, e2e.cluster.WaitProtected(ctx, attachWithin, ns, refs.ConfigMap, cm))
+	cm := givenAProtectedDeployment(t, ns)
 
 	// When someone deletes the ConfigMap while the Deployment uses it,
 	must(t, e2e.cluster.Kube.CoreV1().ConfigMaps(ns).Delete(ctx, cm, metav1.DeleteOptions{}))
@@ -373,11 +381,7 @@ func TestNamespaceDeletionCompletes(t *testing.T) {
 	ctx := context.Background()
 	ns := givenNamespace(t, "protect-namespace")
 	startController(t, nil, ns)
-	cm := configRevision(t, ns, "web-cm", "v1")
-	web, err := e2e.cluster.CreateDeployment(ctx, ns, "web", template("web", cm), nil)
-	must(t, err)
-	must(t, e2e.cluster.WaitPods(ctx, 30*time.Second, deploymentReplicaSet(t, ns, web), 1))
-	must(t, e2e.cluster.WaitProtected(ctx, attachWithin, ns, refs.ConfigMap, cm))
+	givenAProtectedDeployment(t, ns)
 
 	must(t, e2e.cluster.DeleteNamespace(ctx, ns))
 	must(t, framework.Eventually(ctx, 2*time.Minute, "namespace "+ns+" deleted", func(ctx context.Context) (bool, string, error) {
