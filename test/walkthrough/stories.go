@@ -283,17 +283,7 @@ func (s *Story) Abort(ctx context.Context) error {
 			return err
 		}},
 		step{"abort the canary", func(ctx context.Context) error {
-			if err := s.C.Abort(ctx, s.Namespace, s.Rollout); err != nil {
-				return err
-			}
-			s.say("kubectl argo rollouts abort %s", s.Rollout)
-			if err := s.C.WaitPods(ctx, s.Wait, v1.RS, replicas); err != nil {
-				return err
-			}
-			if err := s.C.WaitPods(ctx, s.Wait, v2.RS, 0); err != nil {
-				return err
-			}
-			if err := s.expectReads(ctx, v1.RS, v1); err != nil {
+			if err := s.abortCanary(ctx, v1, v2); err != nil {
 				return err
 			}
 			for _, r := range []revision{v1, v2} {

@@ -122,8 +122,16 @@ func (s *Story) deploy(ctx context.Context, i int, spec framework.RolloutSpec) (
 // waitCurrent waits until the Rollout runs a ReplicaSet mounting configMap with `ready` ready pods,
 // and returns it.
 func (s *Story) waitCurrent(ctx context.Context, configMap string, ready int) (*appsv1.ReplicaSet, error) {
+	return s.waitRevision(ctx, fmt.Sprintf("mounting %s", configMap), ready, func(rs *appsv1.ReplicaSet) bool {
+		return refs.FromPodSpec(&rs.Spec.Template.Spec).Has(refs.Ref{Kind: refs.ConfigMap, Name: configMap})
+	})
+}
+
+// waitRevision waits until the Rollout's current ReplicaSet is one that runs (a description for the
+// message) and has `ready` ready pods, and returns it.
+func (s *Story) waitRevision(ctx context.Context, what string, ready int, runs func(*appsv1.ReplicaSet) bool) (*appsv1.ReplicaSet, error) {
 	var current *appsv1.ReplicaSet
-	err := framework.Eventually(ctx, s.Wait, fmt.Sprintf("a ReplicaSet of %s mounting %s with %d ready pods", s.Rollout, configMap, ready),
+	err := framework.Eventually(ctx, s.Wait, fmt.Sprintf("a ReplicaSet of %s %s with %d ready pods", s.Rollout, what, ready),
 		func(ctx context.Context) (bool, string, error) {
 			res, err := s.C.Resolve(ctx, s.Namespace, s.Rollout)
 			if err != nil {
@@ -133,8 +141,8 @@ func (s *Story) waitCurrent(ctx context.Context, configMap string, ready int) (*
 			if err != nil {
 				return false, err.Error(), nil
 			}
-			if !refs.FromPodSpec(&rs.Spec.Template.Spec).Has(refs.Ref{Kind: refs.ConfigMap, Name: configMap}) {
-				return false, "current ReplicaSet " + rs.Name + " does not mount it yet", nil
+			if !runs(rs) {
+				return false, "current ReplicaSet " + rs.Name + " is not it yet", nil
 			}
 			pods, err := s.C.PodsOf(ctx, rs)
 			if err != nil {
@@ -145,6 +153,22 @@ func (s *Story) waitCurrent(ctx context.Context, configMap string, ready int) (*
 			return n == ready && len(pods) == ready, fmt.Sprintf("%s has %d pods, %d ready", rs.Name, len(pods), n), nil
 		})
 	return current, err
+}
+
+// abortCanary aborts the Rollout's canary and waits until the stable revision runs every replica again
+// and its pods read their config.
+func (s *Story) abortCanary(ctx context.Context, stable, canary revision) error {
+	if err := s.C.Abort(ctx, s.Namespace, s.Rollout); err != nil {
+		return err
+	}
+	s.say("kubectl argo rollouts abort %s", s.Rollout)
+	if err := s.C.WaitPods(ctx, s.Wait, stable.RS, replicas); err != nil {
+		return err
+	}
+	if err := s.C.WaitPods(ctx, s.Wait, canary.RS, 0); err != nil {
+		return err
+	}
+	return s.expectReads(ctx, stable.RS, stable)
 }
 
 // waitPaused waits for the canary to stop at its pause: {} step.

@@ -11,6 +11,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 
 	revisions "github.com/configmap-attacher/configmap-attacher/internal/revision"
+	"github.com/configmap-attacher/configmap-attacher/internal/workload"
 	"github.com/configmap-attacher/configmap-attacher/test/framework"
 )
 
@@ -52,18 +53,9 @@ func Tree(ctx context.Context, c *framework.Cluster, ns, name string) (string, e
 		}
 	}
 	var b strings.Builder
-	ro := res.Rollout
-	state := ro.Status.Phase
-	if ro.Status.Abort {
-		state = "Aborted"
-	}
-	fmt.Fprintf(&b, "Rollout %s (%s)\n", name, strings.ToLower(state))
+	writeRollout(&b, name, res)
 	for i, rs := range res.Owned {
-		branch, indent := "├─", "│ "
-		if i == len(res.Owned)-1 {
-			branch, indent = "└─", "  "
-		}
-		fmt.Fprintf(&b, "%s ReplicaSet %s (rev %d, %s, %s)\n", branch, rs.Name, revisions.Number(rs.Annotations), res.RoleOf(rs), pods(rs))
+		indent := writeReplicaSet(&b, res, i)
 		cfg := owned[rs.UID]
 		sort.Strings(cfg)
 		for j, label := range cfg {
@@ -79,6 +71,26 @@ func Tree(ctx context.Context, c *framework.Cluster, ns, name string) (string, e
 		fmt.Fprintf(&b, "not attached to anything: %s\n", strings.Join(loose, ", "))
 	}
 	return b.String(), nil
+}
+
+// writeRollout writes a tree's first line: the Rollout and its phase.
+func writeRollout(b *strings.Builder, name string, res *workload.Resolved) {
+	state := res.Rollout.Status.Phase
+	if res.Rollout.Status.Abort {
+		state = "Aborted"
+	}
+	fmt.Fprintf(b, "Rollout %s (%s)\n", name, strings.ToLower(state))
+}
+
+// writeReplicaSet writes the branch of the i-th ReplicaSet and returns the indent of its leaves.
+func writeReplicaSet(b *strings.Builder, res *workload.Resolved, i int) string {
+	rs := res.Owned[i]
+	branch, indent := "├─", "│ "
+	if i == len(res.Owned)-1 {
+		branch, indent = "└─", "  "
+	}
+	fmt.Fprintf(b, "%s ReplicaSet %s (rev %d, %s, %s)\n", branch, rs.Name, revisions.Number(rs.Annotations), res.RoleOf(rs), pods(rs))
+	return indent
 }
 
 func pods(rs *appsv1.ReplicaSet) string {

@@ -11,7 +11,6 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/configmap-attacher/configmap-attacher/internal/api"
-	revisions "github.com/configmap-attacher/configmap-attacher/internal/revision"
 	"github.com/configmap-attacher/configmap-attacher/test/framework"
 )
 
@@ -57,17 +56,7 @@ func (s *Story) ZeroTouch(ctx context.Context) error {
 			return nil
 		}},
 		step{"abort the canary", func(ctx context.Context) error {
-			if err := s.C.Abort(ctx, s.Namespace, s.Rollout); err != nil {
-				return err
-			}
-			s.say("kubectl argo rollouts abort %s", s.Rollout)
-			if err := s.C.WaitPods(ctx, s.Wait, v1.RS, replicas); err != nil {
-				return err
-			}
-			if err := s.C.WaitPods(ctx, s.Wait, v2.RS, 0); err != nil {
-				return err
-			}
-			if err := s.expectReads(ctx, v1.RS, v1); err != nil {
+			if err := s.abortCanary(ctx, v1, v2); err != nil {
 				return err
 			}
 			// The aborted revision is kept for rollback, and so is its snapshot.
@@ -199,29 +188,9 @@ func (s *Story) expectSnapshot(ctx context.Context, r revision) error {
 // annotation: every revision references app-config by the same name) with `ready` ready pods.
 func (s *Story) waitChecksum(ctx context.Context, data map[string]string, ready int) (*appsv1.ReplicaSet, error) {
 	sum := framework.Checksum(data)
-	var current *appsv1.ReplicaSet
-	err := framework.Eventually(ctx, s.Wait, fmt.Sprintf("a ReplicaSet of %s with checksum %.8s and %d ready pods", s.Rollout, sum, ready),
-		func(ctx context.Context) (bool, string, error) {
-			res, err := s.C.Resolve(ctx, s.Namespace, s.Rollout)
-			if err != nil {
-				return false, "", err
-			}
-			rs, err := res.Current()
-			if err != nil {
-				return false, err.Error(), nil
-			}
-			if rs.Spec.Template.Annotations["checksum/config"] != sum {
-				return false, "current ReplicaSet " + rs.Name + " runs another checksum", nil
-			}
-			pods, err := s.C.PodsOf(ctx, rs)
-			if err != nil {
-				return false, "", err
-			}
-			current = rs
-			n := framework.ReadyPods(pods)
-			return n == ready && len(pods) == ready, fmt.Sprintf("%s has %d pods, %d ready", rs.Name, len(pods), n), nil
-		})
-	return current, err
+	return s.waitRevision(ctx, fmt.Sprintf("with checksum %.8s", sum), ready, func(rs *appsv1.ReplicaSet) bool {
+		return rs.Spec.Template.Annotations["checksum/config"] == sum
+	})
 }
 
 // runPinned is run with PinnedTree after each step.
@@ -272,18 +241,9 @@ func PinnedTree(ctx context.Context, c *framework.Cluster, ns, name string) (str
 	}
 	direct := map[string]int{} // pinned object -> pods reading it directly
 	var b strings.Builder
-	ro := res.Rollout
-	state := ro.Status.Phase
-	if ro.Status.Abort {
-		state = "Aborted"
-	}
-	fmt.Fprintf(&b, "Rollout %s (%s)\n", name, strings.ToLower(state))
+	writeRollout(&b, name, res)
 	for i, rs := range res.Owned {
-		branch, indent := "├─", "│ "
-		if i == len(res.Owned)-1 {
-			branch, indent = "└─", "  "
-		}
-		fmt.Fprintf(&b, "%s ReplicaSet %s (rev %d, %s, %s)\n", branch, rs.Name, revisions.Number(rs.Annotations), res.RoleOf(rs), pods(rs))
+		indent := writeReplicaSet(&b, res, i)
 		podList, err := c.PodsOf(ctx, rs)
 		if err != nil {
 			return "", err
