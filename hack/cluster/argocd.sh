@@ -31,20 +31,7 @@ ARGOCD_CRDS_STAMP=$ARGOCD_DIR/crds.sha256
 # Components in start order; each has $ARGOCD_DIR/<name>.pid and $LOG_DIR/argocd-<name>.log.
 COMPONENTS=(redis repo-server application-controller)
 
-# --- helpers (the same as up.sh's, which keeps its own private) ---
-
-wait_until() {
-  local what=$1; shift
-  local deadline=$(( $(date +%s) + WAIT_TIMEOUT ))
-  until "$@" >/dev/null 2>&1; do
-    (( $(date +%s) < deadline )) || die "timed out after ${WAIT_TIMEOUT}s waiting for $what"
-    sleep 0.5
-  done
-}
-
-port_free() {
-  ! (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null
-}
+# --- helpers (wait_until, port_free and stop_pid are lib.sh's) ---
 
 http_ok() {
   local status
@@ -77,18 +64,9 @@ component_pid() {
 }
 
 stop_component() {
-  local name=$1 pid i
+  local name=$1 pid
   if pid=$(component_pid "$name"); then
-    log "stopping argocd $name (pid $pid)"
-    kill "$pid" 2>/dev/null || true
-    for ((i = 0; i < 100; i++)); do
-      kill -0 "$pid" 2>/dev/null || break
-      sleep 0.1
-    done
-    if kill -0 "$pid" 2>/dev/null; then
-      log "argocd $name did not stop in 10s, killing it"
-      kill -9 "$pid" 2>/dev/null || true
-    fi
+    stop_pid "argocd $name" "$pid"
   fi
   rm -f "$ARGOCD_DIR/$name.pid"
 }

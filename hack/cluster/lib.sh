@@ -34,6 +34,36 @@ export KWOK_KUBECTL_BINARY=$TOOLS_BIN/kubectl
 log() { printf '[cluster %s %s] %s\n' "$CLUSTER_NAME" "$(date +%H:%M:%S)" "$*" >&2; }
 die() { printf '[cluster %s] ERROR: %s\n' "$CLUSTER_NAME" "$*" >&2; exit 1; }
 
+# wait_until runs a command every half second until it succeeds or WAIT_TIMEOUT (default 120) seconds
+# pass.
+wait_until() {
+  local what=$1; shift
+  local deadline=$(( $(date +%s) + ${WAIT_TIMEOUT:-120} ))
+  until "$@" >/dev/null 2>&1; do
+    (( $(date +%s) < deadline )) || die "timed out after ${WAIT_TIMEOUT:-120}s waiting for $what"
+    sleep 0.5
+  done
+}
+
+# port_free succeeds when nothing accepts connections on ${2:-127.0.0.1}:$1 (our components listen on
+# all interfaces, so a listener anywhere shows up on loopback).
+port_free() {
+  ! (exec 3<>"/dev/tcp/${2:-127.0.0.1}/$1") 2>/dev/null
+}
+
+# stop_pid asks process $2 (described as $1) to stop, and kills it after 10 s.
+stop_pid() {
+  local what=$1 pid=$2 i
+  log "stopping $what (pid $pid)"
+  kill "$pid" 2>/dev/null || true
+  for ((i = 0; i < 100; i++)); do
+    kill -0 "$pid" 2>/dev/null || return 0
+    sleep 0.1
+  done
+  log "$what did not stop in 10s, killing it"
+  kill -9 "$pid" 2>/dev/null || true
+}
+
 [[ $CLUSTER_NAME =~ ^[a-z0-9]([-a-z0-9]*[a-z0-9])?$ ]] ||
   die "CLUSTER_NAME '$CLUSTER_NAME' must be a DNS label (lowercase letters, digits, '-')"
 
@@ -55,18 +85,9 @@ rollouts_pid() {
 
 # stop_rollouts_controller stops this cluster's Rollouts controller, if running.
 stop_rollouts_controller() {
-  local pid i
+  local pid
   if pid=$(rollouts_pid); then
-    log "stopping rollouts-controller (pid $pid)"
-    kill "$pid" 2>/dev/null || true
-    for ((i = 0; i < 100; i++)); do
-      kill -0 "$pid" 2>/dev/null || break
-      sleep 0.1
-    done
-    if kill -0 "$pid" 2>/dev/null; then
-      log "rollouts-controller did not stop in 10s, killing it"
-      kill -9 "$pid" 2>/dev/null || true
-    fi
+    stop_pid rollouts-controller "$pid"
   fi
   rm -f "$ROLLOUTS_PID_FILE"
 }

@@ -71,16 +71,6 @@ pid_of() {
 containerd_pid() { pid_of "$CONTAINERD_PID_FILE" "containerd --config $D/containerd/config.toml"; }
 kubelet_pid() { pid_of "$KUBELET_PID_FILE" "kubelet --config $D/kubelet/config.yaml"; }
 
-# wait_for runs a command every half second until it succeeds or WAIT_TIMEOUT seconds pass.
-wait_for() {
-  local what=$1; shift
-  local deadline=$(( $(date +%s) + WAIT_TIMEOUT ))
-  until "$@" >/dev/null 2>&1; do
-    (( $(date +%s) < deadline )) || die "realnode: timed out after ${WAIT_TIMEOUT}s waiting for $what"
-    sleep 0.5
-  done
-}
-
 # start_detached runs a command in its own session, outliving this script; the pid file holds its pid.
 start_detached() {
   local pid_file=$1 log_file=$2; shift 2
@@ -243,7 +233,7 @@ disabled_plugins = ["io.containerd.snapshotter.v1.btrfs", "io.containerd.snapsho
 EOF
   rlog "starting containerd (log $CONTAINERD_LOG)"
   start_detached "$CONTAINERD_PID_FILE" "$CONTAINERD_LOG" containerd --config "$D/containerd/config.toml"
-  wait_for "containerd on $SOCK (see $CONTAINERD_LOG)" ctr --address "$SOCK" version
+  wait_until "containerd on $SOCK (see $CONTAINERD_LOG)" ctr --address "$SOCK" version
   containerd_pid >/dev/null || die "realnode: containerd exited; see $CONTAINERD_LOG"
 }
 
@@ -312,7 +302,6 @@ current-context: kubelet
 EOF
 }
 
-port_free_on() { ! (exec 3<>"/dev/tcp/$1/$2") 2>/dev/null; }
 
 start_kubelet() {
   local pid port=10250 healthz=10248
@@ -320,8 +309,8 @@ start_kubelet() {
     rlog "kubelet already running (pid $pid)"
     return
   fi
-  while ! port_free_on "$NODE_IP" "$port" || ! port_free_on 127.0.0.1 "$port"; do port=$((port + 1)); done
-  while ! port_free_on 127.0.0.1 "$healthz" || ((healthz == port)); do healthz=$((healthz + 1)); done
+  while ! port_free "$port" "$NODE_IP" || ! port_free "$port"; do port=$((port + 1)); done
+  while ! port_free "$healthz" || ((healthz == port)); do healthz=$((healthz + 1)); done
   mkdir -p "$D/kubelet/root" "$D/kubelet/pod-logs"
   cat >"$D/kubelet/config.yaml" <<EOF
 # Written by hack/cluster/realnode.sh.
@@ -384,9 +373,9 @@ up() {
   node_images
   kubelet_credentials
   start_kubelet
-  wait_for "the kubelet's healthz (see $KUBELET_LOG)" kubelet_healthy
+  wait_until "the kubelet's healthz (see $KUBELET_LOG)" kubelet_healthy
   kubelet_pid >/dev/null || die "realnode: kubelet exited; see $KUBELET_LOG"
-  wait_for "node $NODE Ready (see $KUBELET_LOG)" node_ready
+  wait_until "node $NODE Ready (see $KUBELET_LOG)" node_ready
   rlog "node $NODE ready in $(( $(date +%s) - start ))s"
   echo "NODE=$NODE"
 }

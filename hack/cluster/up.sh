@@ -27,16 +27,6 @@ build_tools() {
   [[ -f $CRDS_DIR/rollout-crd.yaml ]] || die "Argo Rollouts CRDs missing in $CRDS_DIR: run hack/tools/build.sh argo-rollouts"
 }
 
-# wait_until runs a command every half second until it succeeds or WAIT_TIMEOUT seconds pass.
-wait_until() {
-  local what=$1; shift
-  local deadline=$(( $(date +%s) + WAIT_TIMEOUT ))
-  until "$@" >/dev/null 2>&1; do
-    (( $(date +%s) < deadline )) || die "timed out after ${WAIT_TIMEOUT}s waiting for $what"
-    sleep 0.5
-  done
-}
-
 create_cluster() {
   # `create cluster` on an existing cluster returns at once if every component runs and restarts
   # the stopped ones otherwise. Every binary is a local file, so kwokctl never downloads anything
@@ -124,12 +114,6 @@ install_rollouts_crds() {
 # collects: the property this project relies on, so fail early and clearly if it is off.
 gc_running() {
   grep -q 'Proceeding to collect garbage' "$LOG_DIR/kube-controller-manager.log"
-}
-
-# port_free succeeds when nothing accepts connections on 127.0.0.1:$1 (the controller listens on
-# all interfaces, so a listener anywhere shows up on loopback).
-port_free() {
-  ! (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null
 }
 
 # pick_rollouts_ports chooses the controller's metrics and healthz ports: the ones it had before
