@@ -3,6 +3,7 @@ package caches
 import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/client-go/dynamic/dynamicinformer"
 	"k8s.io/client-go/informers"
 	"k8s.io/client-go/metadata/metadatainformer"
@@ -82,31 +83,17 @@ func New(clients *kube.Clients, o Options) (*Caches, error) {
 
 		// Config objects: metadata only and filtered by the opt-in label, so their data (up to 1 MiB
 		// each) is never downloaded nor cached.
-		meta := metadatainformer.NewFilteredSharedInformerFactory(clients.Metadata, 0, ns,
-			func(lo *metav1.ListOptions) { lo.LabelSelector = optedIn })
-		for _, kind := range o.ConfigKinds {
-			inf := meta.ForResource(kind.GVR()).Informer()
-			if err := inf.SetTransform(trimConfig); err != nil {
-				return nil, err
-			}
-			if err := inf.AddIndexers(ConfigIndexers()); err != nil {
-				return nil, err
-			}
-			configs[kind] = append(configs[kind], inf)
+		err := c.metadataInformers(clients, ns, optedIn, o.ConfigKinds, trimConfig,
+			func(refs.Kind) cache.Indexers { return ConfigIndexers() }, configs)
+		if err != nil {
+			return nil, err
 		}
-		c.start = append(c.start, meta.Start)
 	}
 	for kind, infs := range users {
-		c.Users[kind] = NewInformer[*User](infs...)
-		for _, inf := range infs {
-			c.synced = append(c.synced, inf.HasSynced)
-		}
+		c.Users[kind] = joined[*User](c, infs)
 	}
 	for kind, infs := range configs {
-		c.Configs[kind] = NewInformer[*metav1.PartialObjectMetadata](infs...)
-		for _, inf := range infs {
-			c.synced = append(c.synced, inf.HasSynced)
-		}
+		c.Configs[kind] = joined[*metav1.PartialObjectMetadata](c, infs)
 	}
 	return c, nil
 }
@@ -132,4 +119,33 @@ func trimConfig(obj any) (any, error) {
 		m.Annotations = nil
 	}
 	return obj, nil
+}
+
+// metadataInformers adds to into, for each kind, a metadata-only informer of namespace ns filtered by
+// the label selector, with transform and the kind's indexers; they start with the caches.
+func (c *Caches) metadataInformers(clients *kube.Clients, ns, selector string, kinds []refs.Kind,
+	transform cache.TransformFunc, indexers func(refs.Kind) cache.Indexers, into map[refs.Kind][]cache.SharedIndexInformer) error {
+	meta := metadatainformer.NewFilteredSharedInformerFactory(clients.Metadata, 0, ns,
+		func(lo *metav1.ListOptions) { lo.LabelSelector = selector })
+	for _, kind := range kinds {
+		inf := meta.ForResource(kind.GVR()).Informer()
+		if err := inf.SetTransform(transform); err != nil {
+			return err
+		}
+		if err := inf.AddIndexers(indexers(kind)); err != nil {
+			return err
+		}
+		into[kind] = append(into[kind], inf)
+	}
+	c.start = append(c.start, meta.Start)
+	return nil
+}
+
+// joined makes one Informer of a resource's per-namespace informers, and has the caches wait for
+// each to sync.
+func joined[T runtime.Object](c *Caches, infs []cache.SharedIndexInformer) *Informer[T] {
+	for _, inf := range infs {
+		c.synced = append(c.synced, inf.HasSynced)
+	}
+	return NewInformer[T](infs...)
 }

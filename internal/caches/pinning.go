@@ -80,31 +80,17 @@ func (c *Caches) NewPinning(clients *kube.Clients, o Options) error {
 		}
 		c.start = append(c.start, typed.Start)
 
-		meta := metadatainformer.NewFilteredSharedInformerFactory(clients.Metadata, 0, ns,
-			func(lo *metav1.ListOptions) { lo.LabelSelector = snapSelector })
-		for _, kind := range o.ConfigKinds {
-			inf := meta.ForResource(kind.GVR()).Informer()
-			if err := inf.SetTransform(trimSnapshot); err != nil {
-				return err
-			}
-			if err := inf.AddIndexers(cache.Indexers{ByPin: indexByPin(kind)}); err != nil {
-				return err
-			}
-			snaps[kind] = append(snaps[kind], inf)
+		err := c.metadataInformers(clients, ns, snapSelector, o.ConfigKinds, trimSnapshot,
+			func(kind refs.Kind) cache.Indexers { return cache.Indexers{ByPin: indexByPin(kind)} }, snaps)
+		if err != nil {
+			return err
 		}
-		c.start = append(c.start, meta.Start)
 	}
 	for kind, infs := range pins {
-		p.Pins[kind] = NewInformer[runtime.Object](infs...)
-		for _, inf := range infs {
-			c.synced = append(c.synced, inf.HasSynced)
-		}
+		p.Pins[kind] = joined[runtime.Object](c, infs)
 	}
 	for kind, infs := range snaps {
-		p.Snapshots[kind] = NewInformer[*metav1.PartialObjectMetadata](infs...)
-		for _, inf := range infs {
-			c.synced = append(c.synced, inf.HasSynced)
-		}
+		p.Snapshots[kind] = joined[*metav1.PartialObjectMetadata](c, infs)
 	}
 	nsFactory := metadatainformer.NewSharedInformerFactory(clients.Metadata, 0)
 	nsInf := nsFactory.ForResource(corev1.SchemeGroupVersion.WithResource("namespaces")).Informer()
