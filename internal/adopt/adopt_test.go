@@ -74,15 +74,11 @@ func deployment() (*appsv1.Deployment, []runtime.Object) {
 
 func clients(t *testing.T, typed []runtime.Object, configs ...config) (*kube.Clients, *metafake.FakeMetadataClient) {
 	t.Helper()
-	scheme := metafake.NewTestScheme()
-	if err := metav1.AddMetaToScheme(scheme); err != nil {
-		t.Fatal(err)
-	}
 	var metas []runtime.Object
 	for _, c := range configs {
 		metas = append(metas, c.meta())
 	}
-	mc := metafake.NewSimpleMetadataClient(scheme, metas...)
+	mc := testutil.FakeMetadata(metas...)
 	return &kube.Clients{Kube: kubefake.NewClientset(typed...), Metadata: mc}, mc
 }
 

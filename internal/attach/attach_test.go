@@ -15,7 +15,6 @@ import (
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/metadata"
-	metafake "k8s.io/client-go/metadata/fake"
 	clienttesting "k8s.io/client-go/testing"
 
 	"github.com/configmap-attacher/configmap-attacher/internal/attach"
@@ -115,12 +114,6 @@ func (r *recordedEvents) Attached(_ context.Context, obj attach.Object, msg stri
 	*r = append(*r, obj.Meta.Name+": "+msg)
 }
 
-func newFakeMetadata(objs ...runtime.Object) *metafake.FakeMetadataClient {
-	scheme := metafake.NewTestScheme()
-	_ = metav1.AddMetaToScheme(scheme)
-	return metafake.NewSimpleMetadataClient(scheme, objs...)
-}
-
 // dryRunRecorder passes every call to the fake, which ignores PatchOptions (it would apply a dry run
 // for real), and records which patches were dry runs.
 type dryRunRecorder struct {
@@ -163,7 +156,7 @@ func recording(client metadata.Interface) (w *attach.Writer, real, dry *[]string
 func TestAttachMergesByUIDAndKeepsForeignOwners(t *testing.T) {
 	ctx := context.Background()
 	meta := testutil.ConfigMeta(refs.ConfigMap, "demo-cm-1", true, foreignOwner(), ownerRef("aaa"))
-	client := newFakeMetadata(meta)
+	client := testutil.FakeMetadata(meta)
 	var events recordedEvents
 	w, real, dry := recording(client)
 	w.Events = &events
@@ -201,7 +194,7 @@ func TestAttachDryRunAndInFlightWriteNothing(t *testing.T) {
 	a, b := testutil.ConfigMeta(refs.ConfigMap, "a", true), testutil.ConfigMeta(refs.ConfigMap, "b", true, ownerRef("bbb"))
 	objects := []attach.Object{{Kind: refs.ConfigMap, Meta: a}, {Kind: refs.ConfigMap, Meta: b}}
 
-	w, real, dry := recording(newFakeMetadata(a, b))
+	w, real, dry := recording(testutil.FakeMetadata(a, b))
 	res, err := w.Attach(ctx, rev("bbb"), objects, attach.Options{DryRun: true})
 	if err != nil || len(res.Planned) != 1 || len(res.Owned) != 1 || len(res.Written) != 0 {
 		t.Fatalf("dry run: %+v, %v; want 1 planned, 1 owned, none written", res, err)
@@ -210,7 +203,7 @@ func TestAttachDryRunAndInFlightWriteNothing(t *testing.T) {
 		t.Fatalf("dry run sent patches %v (dry %v); want only the dry run", *real, *dry)
 	}
 
-	client := newFakeMetadata(a, b)
+	client := testutil.FakeMetadata(a, b)
 	inFlight := func(attach.Change) bool { return true }
 	res, err = (&attach.Writer{Client: client}).Attach(ctx, rev("bbb"), objects, attach.Options{InFlight: inFlight})
 	if err != nil || len(res.Skipped) != 1 || len(client.Actions()) != 0 {
@@ -224,7 +217,7 @@ func TestAttachRereadsOnConflict(t *testing.T) {
 	// Meanwhile a concurrent attacher added the same reference.
 	current := testutil.ConfigMeta(refs.ConfigMap, "demo-cm-1", true, ownerRef("bbb"))
 	current.ResourceVersion = "2"
-	client := newFakeMetadata(current)
+	client := testutil.FakeMetadata(current)
 	conflicts := 0
 	client.PrependReactor("patch", "configmaps", func(clienttesting.Action) (bool, runtime.Object, error) {
 		conflicts++
@@ -241,7 +234,7 @@ func TestAttachRereadsOnConflict(t *testing.T) {
 func TestAttachReportsEveryFailureNotJustTheFirst(t *testing.T) {
 	ctx := context.Background()
 	gone, flaky, fine := testutil.ConfigMeta(refs.ConfigMap, "gone", true), testutil.ConfigMeta(refs.ConfigMap, "flaky", true), testutil.ConfigMeta(refs.ConfigMap, "fine", true)
-	client := newFakeMetadata(flaky, fine) // "gone" was deleted after it was planned
+	client := testutil.FakeMetadata(flaky, fine) // "gone" was deleted after it was planned
 	client.PrependReactor("patch", "configmaps", func(a clienttesting.Action) (bool, runtime.Object, error) {
 		if a.(clienttesting.PatchAction).GetName() == "flaky" {
 			time.Sleep(20 * time.Millisecond) // fail last, after the NotFound

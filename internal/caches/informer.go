@@ -9,6 +9,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/tools/cache"
 
+	"github.com/configmap-attacher/configmap-attacher/internal/api"
 	"github.com/configmap-attacher/configmap-attacher/internal/refs"
 )
 
@@ -206,6 +207,29 @@ func NewConfigInformerForTest(objs ...*metav1.PartialObjectMetadata) *Informer[*
 		_ = inf.GetIndexer().Add(o)
 	}
 	return NewInformer[*metav1.PartialObjectMetadata](inf)
+}
+
+// NewForTest builds caches that are never started, holding users and the opted-in configs, as the
+// controllers' unit tests need them.
+func NewForTest(users []*User, configs []*metav1.PartialObjectMetadata) *Caches {
+	cs := &Caches{Users: map[Kind]*Informer[*User]{}, Configs: map[refs.Kind]*Informer[*metav1.PartialObjectMetadata]{}}
+	byKind := map[Kind][]*User{}
+	for _, u := range users {
+		byKind[u.Kind()] = append(byKind[u.Kind()], u)
+	}
+	for _, k := range UserKinds() {
+		cs.Users[k] = NewUserInformerForTest(byKind[k]...)
+	}
+	for _, k := range refs.Kinds() {
+		var ofKind []*metav1.PartialObjectMetadata
+		for _, m := range configs {
+			if m.Kind == string(k) && api.OptedIn(m.Labels) {
+				ofKind = append(ofKind, m)
+			}
+		}
+		cs.Configs[k] = NewConfigInformerForTest(ofKind...)
+	}
+	return cs
 }
 
 // UsersOf returns every cached object, of any kind, whose pods or pod template reference r, and the

@@ -43,34 +43,12 @@ func user(rs *appsv1.ReplicaSet) *caches.User {
 // newFixture fills the controller's caches directly; the metadata client holds what the API server has.
 func newFixture(t *testing.T, users []*caches.User, configs []*metav1.PartialObjectMetadata, extra ...runtime.Object) *fixture {
 	t.Helper()
-	scheme := metafake.NewTestScheme()
-	_ = metav1.AddMetaToScheme(scheme)
 	var objs []runtime.Object
-	var optedIn []*metav1.PartialObjectMetadata
 	for _, m := range configs {
 		objs = append(objs, m)
-		if api.OptedIn(m.Labels) {
-			optedIn = append(optedIn, m)
-		}
 	}
-	f := &fixture{t: t, meta: metafake.NewSimpleMetadataClient(scheme, append(objs, extra...)...)}
-	byKind := map[caches.Kind][]*caches.User{}
-	for _, u := range users {
-		byKind[u.Kind()] = append(byKind[u.Kind()], u)
-	}
-	cs := &caches.Caches{Users: map[caches.Kind]*caches.Informer[*caches.User]{}, Configs: map[refs.Kind]*caches.Informer[*metav1.PartialObjectMetadata]{}}
-	for _, k := range caches.UserKinds() {
-		cs.Users[k] = caches.NewUserInformerForTest(byKind[k]...)
-	}
-	for _, k := range refs.Kinds() {
-		var ofKind []*metav1.PartialObjectMetadata
-		for _, m := range optedIn {
-			if m.Kind == string(k) {
-				ofKind = append(ofKind, m)
-			}
-		}
-		cs.Configs[k] = caches.NewConfigInformerForTest(ofKind...)
-	}
+	f := &fixture{t: t, meta: testutil.FakeMetadata(append(objs, extra...)...)}
+	cs := caches.NewForTest(users, configs)
 	c, err := New(cs, &attach.Writer{Client: f.meta}, nil, Options{AttachAllNamespaces: []string{testutil.Namespace}})
 	if err != nil {
 		t.Fatal(err)

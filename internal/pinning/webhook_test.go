@@ -87,21 +87,12 @@ type fixture struct {
 
 func newFixture(t *testing.T, users []*caches.User, snapshots []*metav1.PartialObjectMetadata, live ...runtime.Object) *fixture {
 	t.Helper()
-	scheme := metafake.NewTestScheme()
-	_ = metav1.AddMetaToScheme(scheme)
 	var metas []runtime.Object
 	for _, s := range snapshots {
 		metas = append(metas, s)
 	}
-	f := &fixture{kube: kubefake.NewClientset(live...), meta: metafake.NewSimpleMetadataClient(scheme, metas...)}
-	cs := &caches.Caches{Users: map[caches.Kind]*caches.Informer[*caches.User]{}}
-	byKind := map[caches.Kind][]*caches.User{}
-	for _, u := range users {
-		byKind[u.Kind()] = append(byKind[u.Kind()], u)
-	}
-	for _, k := range caches.UserKinds() {
-		cs.Users[k] = caches.NewUserInformerForTest(byKind[k]...)
-	}
+	f := &fixture{kube: kubefake.NewClientset(live...), meta: testutil.FakeMetadata(metas...)}
+	cs := caches.NewForTest(users, nil)
 	cs.Pinning = caches.NewPinningForTest([]runtime.Object{appConfig("v1"), appSecret()}, snapshots, ns)
 	f.hook = &Webhook{Caches: cs, Taker: &Taker{Kube: f.kube, Writer: &attach.Writer{Client: f.meta}}, Metrics: metrics.New()}
 	return f

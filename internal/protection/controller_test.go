@@ -49,29 +49,15 @@ type fixture struct {
 // the API server and (when opted in) in the cache.
 func newFixture(t *testing.T, cached, onAPIServer []*caches.User, configs []*metav1.PartialObjectMetadata, namespaces ...runtime.Object) *fixture {
 	t.Helper()
-	scheme := metafake.NewTestScheme()
-	_ = metav1.AddMetaToScheme(scheme)
 	var objs []runtime.Object
-	var optedIn []*metav1.PartialObjectMetadata
 	for _, m := range configs {
 		objs = append(objs, m)
-		if api.OptedIn(m.Labels) {
-			optedIn = append(optedIn, m)
-		}
 	}
 	if len(namespaces) == 0 {
 		namespaces = []runtime.Object{&corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: testutil.Namespace}}}
 	}
-	f := &fixture{t: t, meta: metafake.NewSimpleMetadataClient(scheme, objs...), events: record.NewFakeRecorder(10)}
-	byKind := map[caches.Kind][]*caches.User{}
-	for _, u := range cached {
-		byKind[u.Kind()] = append(byKind[u.Kind()], u)
-	}
-	cs := &caches.Caches{Users: map[caches.Kind]*caches.Informer[*caches.User]{}, Configs: map[refs.Kind]*caches.Informer[*metav1.PartialObjectMetadata]{}}
-	for _, k := range caches.UserKinds() {
-		cs.Users[k] = caches.NewUserInformerForTest(byKind[k]...)
-	}
-	cs.Configs[refs.ConfigMap] = caches.NewConfigInformerForTest(optedIn...)
+	f := &fixture{t: t, meta: testutil.FakeMetadata(objs...), events: record.NewFakeRecorder(10)}
+	cs := caches.NewForTest(cached, configs)
 	c, err := New(cs, &attach.Writer{Client: f.meta}, liveUsers(append(cached, onAPIServer...)), kubefake.NewClientset(namespaces...), f.events, nil)
 	if err != nil {
 		t.Fatal(err)

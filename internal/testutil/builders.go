@@ -7,7 +7,9 @@ import (
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
+	metafake "k8s.io/client-go/metadata/fake"
 
 	"github.com/configmap-attacher/configmap-attacher/internal/api"
 	"github.com/configmap-attacher/configmap-attacher/internal/refs"
@@ -101,4 +103,11 @@ func ConfigMeta(kind refs.Kind, name string, optedIn bool, owners ...metav1.Owne
 		m.Labels = map[string]string{api.RevisionedLabel: api.RevisionedValue}
 	}
 	return m
+}
+
+// FakeMetadata is a fake metadata client holding objs (PartialObjectMetadata), as the API server would.
+func FakeMetadata(objs ...runtime.Object) *metafake.FakeMetadataClient {
+	scheme := metafake.NewTestScheme()
+	_ = metav1.AddMetaToScheme(scheme)
+	return metafake.NewSimpleMetadataClient(scheme, objs...)
 }

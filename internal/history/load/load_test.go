@@ -30,10 +30,8 @@ func TestRead(t *testing.T) {
 	metaOf := func(kind refs.Kind, m metav1.ObjectMeta) runtime.Object {
 		return &metav1.PartialObjectMetadata{TypeMeta: metav1.TypeMeta{APIVersion: "v1", Kind: string(kind)}, ObjectMeta: m}
 	}
-	scheme := metafake.NewTestScheme()
-	_ = metav1.AddMetaToScheme(scheme)
 	kc := kubefake.NewClientset(cm, sec)
-	c := &kube.Clients{Kube: kc, Metadata: metafake.NewSimpleMetadataClient(scheme, metaOf(refs.ConfigMap, cm.ObjectMeta), metaOf(refs.Secret, sec.ObjectMeta))}
+	c := &kube.Clients{Kube: kc, Metadata: testutil.FakeMetadata(metaOf(refs.ConfigMap, cm.ObjectMeta), metaOf(refs.Secret, sec.ObjectMeta))}
 	wanted := []refs.Ref{{Kind: refs.ConfigMap, Name: "demo-cm-1"}, {Kind: refs.ConfigMap, Name: "gone"}, {Kind: refs.Secret, Name: "demo-env-1"}}
 	ctx := context.Background()
 
@@ -83,8 +81,6 @@ func TestRead(t *testing.T) {
 func pinnedClients(t *testing.T) (*kube.Clients, *kubefake.Clientset, *metafake.FakeMetadataClient, historytest.Fixture) {
 	t.Helper()
 	f := historytest.Pinned()
-	scheme := metafake.NewTestScheme()
-	_ = metav1.AddMetaToScheme(scheme)
 	var typed, meta []runtime.Object
 	for _, o := range f.Objs {
 		m := o.Meta.DeepCopy()
@@ -101,7 +97,7 @@ func pinnedClients(t *testing.T) (*kube.Clients, *kubefake.Clientset, *metafake.
 		meta = append(meta, &metav1.PartialObjectMetadata{TypeMeta: metav1.TypeMeta{APIVersion: "v1", Kind: string(o.Ref.Kind)}, ObjectMeta: *m})
 	}
 	kc := kubefake.NewClientset(typed...)
-	mc := metafake.NewSimpleMetadataClient(scheme, meta...)
+	mc := testutil.FakeMetadata(meta...)
 	return &kube.Clients{Kube: kc, Metadata: mc}, kc, mc, f
 }
 
