@@ -189,10 +189,7 @@ func mountedConfigMap(rs *appsv1.ReplicaSet) (string, error) {
 }
 
 func (s *helmStory) waitPaused() error {
-	return framework.Eventually(context.Background(), helmWait, "the canary to pause", func(ctx context.Context) (bool, string, error) {
-		n, err := e2e.cluster.PauseConditionCount(ctx, s.ns, s.rollout)
-		return n > 0, "not paused", err
-	})
+	return e2e.cluster.WaitPaused(context.Background(), helmWait, s.ns, s.rollout)
 }
 
 // expectEveryReplicaSetHasItsConfig is the promise: every ReplicaSet of the Rollout (current, stable

@@ -90,10 +90,7 @@ func (s *historyStory) secretRevision(token string) string {
 
 func (s *historyStory) waitPaused() {
 	s.t.Helper()
-	must(s.t, framework.Eventually(context.Background(), 90*time.Second, "the canary to pause", func(ctx context.Context) (bool, string, error) {
-		n, err := e2e.cluster.PauseConditionCount(ctx, s.ns, "demo")
-		return n > 0, "not paused", err
-	}))
+	must(s.t, e2e.cluster.WaitPaused(context.Background(), 90*time.Second, s.ns, "demo"))
 }
 
 // waitStable waits until the Rollout's stable ReplicaSet is rs.

@@ -204,6 +204,7 @@ func TestPinningTheWalkthroughWithAStaticConfigMap(t *testing.T) {
 	r.deploy(pinV3)
 	rs3 := r.current(pinV3, 1)
 	r.expectReads(rs3, pinV3)
+	must(t, e2e.cluster.WaitPaused(ctx, 90*time.Second, ns, "demo"))
 	must(t, e2e.cluster.Promote(ctx, ns, "demo"))
 	r.current(pinV3, 3)
 	_, err := e2e.cluster.Dynamic.Resource(workload.RolloutGVR).Namespace(ns).Patch(ctx, "demo", types.MergePatchType,

@@ -8,6 +8,7 @@ import (
 	"sort"
 	"strconv"
 	"strings"
+	"time"
 
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
@@ -280,14 +281,18 @@ func (c *Cluster) ResolveWorkload(ctx context.Context, ref workload.Ref) (*workl
 	return workload.Resolve(ctx, workload.ClientSource{Kube: c.Kube, Dynamic: c.Dynamic}, ref)
 }
 
-// PauseConditionCount is how many reasons the Rollout is paused for (a canary waiting at pause: {}).
-func (c *Cluster) PauseConditionCount(ctx context.Context, ns, name string) (int, error) {
-	u, err := c.Dynamic.Resource(workload.RolloutGVR).Namespace(ns).Get(ctx, name, metav1.GetOptions{})
-	if err != nil {
-		return 0, err
-	}
-	conds, _, _ := unstructured.NestedSlice(u.Object, "status", "pauseConditions")
-	return len(conds), nil
+// WaitPaused waits until the Rollout stops at a pause: {} step (a pause condition is recorded), as a
+// user sees it in `kubectl argo rollouts get rollout` before promoting. Promoting earlier is lost: the
+// controller records the pause after the promotion cleared nothing, and the canary waits for ever.
+func (c *Cluster) WaitPaused(ctx context.Context, timeout time.Duration, ns, name string) error {
+	return Eventually(ctx, timeout, "Rollout "+ns+"/"+name+" to pause", func(ctx context.Context) (bool, string, error) {
+		u, err := c.Dynamic.Resource(workload.RolloutGVR).Namespace(ns).Get(ctx, name, metav1.GetOptions{})
+		if err != nil {
+			return false, "", err
+		}
+		conds, _, _ := unstructured.NestedSlice(u.Object, "status", "pauseConditions")
+		return len(conds) > 0, "not paused", nil
+	})
 }
 
 // RevisionOf returns a ReplicaSet's revision as a string for messages.

@@ -173,10 +173,7 @@ func (s *Story) abortCanary(ctx context.Context, stable, canary revision) error 
 
 // waitPaused waits for the canary to stop at its pause: {} step.
 func (s *Story) waitPaused(ctx context.Context) error {
-	return framework.Eventually(ctx, s.Wait, "the canary to pause", func(ctx context.Context) (bool, string, error) {
-		n, err := s.C.PauseConditionCount(ctx, s.Namespace, s.Rollout)
-		return n > 0, "not paused", err
-	})
+	return s.C.WaitPaused(ctx, s.Wait, s.Namespace, s.Rollout)
 }
 
 // waitStable waits until Argo Rollouts records rs as the stable ReplicaSet. Deploying before that
