@@ -3,6 +3,8 @@
 // value here is relied on by manifests and scripts: never change one.
 package api
 
+import metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
 // RevisionedLabel opts a ConfigMap or Secret in: the chart and the renderer set it, and nothing without
 // it is ever attached, so a hand-made object never becomes garbage because a workload went away.
 const (
@@ -60,3 +62,15 @@ const (
 
 // Pinned reports whether an object carries the pin label.
 func Pinned(labels map[string]string) bool { return labels[PinLabel] == PinValue }
+
+// EarlierPin reports whether snapshot a, rather than b, is the pin of a revision that owns both: the
+// older one, taken when the revision was created; by name when both were created in the same second.
+// The takers check the API before they snapshot, so two are left only by two takers racing while the
+// object changed; the webhook, the controller and `history` then all pick the same one.
+func EarlierPin(a, b metav1.Object) bool {
+	ta, tb := a.GetCreationTimestamp(), b.GetCreationTimestamp()
+	if !ta.Equal(&tb) {
+		return ta.Before(&tb)
+	}
+	return a.GetName() < b.GetName()
+}

@@ -2,6 +2,7 @@ package caches
 
 import (
 	"fmt"
+	"slices"
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -111,12 +112,29 @@ func (p *Pinning) Snapshot(namespace, revision string, r refs.Ref) (string, bool
 		return "", false
 	}
 	snaps, err := inf.ByIndex(ByPin, PinKey(revision, r))
+	if err != nil {
+		return "", false
+	}
+	return PinAmong(snaps, namespace, revision, r)
+}
+
+// PinAmong finds a revision's pin for r among snapshots: one that copies r, is owned by the revision and
+// is not being deleted; the earliest (api.EarlierPin) if a race left several.
+func PinAmong(snaps []*metav1.PartialObjectMetadata, namespace, revision string, r refs.Ref) (string, bool) {
+	var pin *metav1.PartialObjectMetadata
 	for _, s := range snaps {
-		if err == nil && s.Namespace == namespace && s.DeletionTimestamp == nil {
-			return s.Name, true
+		if s.Namespace != namespace || s.DeletionTimestamp != nil || s.Annotations[api.OriginalNameAnnotation] != r.Name ||
+			!slices.ContainsFunc(s.OwnerReferences, func(o metav1.OwnerReference) bool { return string(o.UID) == revision }) {
+			continue
+		}
+		if pin == nil || api.EarlierPin(s, pin) {
+			pin = s
 		}
 	}
-	return "", false
+	if pin == nil {
+		return "", false
+	}
+	return pin.Name, true
 }
 
 // Pin returns the pinned object r in namespace, if it is labelled for pinning.

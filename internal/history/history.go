@@ -158,9 +158,9 @@ type pinKey struct {
 }
 
 // indexSnapshots maps each pin to its snapshot. A revision normally owns one snapshot per object; should
-// a race have left it two, the first by name wins, so output never flickers.
+// a race have left it two, the one the webhook reads wins (api.EarlierPin).
 func indexSnapshots(objs Objects) map[pinKey]string {
-	out := map[pinKey]string{}
+	pins := map[pinKey]*metav1.ObjectMeta{}
 	for _, o := range objs {
 		orig := o.Meta.Annotations[api.OriginalNameAnnotation]
 		if !o.IsSnapshot() || orig == "" {
@@ -168,10 +168,14 @@ func indexSnapshots(objs Objects) map[pinKey]string {
 		}
 		for _, owner := range o.Meta.OwnerReferences {
 			k := pinKey{owner.UID, refs.Ref{Kind: o.Ref.Kind, Name: orig}}
-			if prev, ok := out[k]; !ok || o.Ref.Name < prev {
-				out[k] = o.Ref.Name
+			if prev, ok := pins[k]; !ok || api.EarlierPin(&o.Meta, prev) {
+				pins[k] = &o.Meta
 			}
 		}
+	}
+	out := make(map[pinKey]string, len(pins))
+	for k, m := range pins {
+		out[k] = m.Name
 	}
 	return out
 }

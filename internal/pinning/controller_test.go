@@ -2,6 +2,7 @@ package pinning
 
 import (
 	"context"
+	"slices"
 	"strings"
 	"testing"
 
@@ -59,6 +60,30 @@ func TestControllerPinsANewRevision(t *testing.T) {
 	}
 	if e := <-events.Events; !strings.Contains(e, ReasonPinned) || !strings.Contains(e, "configmap/app-config -> "+v1) {
 		t.Errorf("event %q", e)
+	}
+}
+
+// The revision was pinned a moment ago (by this controller or another replica's webhook) and the object
+// changed since; the snapshot cache has not shown the pin yet. Snapshotting again would give the
+// revision a second pin, with the new content.
+func TestControllerDoesNotPinARevisionTwiceWhileItsCacheLags(t *testing.T) {
+	rs := replicaSet(t, "web-5d8f", "rs-new")
+	v0 := "app-config-0000000000" // what the revision was created with; the live object is v1 now
+	taken := snapshot(refs.ConfigMap, v0, "app-config", "rs-new")
+	f := newLaggingFixture(t, []*caches.User{rs}, nil, []*metav1.PartialObjectMetadata{taken}, appConfig("v1"), appSecret())
+	c, err := New(f.hook.Caches, f.hook.Taker, record.NewFakeRecorder(5), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.sync(context.Background(), rs.Key()); err != nil {
+		t.Fatal(err)
+	}
+	if got := creates(f); !slices.Equal(got, []string{"secrets"}) {
+		t.Errorf("created %v; want only app-env's snapshot: app-config's pin %s exists", got, v0)
+	}
+	pin, err := f.hook.Taker.Take(context.Background(), rs.Revision(), refs.Ref{Kind: refs.ConfigMap, Name: "app-config"})
+	if err != nil || pin != v0 {
+		t.Errorf("Take = %q, %v; want the existing pin %s", pin, err, v0)
 	}
 }
 

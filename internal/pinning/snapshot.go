@@ -25,6 +25,7 @@ import (
 
 	"github.com/configmap-attacher/configmap-attacher/internal/api"
 	"github.com/configmap-attacher/configmap-attacher/internal/attach"
+	"github.com/configmap-attacher/configmap-attacher/internal/caches"
 	"github.com/configmap-attacher/configmap-attacher/internal/content"
 	"github.com/configmap-attacher/configmap-attacher/internal/refs"
 	"github.com/configmap-attacher/configmap-attacher/internal/revision"
@@ -83,11 +84,17 @@ type Taker struct {
 	Writer *attach.Writer // adds the revision to a snapshot that exists already (same content)
 }
 
-// Take snapshots the object r as it is now, for rev, and returns the snapshot's name. It reads the
-// object from the API server, not a cache: a revision created right after the object changed must get
-// the new content. Taking what exists already (the same content, another revision or a concurrent
-// taker) only adds rev's ownerReference, through the one attach step.
+// Take snapshots the object r as it is now, for rev, and returns the snapshot's name. It reads from
+// the API server, not a cache: a revision created right after the object changed must get the new
+// content. A pin rev has already is returned as it is: the callers looked in their caches, which may
+// not show a snapshot taken a moment ago (by this process or the webhook of another replica), and
+// snapshotting again after the object changed would pin the revision to the new content too. Taking
+// what exists already (the same content, another revision or a concurrent taker) only adds rev's
+// ownerReference, through the one attach step.
 func (t *Taker) Take(ctx context.Context, rev *revision.Revision, r refs.Ref) (string, error) {
+	if name, ok, err := t.pinned(ctx, rev, r); err != nil || ok {
+		return name, err
+	}
 	live, err := t.get(ctx, rev.Namespace, r)
 	if err != nil {
 		return "", err
@@ -119,6 +126,21 @@ func (t *Taker) Take(ctx context.Context, rev *revision.Revision, r refs.Ref) (s
 // DryRunName is the name Take would return, computed from a cached copy without writing anything:
 // what a server-side dry run of a pod gets (the webhook declares sideEffects NoneOnDryRun).
 func DryRunName(cached metav1.Object) (string, error) { return SnapshotName(cached) }
+
+// pinned finds rev's pin for r on the API server.
+func (t *Taker) pinned(ctx context.Context, rev *revision.Revision, r refs.Ref) (string, bool, error) {
+	list, err := t.Writer.Client.Resource(r.Kind.GVR()).Namespace(rev.Namespace).List(ctx,
+		metav1.ListOptions{LabelSelector: api.SnapshotLabel + "=" + api.SnapshotValue})
+	if err != nil {
+		return "", false, fmt.Errorf("listing the snapshots of %s %s/%s: %w", r.Kind, rev.Namespace, r.Name, err)
+	}
+	snaps := make([]*metav1.PartialObjectMetadata, len(list.Items))
+	for i := range list.Items {
+		snaps[i] = &list.Items[i]
+	}
+	name, ok := caches.PinAmong(snaps, rev.Namespace, string(rev.UID), r)
+	return name, ok, nil
+}
 
 func (t *Taker) get(ctx context.Context, ns string, r refs.Ref) (metav1.Object, error) {
 	switch r.Kind {

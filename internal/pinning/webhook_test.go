@@ -87,13 +87,20 @@ type fixture struct {
 
 func newFixture(t *testing.T, users []*caches.User, snapshots []*metav1.PartialObjectMetadata, live ...runtime.Object) *fixture {
 	t.Helper()
+	return newLaggingFixture(t, users, snapshots, snapshots, live...)
+}
+
+// newLaggingFixture is a fixture whose snapshot cache holds cached while the API server holds inAPI:
+// an informer that has not seen the newest writes yet.
+func newLaggingFixture(t *testing.T, users []*caches.User, cached, inAPI []*metav1.PartialObjectMetadata, live ...runtime.Object) *fixture {
+	t.Helper()
 	var metas []runtime.Object
-	for _, s := range snapshots {
+	for _, s := range inAPI {
 		metas = append(metas, s)
 	}
 	f := &fixture{kube: kubefake.NewClientset(live...), meta: testutil.FakeMetadata(metas...)}
 	cs := caches.NewForTest(users, nil)
-	cs.Pinning = caches.NewPinningForTest([]runtime.Object{appConfig("v1"), appSecret()}, snapshots, ns)
+	cs.Pinning = caches.NewPinningForTest([]runtime.Object{appConfig("v1"), appSecret()}, cached, ns)
 	f.hook = &Webhook{Caches: cs, Taker: &Taker{Kube: f.kube, Writer: &attach.Writer{Client: f.meta}}, Metrics: metrics.New()}
 	return f
 }
