@@ -28,10 +28,8 @@ func (w logWriter) Write(p []byte) (int, error) {
 func givenNamespace(t *testing.T, ns string) string {
 	t.Helper()
 	ctx := context.Background()
-	// A leftover from an interrupted run would make the story start from the middle.
-	if err := e2e.cluster.DeleteNamespace(ctx, ns); err != nil {
-		t.Fatal(err)
-	}
+	// A leftover from an interrupted or failed run would make the story start from the middle.
+	releaseAndDelete(t, ns)
 	if err := framework.Eventually(ctx, 2*time.Minute, "namespace "+ns+" to be gone", func(ctx context.Context) (bool, string, error) {
 		_, err := e2e.cluster.Kube.CoreV1().Namespaces().Get(ctx, ns, metav1.GetOptions{})
 		return apierrors.IsNotFound(err), "terminating", nil
@@ -42,17 +40,22 @@ func givenNamespace(t *testing.T, ns string) string {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() {
-		if t.Failed() {
-			return // kept for a look
+		if !t.Failed() { // a failed story's namespace is kept for a look; the next run removes it
+			releaseAndDelete(t, ns)
 		}
-		// What uninstall does: a namespace whose objects carry our finalizer would otherwise wait for a
-		// controller the test has stopped.
-		if r := e2e.bin.Run(context.Background(), nil, "release", "-n", ns); r.Code != 0 {
-			t.Logf("cleanup: %s", r)
-		}
-		_ = e2e.cluster.DeleteNamespace(context.Background(), ns)
 	})
 	return ns
+}
+
+// releaseAndDelete does what uninstall does, then deletes the namespace: objects carrying our finalizer
+// would otherwise wait for a controller the test has stopped.
+func releaseAndDelete(t *testing.T, ns string) {
+	if r := e2e.bin.Run(context.Background(), nil, "release", "-n", ns); r.Code != 0 {
+		t.Logf("release -n %s: %s", ns, r)
+	}
+	if err := e2e.cluster.DeleteNamespace(context.Background(), ns); err != nil {
+		t.Fatal(err)
+	}
 }
 
 // story returns a walkthrough story in a fresh namespace.
