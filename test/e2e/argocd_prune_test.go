@@ -6,12 +6,14 @@ import (
 	"context"
 	"fmt"
 	"slices"
+	"sort"
 	"strings"
 	"sync"
 	"testing"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/watch"
@@ -94,29 +96,59 @@ func TestArgoCDPruneLastReplaceAndSelfHealWithTheController(t *testing.T) {
 	meta.report("the whole story", true)
 }
 
-// expectQuiet watches the Application and the revisioned ConfigMaps for d and fails if a sync starts
-// or a ConfigMap changes: a fight between self-heal and the controller would show as either.
+// expectQuiet watches the Application and the revisioned ConfigMaps for d and fails if a sync starts,
+// a ConfigMap changes or appears, or one goes while a ReplicaSet owning it is still there: a fight
+// between self-heal and the controller, or a prune, would show as one of those. A ConfigMap that goes
+// after all its ReplicaSets went is the garbage collector following revisionHistoryLimit.
 func (s *argoStory) expectQuiet(d time.Duration) string {
 	s.t.Helper()
 	ctx := context.Background()
-	snapshot := func() (time.Time, string) {
+	snapshot := func() (time.Time, map[string]corev1.ConfigMap) {
 		st, err := e2e.cluster.ApplicationStatus(ctx, s.app.Name)
 		must(s.t, err)
 		list, err := e2e.cluster.Kube.CoreV1().ConfigMaps(s.ns).List(ctx, metav1.ListOptions{LabelSelector: api.RevisionedLabel + "=" + api.RevisionedValue})
 		must(s.t, err)
-		var rvs []string
+		cms := map[string]corev1.ConfigMap{}
 		for _, cm := range list.Items {
-			rvs = append(rvs, cm.Name+"@"+cm.ResourceVersion)
+			cms[cm.Name] = cm
 		}
-		return st.OperationStarted, strings.Join(rvs, " ")
+		return st.OperationStarted, cms
 	}
-	started, rvs := snapshot()
+	started, before := snapshot()
 	time.Sleep(d)
-	started2, rvs2 := snapshot()
-	if !started2.Equal(started) || rvs2 != rvs {
-		s.t.Fatalf("not quiet: the last sync started at %s, then at %s; ConfigMaps %s, then %s", started, started2, rvs, rvs2)
+	started2, after := snapshot()
+	if !started2.Equal(started) {
+		s.t.Fatalf("not quiet: the last sync started at %s, then at %s", started, started2)
 	}
-	return rvs
+	var kept, collected []string
+	for name, cm := range before {
+		later, ok := after[name]
+		switch {
+		case ok && later.ResourceVersion != cm.ResourceVersion:
+			s.t.Fatalf("not quiet: ConfigMap %s was written (resourceVersion %s, then %s)", name, cm.ResourceVersion, later.ResourceVersion)
+		case ok:
+			kept = append(kept, name+"@"+cm.ResourceVersion)
+		default:
+			for _, o := range cm.OwnerReferences {
+				if _, err := e2e.cluster.Kube.AppsV1().ReplicaSets(s.ns).Get(ctx, o.Name, metav1.GetOptions{}); !apierrors.IsNotFound(err) {
+					s.t.Fatalf("not quiet: ConfigMap %s went while its ReplicaSet %s is there (%v)", name, o.Name, err)
+				}
+			}
+			collected = append(collected, name)
+		}
+	}
+	for name := range after {
+		if _, ok := before[name]; !ok {
+			s.t.Fatalf("not quiet: ConfigMap %s appeared", name)
+		}
+	}
+	sort.Strings(kept)
+	out := strings.Join(kept, " ")
+	if len(collected) > 0 {
+		sort.Strings(collected)
+		out += "; collected with their pruned ReplicaSets: " + strings.Join(collected, " ")
+	}
+	return out
 }
 
 // configMetaWatch records, from a watch, every change of the revisioned ConfigMaps' ownerReferences

@@ -4,6 +4,7 @@ package e2e
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"slices"
 	"strings"
@@ -269,8 +270,9 @@ func TestPinningADeploymentThroughRolloutUndo(t *testing.T) {
 	r.expectAppConfigHasNoOwners()
 }
 
-// deploymentUndo does what `kubectl rollout undo` does: the ReplicaSet's template (without its hash
-// label) back into the Deployment, and its annotations onto the Deployment (kubectl's skip list aside).
+// deploymentUndo does what `kubectl rollout undo` does: one JSON patch that puts the ReplicaSet's template
+// (without its hash label) back into the Deployment and its annotations onto the Deployment (kubectl's
+// skip list aside). A patch, not an Update: the Deployment controller writes the object meanwhile.
 func deploymentUndo(ctx context.Context, ns, name string, to *appsv1.ReplicaSet) error {
 	d, err := e2e.cluster.Kube.AppsV1().Deployments(ns).Get(ctx, name, metav1.GetOptions{})
 	if err != nil {
@@ -278,16 +280,23 @@ func deploymentUndo(ctx context.Context, ns, name string, to *appsv1.ReplicaSet)
 	}
 	t := to.Spec.Template.DeepCopy()
 	delete(t.Labels, appsv1.DefaultDeploymentUniqueLabelKey)
-	d.Spec.Template = *t
+	annotations := map[string]string{}
+	for k, v := range d.Annotations {
+		annotations[k] = v
+	}
 	for k, v := range to.Annotations {
 		if !strings.HasPrefix(k, "deployment.kubernetes.io/") && k != "kubectl.kubernetes.io/last-applied-configuration" {
-			if d.Annotations == nil {
-				d.Annotations = map[string]string{}
-			}
-			d.Annotations[k] = v
+			annotations[k] = v
 		}
 	}
-	_, err = e2e.cluster.Kube.AppsV1().Deployments(ns).Update(ctx, d, metav1.UpdateOptions{})
+	patch, err := json.Marshal([]map[string]any{
+		{"op": "replace", "path": "/spec/template", "value": t},
+		{"op": "replace", "path": "/metadata/annotations", "value": annotations},
+	})
+	if err != nil {
+		return err
+	}
+	_, err = e2e.cluster.Kube.AppsV1().Deployments(ns).Patch(ctx, name, types.JSONPatchType, patch, metav1.PatchOptions{})
 	return err
 }
 
