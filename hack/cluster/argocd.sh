@@ -31,16 +31,7 @@ ARGOCD_CRDS_STAMP=$ARGOCD_DIR/crds.sha256
 # Components in start order; each has $ARGOCD_DIR/<name>.pid and $LOG_DIR/argocd-<name>.log.
 COMPONENTS=(redis repo-server application-controller)
 
-# --- helpers (wait_until, port_free and stop_pid are lib.sh's) ---
-
-http_ok() {
-  local status
-  status=$(timeout 2 bash -c '
-    exec 3<>"/dev/tcp/127.0.0.1/$1" || exit 1
-    printf "GET %s HTTP/1.0\r\nHost: 127.0.0.1\r\n\r\n" "$2" >&3
-    head -n1 <&3' _ "$1" "$2" 2>/dev/null) || return 1
-  [[ $status == *" 200"* ]]
-}
+# --- helpers (wait_until, port_free, stop_pid and http_ok are lib.sh's) ---
 
 redis_ok() {
   local reply

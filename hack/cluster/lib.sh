@@ -51,17 +51,28 @@ port_free() {
   ! (exec 3<>"/dev/tcp/${2:-127.0.0.1}/$1") 2>/dev/null
 }
 
-# stop_pid asks process $2 (described as $1) to stop, and kills it after 10 s.
+# stop_pid asks process $2 (described as $1) to stop, and kills it after ${3:-10} seconds.
 stop_pid() {
-  local what=$1 pid=$2 i
+  local what=$1 pid=$2 grace=${3:-10} i
   log "stopping $what (pid $pid)"
   kill "$pid" 2>/dev/null || true
-  for ((i = 0; i < 100; i++)); do
+  for ((i = 0; i < grace * 10; i++)); do
     kill -0 "$pid" 2>/dev/null || return 0
     sleep 0.1
   done
-  log "$what did not stop in 10s, killing it"
+  log "$what did not stop in ${grace}s, killing it"
   kill -9 "$pid" 2>/dev/null || true
+}
+
+# http_ok succeeds when GET http://127.0.0.1:$1$2 answers 200 (bash only: curl may be absent).
+http_ok() {
+  local status
+  # shellcheck disable=SC2016 # $1 and $2 belong to the inner shell
+  status=$(timeout 2 bash -c '
+    exec 3<>"/dev/tcp/127.0.0.1/$1" || exit 1
+    printf "GET %s HTTP/1.0\r\nHost: 127.0.0.1\r\n\r\n" "$2" >&3
+    head -n1 <&3' _ "$1" "$2" 2>/dev/null) || return 1
+  [[ $status == *" 200"* ]]
 }
 
 [[ $CLUSTER_NAME =~ ^[a-z0-9]([-a-z0-9]*[a-z0-9])?$ ]] ||

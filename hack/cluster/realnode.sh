@@ -85,18 +85,6 @@ start_detached() {
   done
 }
 
-stop_pid() {
-  local name=$1 pid=$2 i
-  rlog "stopping $name (pid $pid)"
-  kill "$pid" 2>/dev/null || true
-  for ((i = 0; i < 150; i++)); do
-    kill -0 "$pid" 2>/dev/null || return 0
-    sleep 0.1
-  done
-  rlog "$name did not stop in 15s, killing it"
-  kill -9 "$pid" 2>/dev/null || true
-}
-
 ctr_() { ctr --address "$SOCK" --namespace k8s.io "$@"; }
 
 check_prerequisites() {
@@ -429,10 +417,10 @@ unmount_under() {
 down() {
   local pid
   remove_pods
-  if pid=$(kubelet_pid); then stop_pid kubelet "$pid"; fi
+  if pid=$(kubelet_pid); then stop_pid "realnode: kubelet" "$pid" 15; fi
   rm -f "$KUBELET_PID_FILE"
   kill_leftovers
-  if pid=$(containerd_pid); then stop_pid containerd "$pid"; fi
+  if pid=$(containerd_pid); then stop_pid "realnode: containerd" "$pid" 15; fi
   rm -f "$CONTAINERD_PID_FILE"
   unmount_under "$D"
   if ip link show "$BRIDGE" >/dev/null 2>&1; then

@@ -140,16 +140,6 @@ pick_rollouts_ports() {
   die "no free port pair for rollouts-controller in $base..30000"
 }
 
-# http_ok succeeds when GET http://127.0.0.1:$1$2 answers 200 (bash only: curl may be absent).
-http_ok() {
-  local status
-  status=$(timeout 2 bash -c '
-    exec 3<>"/dev/tcp/127.0.0.1/$1" || exit 1
-    printf "GET %s HTTP/1.0\r\nHost: 127.0.0.1\r\n\r\n" "$2" >&3
-    head -n1 <&3' _ "$1" "$2" 2>/dev/null) || return 1
-  [[ $status == *" 200"* ]]
-}
-
 start_rollouts_controller() {
   local pid metrics healthz ports
   if pid=$(rollouts_pid); then
