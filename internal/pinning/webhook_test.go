@@ -3,6 +3,7 @@ package pinning
 import (
 	"context"
 	"encoding/json"
+	"maps"
 	"reflect"
 	"slices"
 	"strings"
@@ -139,18 +140,6 @@ func wantPinnedTo(cm, secret string) map[string]string {
 	}
 }
 
-func equal(a, b map[string]string) bool {
-	if len(a) != len(b) {
-		return false
-	}
-	for k, v := range a {
-		if b[k] != v {
-			return false
-		}
-	}
-	return true
-}
-
 func TestWebhookPinsAReplicaSetsPodsToItsSnapshots(t *testing.T) {
 	f := newFixture(t, nil, []*metav1.PartialObjectMetadata{
 		snapshot(refs.ConfigMap, "app-config-aaaaaaaaaa", "app-config", "rs-old"),
@@ -165,7 +154,7 @@ func TestWebhookPinsAReplicaSetsPodsToItsSnapshots(t *testing.T) {
 		{"rs-new", wantPinnedTo("app-config-bbbbbbbbbb", "app-env-cccccccccc")},
 	} {
 		resp, got := f.admit(t, pod(controlledBy("ReplicaSet", "web-"+string(tt.rs), tt.rs), nil), false)
-		if !resp.Allowed || !equal(got, tt.want) {
+		if !resp.Allowed || !maps.Equal(got, tt.want) {
 			t.Errorf("pod of %s: allowed %v, patch %v; want %v", tt.rs, resp.Allowed, got, tt.want)
 		}
 	}
@@ -241,7 +230,7 @@ func TestWebhookTakesTheSnapshotWhenThePodComesFirst(t *testing.T) {
 	sec, _ := SnapshotName(appSecret())
 
 	resp, got := f.admit(t, p, true)
-	if !resp.Allowed || !equal(got, wantPinnedTo(cmCached, sec)) {
+	if !resp.Allowed || !maps.Equal(got, wantPinnedTo(cmCached, sec)) {
 		t.Fatalf("dry run: %v, %v", resp.Allowed, got)
 	}
 	if writes := creates(f); len(writes) != 0 {
@@ -249,7 +238,7 @@ func TestWebhookTakesTheSnapshotWhenThePodComesFirst(t *testing.T) {
 	}
 
 	resp, got = f.admit(t, p, false)
-	if !resp.Allowed || !equal(got, wantPinnedTo(cm, sec)) {
+	if !resp.Allowed || !maps.Equal(got, wantPinnedTo(cm, sec)) {
 		t.Fatalf("allowed %v, patch %v; want the live content's snapshot %s", resp.Allowed, got, cm)
 	}
 	if n := counted(t, f.hook.Metrics, "configmap_attacher_webhook_api_calls_total"); n != 2 {
@@ -304,11 +293,11 @@ func TestWebhookFindsTheRevisionOfStatefulSetAndDaemonSetPods(t *testing.T) {
 	})
 	// A StatefulSet labels its pods with its revision's name, a DaemonSet with the hash alone.
 	_, got := f.admit(t, pod(sts, map[string]string{appsv1.ControllerRevisionHashLabelKey: "db-7c9d8f"}), false)
-	if want := wantPinnedTo("app-config-dddddddddd", "app-env-cccccccccc"); !equal(got, want) {
+	if want := wantPinnedTo("app-config-dddddddddd", "app-env-cccccccccc"); !maps.Equal(got, want) {
 		t.Errorf("StatefulSet pod: %v, want %v", got, want)
 	}
 	_, got = f.admit(t, pod(ds, map[string]string{appsv1.ControllerRevisionHashLabelKey: "5f6b7c"}), false)
-	if want := wantPinnedTo("app-config-eeeeeeeeee", "app-env-cccccccccc"); !equal(got, want) {
+	if want := wantPinnedTo("app-config-eeeeeeeeee", "app-env-cccccccccc"); !maps.Equal(got, want) {
 		t.Errorf("DaemonSet pod: %v, want %v", got, want)
 	}
 }

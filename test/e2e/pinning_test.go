@@ -6,6 +6,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"maps"
 	"slices"
 	"strings"
 	"testing"
@@ -110,7 +111,7 @@ func (r pinnedRollout) expectReads(rs *appsv1.ReplicaSet, data map[string]string
 	ctx := context.Background()
 	snap, err := e2e.cluster.SnapshotOf(ctx, r.ns, "app-config", rs.UID)
 	must(r.t, err)
-	if !maps(snap.Data, data) || snap.Immutable == nil || !*snap.Immutable {
+	if !maps.Equal(snap.Data, data) || snap.Immutable == nil || !*snap.Immutable {
 		r.t.Fatalf("snapshot %s of %s holds %v (immutable %v), want %v", snap.Name, rs.Name, snap.Data, snap.Immutable, data)
 	}
 	pods, err := e2e.cluster.PodsOf(ctx, rs)
@@ -142,18 +143,6 @@ func (r pinnedRollout) expectAppConfigHasNoOwners() {
 	if owners := ownersOf(r.t, r.ns, refs.ConfigMap, "app-config"); len(owners) != 0 {
 		r.t.Fatalf("app-config got ownerReferences %v: the static object must never be tied to a revision", owners)
 	}
-}
-
-func maps(a, b map[string]string) bool {
-	if len(a) != len(b) {
-		return false
-	}
-	for k, v := range a {
-		if b[k] != v {
-			return false
-		}
-	}
-	return true
 }
 
 // The write-up's story with a static app-config: the canary pauses, a stable pod is replaced (spot) and
@@ -348,7 +337,7 @@ func TestPinningAStatefulSetPartitionedUpdate(t *testing.T) {
 	s2 := waitPodReads(t, ns, "db-1", func(names []string) bool { return len(names) == 1 && names[0] != s1.Name })
 	snap2, err := e2e.cluster.SnapshotOf(ctx, ns, "app-config", cr2.UID)
 	must(t, err)
-	if s2 != snap2.Name || !maps(snap2.Data, pinV2) {
+	if s2 != snap2.Name || !maps.Equal(snap2.Data, pinV2) {
 		t.Fatalf("db-1 reads %s; want revision 2's snapshot %s with v2", s2, snap2.Name)
 	}
 
@@ -356,7 +345,7 @@ func TestPinningAStatefulSetPartitionedUpdate(t *testing.T) {
 	must(t, e2e.cluster.Kube.CoreV1().Pods(ns).Delete(ctx, "db-0", metav1.DeleteOptions{}))
 	time.Sleep(time.Second)
 	got := waitPodReads(t, ns, "db-0", func(names []string) bool { return len(names) == 1 })
-	if got != s1.Name || !maps(s1.Data, pinV1) {
+	if got != s1.Name || !maps.Equal(s1.Data, pinV1) {
 		t.Fatalf("db-0 came back reading %s; want revision 1's snapshot %s (v1)", got, s1.Name)
 	}
 	t.Logf("then: db-0 came back reading %s, the old content", got)
