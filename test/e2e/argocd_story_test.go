@@ -151,8 +151,6 @@ type argoStory struct {
 	automated bool
 	// afterSync, when set, runs after each deploy has fully synced, with the revision it made current.
 	afterSync func(d argoDeploy, cur revisionOf)
-	// attachWait bounds each wait for a ReplicaSet's config to be attached (default attachWithin).
-	attachWait time.Duration
 
 	hooks []*batchv1.Job // the Sync hook Jobs Argo CD created, one per sync
 	// hookRecorded: the running sync's hook is in hooks already (it ran during the pause).
@@ -162,21 +160,7 @@ type argoStory struct {
 }
 
 func newArgoStory(t *testing.T, ns string, app framework.HelmApp, values func(argoDeploy) map[string]any, attach attachMode) *argoStory {
-	return &argoStory{helmStory: &helmStory{t: t, ns: ns, rollout: "demo"}, app: app, values: values, attach: attach, attachWait: attachWithin}
-}
-
-// expectEveryReplicaSetAttached: every ReplicaSet of the Rollout (current, stable or kept for
-// rollback) finds the ConfigMap its pods mount, attached to it.
-func (s *argoStory) expectEveryReplicaSetAttached() {
-	s.t.Helper()
-	ctx := context.Background()
-	res, err := e2e.cluster.Resolve(ctx, s.ns, s.rollout)
-	must(s.t, err)
-	for _, rs := range res.Owned {
-		cm, err := mountedConfigMap(rs)
-		must(s.t, err)
-		must(s.t, e2e.cluster.WaitAttached(ctx, s.attachWait, s.ns, refs.ConfigMap, cm, rs))
-	}
+	return &argoStory{helmStory: &helmStory{t: t, ns: ns, rollout: "demo", attachWait: attachWithin}, app: app, values: values, attach: attach}
 }
 
 // run deploys each of deploys in turn; the first installs.
@@ -425,7 +409,7 @@ func (s *argoStory) duringPause(cur, prev revisionOf) {
 // sync (and its hook, if any) is over.
 func (s *argoStory) expectAttachedNow(cur revisionOf, when string) {
 	s.t.Helper()
-	s.expectEveryReplicaSetAttached()
+	s.expectEveryReplicaSetHasItsConfig()
 	owners := configOwners(s.t, s.ns, cur.cm)
 	by := "the controller"
 	if s.attach.hook() {

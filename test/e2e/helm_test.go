@@ -3,6 +3,7 @@
 package e2e
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"os"
@@ -71,6 +72,8 @@ type helmStory struct {
 	deploy func(i int)
 	// check, when set, is called with every new revision's ConfigMap name.
 	check func(cm string)
+	// attachWait bounds each wait for a ReplicaSet's config to be attached (30 s when zero).
+	attachWait time.Duration
 }
 
 // revisionOf is one deploy: its ReplicaSet and the ConfigMap that ReplicaSet mounts.
@@ -202,7 +205,7 @@ func (s *helmStory) expectEveryReplicaSetHasItsConfig() {
 	for _, rs := range res.Owned {
 		cm, err := mountedConfigMap(rs)
 		must(s.t, err)
-		must(s.t, e2e.cluster.WaitAttached(ctx, 30*time.Second, s.ns, refs.ConfigMap, cm, rs))
+		must(s.t, e2e.cluster.WaitAttached(ctx, cmp.Or(s.attachWait, 30*time.Second), s.ns, refs.ConfigMap, cm, rs))
 	}
 }
 

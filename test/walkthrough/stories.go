@@ -52,13 +52,9 @@ func (s *Story) canary(ctx context.Context, i int, stable revision) (revision, e
 	if err != nil {
 		return revision{}, err
 	}
-	if err := s.waitPaused(ctx); err != nil {
+	if err := s.waitCanaryPaused(ctx, rs, stable); err != nil {
 		return revision{}, err
 	}
-	if err := s.C.WaitPods(ctx, s.Wait, stable.RS, replicas-1); err != nil {
-		return revision{}, err
-	}
-	s.say("the canary paused: ReplicaSet %s runs 1 pod, ReplicaSet %s keeps %d", rs.Name, stable.RS.Name, replicas-1)
 	if err := s.expectCanaryAttached(ctx, cm, rs); err != nil {
 		return revision{}, err
 	}

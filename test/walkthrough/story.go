@@ -171,9 +171,17 @@ func (s *Story) abortCanary(ctx context.Context, stable, canary revision) error 
 	return s.expectReads(ctx, stable.RS, stable)
 }
 
-// waitPaused waits for the canary to stop at its pause: {} step.
-func (s *Story) waitPaused(ctx context.Context) error {
-	return s.C.WaitPaused(ctx, s.Wait, s.Namespace, s.Rollout)
+// waitCanaryPaused waits for the canary to stop at its pause: {} step with rs running 1 pod and the
+// stable revision the others, and says so.
+func (s *Story) waitCanaryPaused(ctx context.Context, rs *appsv1.ReplicaSet, stable revision) error {
+	if err := s.C.WaitPaused(ctx, s.Wait, s.Namespace, s.Rollout); err != nil {
+		return err
+	}
+	if err := s.C.WaitPods(ctx, s.Wait, stable.RS, replicas-1); err != nil {
+		return err
+	}
+	s.say("the canary paused: ReplicaSet %s runs 1 pod, ReplicaSet %s keeps %d", rs.Name, stable.RS.Name, replicas-1)
+	return nil
 }
 
 // waitStable waits until Argo Rollouts records rs as the stable ReplicaSet. Deploying before that
