@@ -11,7 +11,7 @@
 #   helm           helm
 #   argo-cd        argocd, and argocd-* names linked to it (+ CRDs in _output/tools/crds/argo-cd)
 # Built only when named (not part of `make tools`, so CI does not pay for them):
-#   peers          configmap-attacher-original configmap-rs-operator reloader (hack/bench's peers)
+#   peers          configmap-attacher-original configmap-rs-operator reloader (test/bench's peers)
 # A binary name selects its tool (e.g. `build.sh kubectl`).
 #
 # A tool is rebuilt only when one of its inputs changed: its versions.env entries, its module files
@@ -268,7 +268,7 @@ peer_build() {
   (cd "$OUT/src/peers/$name" && GOTOOLCHAIN=local go build -trimpath "$@")
 }
 
-# The benchmark peers: never part of the project, only measured beside it (hack/bench). Their
+# The benchmark peers: never part of the project, only measured beside it (test/bench). Their
 # modules are not on the proxy; each builds as its upstream does (same go.mod, same ldflags).
 build_peers() {
   peer_source liorfranko/configmap-attacher "$ORIGINAL_ATTACHER_COMMIT" configmap-attacher-original

@@ -13,7 +13,7 @@ import (
 	"time"
 )
 
-// Helpers for long runs (hack/soak): a controller whose logs go to a file rather than memory, how it
+// Helpers for long runs (test/soak): a controller whose logs go to a file rather than memory, how it
 // ended, and keeping a local cluster's components running.
 
 // StartLogged starts the binary in the background like Start, but appends its output to logPath

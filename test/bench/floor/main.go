@@ -4,7 +4,7 @@
 // (only those whose name starts with -prefix), each in its own goroutine: the same single reference
 // (controller: false, no blockOwnerDeletion) the controller writes, through the metadata client,
 // without a resourceVersion. No cache beyond the watch itself, no queue, no planning, no Events, no
-// client-side rate limit. The controller scenario of hack/bench runs it in the same storm as
+// client-side rate limit. The controller scenario of test/bench runs it in the same storm as
 // configmap-attacher, on a parallel set of ConfigMaps, so their latencies compare side by side.
 //
 // It is a benchmark tool only: it checks nothing, and would happily attach to an old ReplicaSet or

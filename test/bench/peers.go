@@ -44,7 +44,7 @@ func findPeers(root string) peers {
 	}
 }
 
-// buildFloor compiles the floor watcher (hack/bench/floor) into a temporary directory.
+// buildFloor compiles the floor watcher (test/bench/floor) into a temporary directory.
 func buildFloor(ctx context.Context, root string) (string, func(), error) {
 	dir, err := os.MkdirTemp("", "bench-floor")
 	if err != nil {
@@ -52,11 +52,11 @@ func buildFloor(ctx context.Context, root string) (string, func(), error) {
 	}
 	cleanup := func() { os.RemoveAll(dir) }
 	path := filepath.Join(dir, "floor")
-	cmd := exec.CommandContext(ctx, "go", "build", "-o", path, "./hack/bench/floor")
+	cmd := exec.CommandContext(ctx, "go", "build", "-o", path, "./test/bench/floor")
 	cmd.Dir = root
 	if b, err := cmd.CombinedOutput(); err != nil {
 		cleanup()
-		return "", nil, fmt.Errorf("go build ./hack/bench/floor: %w\n%s", err, b)
+		return "", nil, fmt.Errorf("go build ./test/bench/floor: %w\n%s", err, b)
 	}
 	return path, cleanup, nil
 }

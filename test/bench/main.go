@@ -3,11 +3,11 @@
 // it prints is between processes measured side by side in the same run (a ratio), never against a
 // number from another run.
 //
-//	go run ./hack/bench job          # Job wall time; re-runs side by side with the original tool
-//	go run ./hack/bench controller   # 500 Rollouts changed at once: latency beside the floor and a peer
-//	go run ./hack/bench memory       # peak RSS with 2,000 and 10,000 ConfigMaps of 64 KiB beside the
+//	go run ./test/bench job          # Job wall time; re-runs side by side with the original tool
+//	go run ./test/bench controller   # 500 Rollouts changed at once: latency beside the floor and a peer
+//	go run ./test/bench memory       # peak RSS with 2,000 and 10,000 ConfigMaps of 64 KiB beside the
 //	                                 # peers, then with 10,000 Pods as well
-//	go run ./hack/bench webhook      # 500 pods created at once with and without the pinning webhook
+//	go run ./test/bench webhook      # 500 pods created at once with and without the pinning webhook
 //
 // The peers (the original configmap-attacher, configmap-rs-operator, Reloader) are built by
 // `hack/tools/build.sh peers` into _output/tools/bin; a scenario leaves out those not built.

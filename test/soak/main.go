@@ -2,10 +2,10 @@
 // configmap-attacher controller (two replicas, leader election), the Job mode, the garbage collector
 // and the Argo Rollouts controller, and checks after every step that no config in use was lost and,
 // once settled, that no opted-in config nothing uses was left behind. It is a program, not a test:
-// nothing it asserts is about time. See hack/soak/README.md.
+// nothing it asserts is about time. See test/soak/README.md.
 //
-//	go run ./hack/soak -steps 30 -seed 1
-//	go run ./hack/soak -steps 300 -seed 7 -keep
+//	go run ./test/soak -steps 30 -seed 1
+//	go run ./test/soak -steps 300 -seed 7 -keep
 //
 // It starts a local cluster named "soak" (deleted afterwards unless -keep) unless -kubeconfig names
 // one. The last line printed is `steps=N faults=F lost=L leaked=K seed=S`; the exit code is 1 when
