@@ -5,12 +5,17 @@ GO ?= go
 VERSION ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo devel)
 LDFLAGS := -s -w -X github.com/configmap-attacher/configmap-attacher/internal/version.stamped=$(VERSION)
 
-.PHONY: all build image tools cluster-up cluster-down argocd-up argocd-down test test-unit test-race test-e2e soak-short demo clean
+.PHONY: all build helm-plugin image tools cluster-up cluster-down argocd-up argocd-down test test-unit test-race test-e2e soak-short demo clean
 
 all: build
 
 build:
 	CGO_ENABLED=0 $(GO) build -trimpath -ldflags '$(LDFLAGS)' -o bin/configmap-attacher ./cmd/configmap-attacher
+
+## helm-plugin: the Helm 4 post-renderer plugin with the binary: _output/helm-plugin/configmap-attacher-<version>.tgz,
+## installed with `helm plugin install <that file> --verify=false` (deploy/helm-plugin, docs/helm.md).
+helm-plugin: build
+	$(GO) run ./hack/helm-plugin -plugin deploy/helm-plugin -binary bin/configmap-attacher -out _output/helm-plugin
 
 ## image: the container image with no registry (podman, FROM scratch): localhost/configmap-attacher:$(VERSION)
 ## and its docker-archive _output/image/configmap-attacher.tar (hack/image/build.sh).

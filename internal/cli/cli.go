@@ -14,6 +14,7 @@ import (
 
 	"k8s.io/klog/v2"
 
+	"github.com/configmap-attacher/configmap-attacher/internal/helmplugin"
 	"github.com/configmap-attacher/configmap-attacher/internal/kube"
 	"github.com/configmap-attacher/configmap-attacher/internal/logging"
 	"github.com/configmap-attacher/configmap-attacher/internal/version"
@@ -35,9 +36,16 @@ type Env struct {
 	Lookup func(key string) (string, bool)
 }
 
-// OSEnv is the real process environment.
+// OSEnv is the real process environment. Run by Helm 4 as its post-renderer plugin, whose stderr
+// Helm never shows, what the binary writes to stderr also goes to Helm's own (see helmplugin).
 func OSEnv() Env {
-	return Env{Args: os.Args[1:], Stdin: os.Stdin, Stdout: os.Stdout, Stderr: os.Stderr, Lookup: os.LookupEnv}
+	env := Env{Args: os.Args[1:], Stdin: os.Stdin, Stdout: os.Stdout, Stderr: os.Stderr, Lookup: os.LookupEnv}
+	if _, ok := helmplugin.Dir(os.LookupEnv); ok {
+		if w := helmplugin.HelmStderr(); w != nil {
+			env.Stderr = io.MultiWriter(os.Stderr, w)
+		}
+	}
+	return env
 }
 
 // usageError marks bad input on the command line (exit 2).
@@ -71,6 +79,11 @@ func commands() []command {
 // Main runs the program and returns its exit code.
 func Main(ctx context.Context, env Env) int {
 	args := env.Args
+	if dir, ok := helmplugin.Dir(env.Lookup); ok {
+		if code, done := checkHelmPlugin(env, dir); done {
+			return code
+		}
+	}
 	if len(args) == 0 {
 		fmt.Fprint(env.Stderr, topUsage())
 		return ExitUsage
@@ -105,6 +118,27 @@ func Main(ctx context.Context, env Env) int {
 		fmt.Fprintf(env.Stderr, "configmap-attacher %s: error: %v\n", cmd.name, err)
 		return ExitFailure
 	}
+}
+
+// checkHelmPlugin refuses, in one line, what the binary must not do as Helm 4's post-renderer
+// plugin: run from a plugin of another version, or run anything but render (a missing
+// `--post-renderer-args render` would otherwise start the Job mode) and version (the plugin's install
+// hook). done reports that Main must return code.
+func checkHelmPlugin(env Env, dir string) (code int, done bool) {
+	if err := helmplugin.CheckVersion(dir, version.Get()); err != nil {
+		fmt.Fprintf(env.Stderr, "configmap-attacher: %v\n", err)
+		return ExitFailure, true
+	}
+	if len(env.Args) == 0 || (env.Args[0] != "render" && env.Args[0] != "version") {
+		got := "none"
+		if len(env.Args) > 0 {
+			got = fmt.Sprintf("%q", env.Args[0])
+		}
+		fmt.Fprintf(env.Stderr, "configmap-attacher: as a Helm post-renderer its first argument must be render "+
+			"(--post-renderer %s --post-renderer-args render ...), got %s\n", helmplugin.Name, got)
+		return ExitUsage, true
+	}
+	return 0, false
 }
 
 func topUsage() string {

@@ -3,6 +3,8 @@ package cli
 import (
 	"bytes"
 	"context"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 )
@@ -14,6 +16,15 @@ func runMain(env map[string]string, args ...string) (code int, stdout, stderr st
 		Lookup: func(k string) (string, bool) { v, ok := env[k]; return v, ok },
 	})
 	return code, out.String(), errOut.String()
+}
+
+// helm4Plugin is the environment Helm 4 gives its plugin, in a directory whose plugin.yaml has version v.
+func helm4Plugin(t *testing.T, v string) map[string]string {
+	dir := t.TempDir()
+	if err := os.WriteFile(filepath.Join(dir, "plugin.yaml"), []byte("name: configmap-attacher\nversion: "+v+"\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	return map[string]string{"HELM_PLUGIN_NAME": "configmap-attacher", "HELM_PLUGIN_DIR": dir}
 }
 
 func TestExitCodesAndUsage(t *testing.T) {
@@ -41,6 +52,12 @@ func TestExitCodesAndUsage(t *testing.T) {
 		{"no kubeconfig is a failure, not usage", noCluster, []string{"-rollout", "demo", "-namespace", "ns", "-configmaps", "a"}, ExitFailure, "", "loading kubeconfig"},
 		{"controller validates flags", nil, []string{"controller", "-workers", "0"}, ExitUsage, "", "-workers must be at least 1"},
 		{"version", nil, []string{"version"}, ExitOK, "devel", ""},
+		// Run by Helm 4 as the post-renderer plugin (deploy/helm-plugin).
+		{"plugin: render", helm4Plugin(t, "0.0.0-devel"), []string{"render"}, ExitOK, "", ""},
+		{"plugin: the install hook", helm4Plugin(t, "0.0.0-devel"), []string{"version"}, ExitOK, "devel", ""},
+		{"plugin of another version", helm4Plugin(t, "0.1.0"), []string{"render"}, ExitFailure, "", "is version 0.1.0 but its binary is 0.0.0-devel"},
+		{"plugin without render", helm4Plugin(t, "0.0.0-devel"), []string{"-namespace=prod"}, ExitUsage, "", `first argument must be render (--post-renderer configmap-attacher --post-renderer-args render ...), got "-namespace=prod"`},
+		{"plugin without arguments", helm4Plugin(t, "0.0.0-devel"), nil, ExitUsage, "", "first argument must be render"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

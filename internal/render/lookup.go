@@ -311,9 +311,18 @@ func untar(b []byte) (map[string][]byte, error) {
 	}
 }
 
-// sourceOf is the template Helm rendered a document from, by its "# Source:" comment; "" if none.
-func sourceOf(d *document) string {
-	for _, c := range headComments(d) {
+// helmSourceAnnotation is where Helm 4 names an object's template for its post-renderer: it merges
+// the rendered templates into one stream without "# Source:" comments, annotating each object with
+// its file (and removes the annotation from the post-renderer's output).
+const helmSourceAnnotation = "postrenderer.helm.sh/postrender-filename"
+
+// sourceOf is the template Helm rendered an object from: Helm 4's annotation, else the document's
+// "# Source:" comment (Helm 3, helm template); "" if neither.
+func sourceOf(o *object) string {
+	if s, ok := o.annotations[helmSourceAnnotation].(string); ok && s != "" {
+		return filepath.ToSlash(s)
+	}
+	for _, c := range headComments(o.doc) {
 		for _, line := range strings.Split(c, "\n") {
 			if s, ok := strings.CutPrefix(strings.TrimSpace(line), "# Source:"); ok {
 				return filepath.ToSlash(strings.TrimSpace(s))
@@ -351,9 +360,9 @@ func (p *planner) refuseLookups() error {
 		if c.newName == c.name || p.opts.AllowLookup.has(refs.Ref{Kind: c.kind, Name: c.base}) {
 			continue
 		}
-		src := sourceOf(c.doc)
+		src := sourceOf(c.object)
 		if src == "" {
-			p.log.Debug("no '# Source:' comment: cannot tell its template", "object", c.String(), "document", c.doc.index)
+			p.log.Debug("no '# Source:' comment nor "+helmSourceAnnotation+" annotation: cannot tell its template", "object", c.String(), "document", c.doc.index)
 			continue
 		}
 		for _, call := range lookups[src] {

@@ -7,6 +7,7 @@ import (
 	"errors"
 	"os"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"testing"
 )
@@ -110,7 +111,33 @@ spec:
             - configMapRef: {name: ports}
 `
 
+// helm4Form is lookupOutput as Helm 4 hands it to a post-renderer: no "# Source:" comments, each
+// object annotated with its template file instead.
+func helm4Form(t *testing.T, helm3 string) string {
+	t.Helper()
+	var out strings.Builder
+	for _, doc := range strings.Split(helm3, "---\n") {
+		src, rest, ok := strings.Cut(doc, "\n")
+		src, isSource := strings.CutPrefix(src, "# Source: ")
+		if !ok || !isSource {
+			continue
+		}
+		name := regexp.MustCompile(`metadata: \{name: ([a-z-]+)\}`)
+		if !name.MatchString(rest) {
+			t.Fatalf("no metadata in %q", rest)
+		}
+		out.WriteString("---\n" + name.ReplaceAllString(rest, "metadata: {name: $1, annotations: {"+helmSourceAnnotation+": "+src+"}}"))
+	}
+	return out.String()
+}
+
 func TestLookupRefusesRenamingWhatTheChartLooksUp(t *testing.T) {
+	for _, input := range []struct{ helm, manifests string }{{"Helm 3", lookupOutput}, {"Helm 4", helm4Form(t, lookupOutput)}} {
+		t.Run(input.helm, func(t *testing.T) { testLookupRefusals(t, input.manifests) })
+	}
+}
+
+func testLookupRefusals(t *testing.T, manifests string) {
 	chart := lookupChart(t)
 	tests := []struct {
 		name, selected, allow string
@@ -142,7 +169,7 @@ func TestLookupRefusesRenamingWhatTheChartLooksUp(t *testing.T) {
 			default:
 				o.Chart = tc.chart
 			}
-			res, _, err := renderString(t, o, lookupOutput)
+			res, _, err := renderString(t, o, manifests)
 			if tc.refused != "" {
 				if !errors.Is(err, ErrLookup) || !strings.Contains(err.Error(), tc.refused) || strings.Contains(err.Error(), "\n") ||
 					!strings.Contains(err.Error(), "-allow-lookup="+tc.selected) {

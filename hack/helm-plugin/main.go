@@ -1,0 +1,26 @@
+// Command helm-plugin packs the Helm 4 post-renderer plugin (deploy/helm-plugin) with a
+// configmap-attacher binary into <out>/configmap-attacher-<version>.tgz and prints that path
+// (`make helm-plugin`). The version is the binary's, as SemVer.
+package main
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"os"
+
+	"github.com/configmap-attacher/configmap-attacher/internal/helmplugin"
+)
+
+func main() {
+	src := flag.String("plugin", "deploy/helm-plugin", "the plugin's source directory (plugin.yaml)")
+	bin := flag.String("binary", "bin/configmap-attacher", "the configmap-attacher binary to pack (built for the platform it will run on)")
+	out := flag.String("out", "_output/helm-plugin", "where to write the package")
+	flag.Parse()
+	path, err := helmplugin.Pack(context.Background(), *src, *bin, *out)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "helm-plugin:", err)
+		os.Exit(1)
+	}
+	fmt.Println(path)
+}
