@@ -144,6 +144,9 @@ func TestWarnings(t *testing.T) {
 	uses := func(kind, name string) string {
 		return deployment("app", "containers:\n- name: c\n  envFrom: [{"+kind+": {name: "+name+"}}]")
 	}
+	hook := func(events, workload string) string {
+		return strings.Replace(workload, "metadata:\n", "metadata:\n  annotations: {helm.sh/hook: \""+events+"\"}\n", 1)
+	}
 	tests := []struct {
 		name  string
 		input string
@@ -155,6 +158,13 @@ func TestWarnings(t *testing.T) {
 		{name: "selected but absent", input: uses("configMapRef", "cm"), opts: func(o *Options) { must(o.Select.Set("configmap/cm")) },
 			want: []string{"not in the input in the workload's namespace", "-select names an object that is not in the input"}},
 		{name: "unused", input: configMap("cm"), want: []string{"renamed, but no pod template in the input uses it"}},
+		// Helm 4 post-renders hooks: a pre-upgrade hook would wait for a revision Helm creates after it.
+		{name: "a pre-upgrade hook reads a renamed revision", input: docs(configMap("cm"),
+			hook("pre-install,pre-upgrade", uses("configMapRef", "cm"))), want: []string{"a pre-install hook reads a renamed revision"}},
+		{name: "a post-upgrade hook reads it after Helm created it", input: docs(configMap("cm"),
+			hook("post-install,post-upgrade", uses("configMapRef", "cm")))},
+		{name: "a pre-upgrade hook reads a config that is a hook itself", input: docs(configMap("cm", "  annotations: {helm.sh/hook: pre-upgrade, helm.sh/hook-weight: \"-1\"}"),
+			hook("pre-upgrade", uses("configMapRef", "cm")))},
 		{name: "selected but labelled false", input: "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: cm\n  labels: {configmap-attacher.io/revisioned: \"false\"}\n", opts: func(o *Options) { must(o.Select.Set("configmap/cm")) },
 			want: []string{`labelled \"false\"`}},
 	}

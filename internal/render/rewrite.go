@@ -321,8 +321,29 @@ func (p *planner) rewriteReferences(o *object) error {
 		path := append(append([]any{}, o.path...), u.Path...)
 		o.doc.changes = append(o.doc.changes, change{path: path, value: c.newName})
 		p.rewrites = append(p.rewrites, Rewrite{Source: o.doc.source, Doc: o.doc.index, Path: path, Kind: u.Kind, Namespace: ns, From: u.Name, To: c.newName})
+		if ev := preHookEvent(o); ev != "" && preHookEvent(c.object) == "" && !warned[u.Ref] {
+			warned[u.Ref] = true
+			p.log.Warn("a "+ev+" hook reads a renamed revision, which Helm creates only after that hook: on a first install, or an "+
+				"upgrade that changes the config, the hook's pod cannot start until the hook times out. Make the config a hook too "+
+				"(a lower helm.sh/hook-weight) or leave it out", "hook", o.String(), "object", c.String(), "newName", c.newName,
+				"document", o.doc.index, "source", o.doc.source)
+		}
 	}
 	return nil
+}
+
+// preHookEvent is the first Helm hook event of o that runs before Helm applies the release's objects
+// (pre-install, pre-upgrade, pre-rollback), "" if none. Helm 4 passes hooks to its post-renderer
+// with the other objects, so render rewrites their references too; Helm 3 never passes hooks.
+func preHookEvent(o *object) string {
+	hooks, _ := o.annotations["helm.sh/hook"].(string)
+	for ev := range strings.SplitSeq(hooks, ",") {
+		switch ev = strings.TrimSpace(ev); ev {
+		case "pre-install", "pre-upgrade", "pre-rollback":
+			return ev
+		}
+	}
+	return ""
 }
 
 // refuseMentions refuses renaming an object whose name a string field of the same namespace carries:
