@@ -37,12 +37,25 @@ type Env struct {
 }
 
 // OSEnv is the real process environment. Run by Helm 4 as its post-renderer plugin, whose stderr
-// Helm never shows, what the binary writes to stderr also goes to Helm's own (see helmplugin).
+// Helm never shows, what the binary writes to stderr also goes to Helm's own (see helmplugin), and
+// logs default to warnings and errors as text: what a user of helm should see on the terminal.
 func OSEnv() Env {
 	env := Env{Args: os.Args[1:], Stdin: os.Stdin, Stdout: os.Stdout, Stderr: os.Stderr, Lookup: os.LookupEnv}
 	if _, ok := helmplugin.Dir(os.LookupEnv); ok {
 		if w := helmplugin.HelmStderr(); w != nil {
 			env.Stderr = io.MultiWriter(os.Stderr, w)
+		}
+		env.Lookup = func(key string) (string, bool) {
+			if v, ok := os.LookupEnv(key); ok {
+				return v, ok
+			}
+			switch key {
+			case "LOG_LEVEL":
+				return "warn", true
+			case "LOG_FORMAT":
+				return "text", true
+			}
+			return "", false
 		}
 	}
 	return env

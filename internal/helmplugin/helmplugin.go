@@ -21,6 +21,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"regexp"
+	"strconv"
 	"strings"
 	"time"
 
@@ -69,15 +70,35 @@ func CheckVersion(dir, binaryVersion string) error {
 }
 
 // HelmStderr opens the standard error of the process that started this one (Helm, which runs the
-// plugin's command directly) on Linux, else the controlling terminal; nil when neither opens.
+// plugin's command directly) on Linux, else the controlling terminal; nil when neither opens. A
+// regular file Helm writes without O_APPEND (`2>file`) is left alone: written through another open
+// file description, Helm's own error message would overwrite ours.
 func HelmStderr() io.WriteCloser {
-	if f, err := os.OpenFile(fmt.Sprintf("/proc/%d/fd/2", os.Getppid()), os.O_WRONLY|os.O_APPEND, 0); err == nil {
-		return f
+	proc := fmt.Sprintf("/proc/%d/fd/2", os.Getppid())
+	if st, err := os.Stat(proc); err == nil && (!st.Mode().IsRegular() || appends(os.Getppid(), 2)) {
+		if f, err := os.OpenFile(proc, os.O_WRONLY|os.O_APPEND, 0); err == nil {
+			return f
+		}
 	}
 	if f, err := os.OpenFile("/dev/tty", os.O_WRONLY, 0); err == nil {
 		return f
 	}
 	return nil
+}
+
+// appends reports whether process pid opened its file descriptor fd with O_APPEND (Linux fdinfo).
+func appends(pid, fd int) bool {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/fdinfo/%d", pid, fd))
+	if err != nil {
+		return false
+	}
+	for line := range strings.Lines(string(b)) {
+		if v, ok := strings.CutPrefix(line, "flags:"); ok {
+			flags, err := strconv.ParseInt(strings.TrimSpace(v), 8, 64)
+			return err == nil && flags&int64(os.O_APPEND) != 0
+		}
+	}
+	return false
 }
 
 // versionLine is plugin.yaml's top-level version, which Pack sets.

@@ -152,3 +152,23 @@ func untar(t *testing.T, b []byte) map[string]entry {
 		out[h.Name] = entry{h.Mode, string(data)}
 	}
 }
+
+func TestAppends(t *testing.T) {
+	dir := t.TempDir()
+	plain, err := os.Create(filepath.Join(dir, "plain"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer plain.Close()
+	appending, err := os.OpenFile(filepath.Join(dir, "appending"), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o600)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer appending.Close()
+	if appends(os.Getpid(), int(plain.Fd())) {
+		t.Error("a file opened without O_APPEND: appends = true")
+	}
+	if !appends(os.Getpid(), int(appending.Fd())) {
+		t.Error("a file opened with O_APPEND: appends = false")
+	}
+}
