@@ -85,18 +85,20 @@ check_prerequisites() {
   if [[ ${SKIP_TOOLS_BUILD:-} == 1 ]]; then
     log "SKIP_TOOLS_BUILD=1: using tools as they are in $TOOLS_BIN"
   else
-    "$ROOT/hack/tools/build.sh" argo-cd helm kubectl >&2
+    "$ROOT/hack/tools/build.sh" argo-cd helm-argocd kubectl >&2
   fi
   local b
-  for b in argocd argocd-repo-server argocd-application-controller helm kubectl; do
-    [[ -x $TOOLS_BIN/$b ]] || die "$TOOLS_BIN/$b is missing: run hack/tools/build.sh argo-cd"
+  for b in argocd argocd-repo-server argocd-application-controller helm-argocd kubectl; do
+    [[ -x $TOOLS_BIN/$b ]] || die "$TOOLS_BIN/$b is missing: run hack/tools/build.sh argo-cd helm-argocd"
   done
   [[ -f $ARGOCD_CRDS_DIR/application-crd.yaml ]] || die "Argo CD CRDs missing in $ARGOCD_CRDS_DIR: run hack/tools/build.sh argo-cd"
   command -v redis-server >/dev/null || die "redis-server is missing: apt-get install redis-server"
   if [[ ! -f $KUBECONFIG_PATH ]] || ! kctl get --raw /readyz >/dev/null 2>&1; then
     die "cluster $CLUSTER_NAME is not running (no $KUBECONFIG_PATH or kube-apiserver not ready): run hack/cluster/up.sh"
   fi
-  mkdir -p "$ARGOCD_DIR"/{tmp,redis,config/tls,config/ssh,config/gpg/source,config/gpg/keys,plugins} "$LOG_DIR"
+  mkdir -p "$ARGOCD_DIR"/{bin,tmp,redis,config/tls,config/ssh,config/gpg/source,config/gpg/keys,plugins} "$LOG_DIR"
+  # The repo server runs `helm` from its PATH: the one Argo CD's image ships (ARGOCD_HELM_VERSION).
+  ln -sfn "$TOOLS_BIN/helm-argocd" "$ARGOCD_DIR/bin/helm"
 }
 
 install_crds() {
@@ -217,6 +219,7 @@ start_repo_server() {
     # A unix socket path must fit in 108 bytes.
     ((${#sock} < 100)) || sock=/tmp/argocd-askpass-$(cksum <<<"$ARGOCD_DIR" | cut -d' ' -f1).sock
     start_component repo-server env \
+      PATH="$ARGOCD_DIR/bin:$PATH" \
       TMPDIR="$ARGOCD_DIR/tmp" \
       ARGOCD_ASK_PASS_SOCK="$sock" \
       ARGOCD_APP_CONFIG_PATH="$ARGOCD_DIR/config" \
