@@ -13,8 +13,9 @@ KWOK_WORKDIR=${KWOK_WORKDIR:-$ROOT/_output/kwok}
 mkdir -p "$KWOK_WORKDIR"
 KWOK_WORKDIR=$(cd "$KWOK_WORKDIR" && pwd)
 export KWOK_WORKDIR
-TOOLS_BIN=${TOOLS_OUT:-$ROOT/_output/tools}/bin
-CRDS_DIR=${TOOLS_OUT:-$ROOT/_output/tools}/crds/argo-rollouts
+TOOLS_DIR=${TOOLS_OUT:-$ROOT/_output/tools}
+TOOLS_BIN=$TOOLS_DIR/bin
+CRDS_DIR=$TOOLS_DIR/crds/argo-rollouts
 
 CLUSTER_DIR=$KWOK_WORKDIR/clusters/$CLUSTER_NAME
 KUBECONFIG_PATH=$CLUSTER_DIR/kubeconfig.yaml

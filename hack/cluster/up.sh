@@ -12,6 +12,18 @@ source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 CLUSTER_NODES=${CLUSTER_NODES:-3}
 WAIT_TIMEOUT=${WAIT_TIMEOUT:-120}
 
+# The control plane's binaries (etcd, kube-apiserver, kube-controller-manager, kube-scheduler):
+# KUBERNETES_VERSION's, or with KUBERNETES_COMPAT=<minor> the compatibility control plane
+# (KUBERNETES_COMPAT_VERSION, built into _output/tools/k8s-<minor>/bin).
+CONTROL_PLANE_BIN=$TOOLS_BIN
+if [[ -n ${KUBERNETES_COMPAT:-} ]]; then
+  compat_minor=$(cut -d. -f1,2 <<<"${KUBERNETES_COMPAT_VERSION#v}")
+  [[ $KUBERNETES_COMPAT == "$compat_minor" ]] ||
+    die "KUBERNETES_COMPAT=$KUBERNETES_COMPAT: the compatibility control plane is $compat_minor (KUBERNETES_COMPAT_VERSION=$KUBERNETES_COMPAT_VERSION in hack/tools/versions.env)"
+  CONTROL_PLANE_BIN=$TOOLS_DIR/k8s-$compat_minor/bin
+fi
+CONTROL_PLANE_FILE=$CLUSTER_DIR/control-plane
+
 start=$(date +%s)
 
 build_tools() {
@@ -21,13 +33,20 @@ build_tools() {
     "$ROOT/hack/tools/build.sh" >&2
   fi
   local b
-  for b in etcd kube-apiserver kube-controller-manager kube-scheduler kubectl kwok kwokctl rollouts-controller; do
+  for b in kubectl kwok kwokctl rollouts-controller; do
     [[ -x $TOOLS_BIN/$b ]] || die "$TOOLS_BIN/$b is missing: run hack/tools/build.sh"
+  done
+  for b in etcd kube-apiserver kube-controller-manager kube-scheduler; do
+    [[ -x $CONTROL_PLANE_BIN/$b ]] || die "$CONTROL_PLANE_BIN/$b is missing: run hack/tools/build.sh"
   done
   [[ -f $CRDS_DIR/rollout-crd.yaml ]] || die "Argo Rollouts CRDs missing in $CRDS_DIR: run hack/tools/build.sh argo-rollouts"
 }
 
 create_cluster() {
+  # A cluster keeps the binaries it was created with: refuse to pretend another version runs.
+  if [[ -f $CONTROL_PLANE_FILE && $(<"$CONTROL_PLANE_FILE") != "$CONTROL_PLANE_BIN" ]]; then
+    die "cluster $CLUSTER_NAME runs the control plane of $(<"$CONTROL_PLANE_FILE"), not $CONTROL_PLANE_BIN: delete it first (hack/cluster/down.sh) or choose another CLUSTER_NAME"
+  fi
   # `create cluster` on an existing cluster returns at once if every component runs and restarts
   # the stopped ones otherwise. Every binary is a local file, so kwokctl never downloads anything
   # (it would fetch release binaries from the internet for any it is not given).
@@ -39,13 +58,14 @@ create_cluster() {
     --runtime binary \
     --kubeconfig= \
     --quiet-pull \
-    --etcd-binary "$TOOLS_BIN/etcd" \
-    --kube-apiserver-binary "$TOOLS_BIN/kube-apiserver" \
-    --kube-controller-manager-binary "$TOOLS_BIN/kube-controller-manager" \
-    --kube-scheduler-binary "$TOOLS_BIN/kube-scheduler" \
+    --etcd-binary "$CONTROL_PLANE_BIN/etcd" \
+    --kube-apiserver-binary "$CONTROL_PLANE_BIN/kube-apiserver" \
+    --kube-controller-manager-binary "$CONTROL_PLANE_BIN/kube-controller-manager" \
+    --kube-scheduler-binary "$CONTROL_PLANE_BIN/kube-scheduler" \
     --kwok-controller-binary "$TOOLS_BIN/kwok" \
     --wait "${WAIT_TIMEOUT}s" >&2
   [[ -f $KUBECONFIG_PATH ]] || die "kwokctl did not write $KUBECONFIG_PATH"
+  echo "$CONTROL_PLANE_BIN" >"$CONTROL_PLANE_FILE"
   mkdir -p "$LOG_DIR"
   wait_until "kube-apiserver /readyz" kctl get --raw /readyz
   wait_until "the garbage collector of kube-controller-manager (see $LOG_DIR/kube-controller-manager.log)" gc_running
@@ -176,5 +196,5 @@ create_cluster
 create_nodes
 install_rollouts_crds
 start_rollouts_controller
-log "cluster ready in $(( $(date +%s) - start ))s (logs: $LOG_DIR)"
+log "cluster ready in $(( $(date +%s) - start ))s: Kubernetes $(kctl version -o json | sed -n 's/.*"gitVersion": "\(.*\)".*/\1/p' | tail -n1) (logs: $LOG_DIR)"
 echo "KUBECONFIG=$KUBECONFIG_PATH"
