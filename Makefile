@@ -56,8 +56,13 @@ test-unit:
 test-race:
 	$(GO) test -race ./...
 
+## test-e2e: every e2e test on the local control plane (Kubernetes KUBERNETES_VERSION), then the compatibility story
+## alone on a local cluster of the oldest supported minor (KUBERNETES_COMPAT_VERSION, hack/cluster/up.sh KUBERNETES_COMPAT).
 test-e2e: tools
 	$(GO) test -tags e2e -count=1 -timeout 45m -v ./test/e2e/ 2>&1 | hack/test-summary.sh
+	env -u KUBECONFIG KUBERNETES_COMPAT=$(KUBERNETES_COMPAT) $(GO) test -tags e2e -count=1 -timeout 15m -v -run '^TestCompat' ./test/e2e/ 2>&1 | hack/test-summary.sh
+
+KUBERNETES_COMPAT := $(shell sed -n 's/^KUBERNETES_COMPAT_VERSION=v\([0-9]*\.[0-9]*\).*/\1/p' hack/tools/versions.env)
 
 ## soak-short: 30 random steps of deploys and faults (test/soak/README.md) on its own local cluster "soak"
 ## (or the cluster KUBECONFIG names); fails if config in use was lost or unused config leaked.

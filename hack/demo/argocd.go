@@ -25,7 +25,7 @@ func throughArgoCD(ctx context.Context, s *walkthrough.Story, root string, keep 
 	if err := s.C.EnsureArgoCD(ctx, progress); err != nil {
 		return nil, fmt.Errorf("-argocd needs a local cluster (make demo without DEMO_KUBECONFIG): %w", err)
 	}
-	helm, err := framework.HelmBinary(root)
+	helm, err := framework.HelmBinary(root, framework.Helm4)
 	if err != nil {
 		return nil, err
 	}

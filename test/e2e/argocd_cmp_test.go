@@ -19,8 +19,8 @@ import (
 )
 
 // Argo CD renders Helm charts itself and has no post-renderer: the shipped Config Management Plugin
-// (deploy/argocd-cmp/plugin.yaml, run by argocd-cmp-server as its sidecar would) pipes `helm template`
-// through render. A public chart (grafana) goes through an install and two config changes, synced with
+// (deploy/argocd-cmp/plugin.yaml, run by argocd-cmp-server as its sidecar would, with the Helm Argo CD
+// ships) pipes `helm template` through render. A public chart (grafana) goes through an install and two config changes, synced with
 // prune on: Argo CD neither prunes nor flags the previous revision's config while a ReplicaSet uses it,
 // and the garbage collector removes it with that ReplicaSet.
 func TestArgoCDRendersAPublicChartThroughTheCMP(t *testing.T) {
@@ -30,7 +30,7 @@ func TestArgoCDRendersAPublicChartThroughTheCMP(t *testing.T) {
 	startController(t, nil, ns)
 
 	cmp, err := e2e.cluster.StartCMPServer(ctx, rootPath("deploy/argocd-cmp/plugin.yaml"), map[string]string{
-		"helm": mustHelmBinary(t), "configmap-attacher": e2e.bin.Path,
+		"helm": argoCDHelm(t), "configmap-attacher": e2e.bin.Path,
 	})
 	must(t, err)
 	t.Cleanup(cmp.Close)
@@ -148,9 +148,11 @@ func expectManaged(t *testing.T, st framework.AppStatus, current []string) {
 	}
 }
 
-func mustHelmBinary(t *testing.T) string {
+// argoCDHelm is the Helm Argo CD ships in its image (v3.5.7: Helm v4.2.1, ARGOCD_HELM_VERSION), which
+// the plugin sidecar built from deploy/argocd-cmp/Dockerfile runs as `helm`.
+func argoCDHelm(t *testing.T) string {
 	t.Helper()
-	p, err := framework.HelmBinary(e2e.root)
+	p, err := framework.HelmBinary(e2e.root, framework.HelmArgoCD)
 	must(t, err)
 	return p
 }

@@ -177,6 +177,25 @@ func (r *chartRelease) runController(d *appsv1.Deployment, extraArgs ...string) 
 	return p
 }
 
+// runPinningController runs the chart's controller (pinning.enabled) as its ServiceAccount
+// (runController), its webhook served at a free loopback URL, and waits until it leads.
+func (r *chartRelease) runPinningController(d *appsv1.Deployment) *framework.Process {
+	t := r.t
+	t.Helper()
+	ctx := context.Background()
+	port, err := framework.FreeLoopbackPort()
+	must(t, err)
+	url := fmt.Sprintf("https://127.0.0.1:%d", port)
+	// Only here is the chart's webhook served at a URL: an administrator repoints it (clientConfig
+	// holds a url or a service, and the controller's apply cannot take the chart's service away).
+	patch := fmt.Sprintf(`[{"op":"remove","path":"/webhooks/0/clientConfig/service"},{"op":"add","path":"/webhooks/0/clientConfig/url","value":%q}]`, url+"/pin-pods")
+	_, err = e2e.cluster.Kube.AdmissionregistrationV1().MutatingWebhookConfigurations().Patch(ctx, r.fullname(), types.JSONPatchType, []byte(patch), metav1.PatchOptions{})
+	must(t, err)
+	p := r.runController(d, "-webhook-url="+url)
+	r.expectLeader(p)
+	return p
+}
+
 // expectLeader waits for the controller to hold the chart's Lease (its Role in the release namespace).
 func (r *chartRelease) expectLeader(p *framework.Process) {
 	r.t.Helper()
@@ -508,17 +527,8 @@ func TestChartPinningRBACSuffices(t *testing.T) {
 	}
 	t.Log("given: the chart installed with pinning.enabled: 2 replicas, PDB, anti-affinity, a Fail webhook behind a Service")
 
-	port, err := framework.FreeLoopbackPort()
-	must(t, err)
-	url := fmt.Sprintf("https://127.0.0.1:%d", port)
-	// Only here is the chart's webhook served at a URL: an administrator repoints it (clientConfig
-	// holds a url or a service, and the controller's apply cannot take the chart's service away).
-	patch := fmt.Sprintf(`[{"op":"remove","path":"/webhooks/0/clientConfig/service"},{"op":"add","path":"/webhooks/0/clientConfig/url","value":%q}]`, url+"/pin-pods")
-	_, err = e2e.cluster.Kube.AdmissionregistrationV1().MutatingWebhookConfigurations().Patch(ctx, r.fullname(), types.JSONPatchType, []byte(patch), metav1.PatchOptions{})
-	must(t, err)
 	must(t, e2e.cluster.EnablePinning(ctx, appNS))
-	p := r.runController(d, "-webhook-url="+url)
-	r.expectLeader(p)
+	r.runPinningController(d)
 	must(t, e2e.cluster.PutPinnedConfigMap(ctx, appNS, "app-config", pinV1))
 	web, err := e2e.cluster.CreateDeployment(ctx, appNS, "web", framework.PinnedTemplate("web", []string{"app-config"}, pinV1), nil)
 	must(t, err)

@@ -24,18 +24,30 @@ import (
 	"github.com/configmap-attacher/configmap-attacher/test/framework"
 )
 
-// The charts and the post-renderer, deployed with the real helm (Helm 3) on the local control plane.
-// kwok runs no container, so Helm hooks (the attacher Job) never complete here: Job-mode tests install
-// with --no-hooks and run the real binary with exactly the hook Job's arguments and environment.
+// The charts and the post-renderer, deployed with the real helm (Helm 4, with the post-renderer
+// plugin installed; Helm 3 where a story says so) on the local control plane. kwok runs no container,
+// so Helm hooks (the attacher Job) never complete here: Job-mode tests install with --no-hooks and run
+// the real binary with exactly the hook Job's arguments and environment.
 
 const helmWait = 90 * time.Second
 
-// helmCLI is the real helm binary pointed at the test cluster, with a Helm home of its own.
+// helmCLI is the real Helm 4 pointed at the test cluster, with a Helm home of its own and the
+// post-renderer plugin installed (TestMain: `helm plugin install <make helm-plugin's package>`).
 func helmCLI(t *testing.T) framework.Helm {
 	t.Helper()
-	path, err := framework.HelmBinary(e2e.root)
+	path, err := framework.HelmBinary(e2e.root, framework.Helm4)
 	must(t, err)
-	return framework.Helm{Path: path, Kubeconfig: e2e.cluster.Kubeconfig, Home: t.TempDir()}
+	return framework.Helm{Path: path, Kubeconfig: e2e.cluster.Kubeconfig, Home: t.TempDir(), Env: []string{"HELM_PLUGINS=" + e2e.helmPlugins}}
+}
+
+// helm3CLI is the real Helm 3, with the configmap-attacher binary on its PATH: Helm 3's
+// --post-renderer runs that executable.
+func helm3CLI(t *testing.T) framework.Helm {
+	t.Helper()
+	path, err := framework.HelmBinary(e2e.root, framework.Helm3)
+	must(t, err)
+	return framework.Helm{Path: path, Kubeconfig: e2e.cluster.Kubeconfig, Home: t.TempDir(),
+		Env: []string{"PATH=" + filepath.Dir(e2e.bin.Path) + string(os.PathListSeparator) + os.Getenv("PATH")}}
 }
 
 func helmRun(t *testing.T, h framework.Helm, args ...string) string {
@@ -51,9 +63,10 @@ func chartPath(name string) string { return filepath.Join(e2e.root, "charts", na
 
 func testdataPath(name string) string { return filepath.Join(e2e.root, "test/e2e/testdata", name) }
 
-// postRenderer is the flags that revision a chart's ConfigMaps through the real binary.
+// postRenderer is the flags that revision a chart's ConfigMaps through the real binary: the README's
+// recipe, the same for Helm 4 (the plugin) and Helm 3 (the executable on PATH).
 func postRenderer(ns string, extra ...string) []string {
-	args := []string{"--post-renderer", e2e.bin.Path, "--post-renderer-args", "render", "--post-renderer-args=-namespace=" + ns}
+	args := []string{"--post-renderer", "configmap-attacher", "--post-renderer-args", "render", "--post-renderer-args=-namespace=" + ns}
 	for _, a := range extra {
 		args = append(args, "--post-renderer-args="+a)
 	}
@@ -319,12 +332,23 @@ func TestHelmBaseAppWithTheController(t *testing.T) {
 	t.Logf("then: Helm adopts %s again and ReplicaSet %s scales up with it", back.cm, back.rs.Name)
 }
 
-// A chart that knows nothing about configmap-attacher, revisioned by the post-renderer.
+// A chart that knows nothing about configmap-attacher, revisioned by the post-renderer: Helm 4's
+// plugin.
 func TestHelmPostRendererOnAPlainChart(t *testing.T) {
 	t.Parallel()
-	ns := givenNamespace(t, "e2e-helm-post-renderer")
+	postRendererOnAPlainChart(t, helmCLI(t), "e2e-helm-post-renderer")
+}
+
+// The same story on Helm 3, whose --post-renderer runs the configmap-attacher executable on PATH: the
+// same command line.
+func TestHelm3PostRendererOnAPlainChart(t *testing.T) {
+	t.Parallel()
+	postRendererOnAPlainChart(t, helm3CLI(t), "e2e-helm3-post-renderer")
+}
+
+func postRendererOnAPlainChart(t *testing.T, h framework.Helm, ns string) {
+	ns = givenNamespace(t, ns)
 	startController(t, nil, ns)
-	h := helmCLI(t)
 	s := &helmStory{t: t, ns: ns, rollout: "app",
 		deploy: func(i int) {
 			args := []string{"upgrade", "--install", "plain", testdataPath("plain-chart"), "-n", ns,

@@ -17,11 +17,13 @@ import (
 	"github.com/configmap-attacher/configmap-attacher/test/framework"
 )
 
-// env is what every test shares: the cluster and the real binary.
+// env is what every test shares: the cluster, the real binary, and Helm 4's plugins directory where
+// the post-renderer plugin packed with that binary is installed.
 type env struct {
-	cluster *framework.Cluster
-	bin     framework.Binary
-	root    string
+	cluster     *framework.Cluster
+	bin         framework.Binary
+	root        string
+	helmPlugins string
 }
 
 var e2e env // set once by TestMain, read-only afterwards
@@ -38,8 +40,14 @@ func run(m *testing.M) int {
 		return 1
 	}
 	start := time.Now()
+	// KUBERNETES_COMPAT=<minor> (make test-e2e's second run): a cluster of its own on the
+	// compatibility control plane (hack/cluster/up.sh passes it on).
+	name := "e2e"
+	if os.Getenv("KUBERNETES_COMPAT") != "" {
+		name = "e2e-compat"
+	}
 	c, err := framework.Start(ctx, framework.StartOptions{
-		RepoRoot: root, Kubeconfig: os.Getenv("KUBECONFIG"), Name: "e2e", Progress: os.Stderr,
+		RepoRoot: root, Kubeconfig: os.Getenv("KUBECONFIG"), Name: name, Progress: os.Stderr,
 	})
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "e2e: starting the cluster:", err)
@@ -59,6 +67,31 @@ func run(m *testing.M) int {
 		return 1
 	}
 	defer cleanup()
-	e2e = env{cluster: c, bin: framework.Binary{Path: bin, Kubeconfig: c.Kubeconfig}, root: root}
+	plugins, cleanupPlugin, err := installHelmPlugin(ctx, root, bin, c.Kubeconfig)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "e2e: installing the Helm plugin:", err)
+		return 1
+	}
+	defer cleanupPlugin()
+	e2e = env{cluster: c, bin: framework.Binary{Path: bin, Kubeconfig: c.Kubeconfig}, root: root, helmPlugins: plugins}
 	return m.Run()
+}
+
+// installHelmPlugin installs the post-renderer plugin, packed with bin, once for every test's Helm 4.
+func installHelmPlugin(ctx context.Context, root, bin, kubeconfig string) (plugins string, cleanup func(), err error) {
+	path, err := framework.HelmBinary(root, framework.Helm4)
+	if err != nil {
+		return "", nil, err
+	}
+	home, err := os.MkdirTemp("", "e2e-helm-plugin")
+	if err != nil {
+		return "", nil, err
+	}
+	cleanup = func() { os.RemoveAll(home) }
+	plugins, err = framework.InstallHelmPlugin(ctx, framework.Helm{Path: path, Kubeconfig: kubeconfig, Home: home}, root, bin)
+	if err != nil {
+		cleanup()
+		return "", nil, err
+	}
+	return plugins, cleanup, nil
 }

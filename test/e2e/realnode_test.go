@@ -237,7 +237,9 @@ func TestRealNodeRunsTheControllerChart(t *testing.T) {
 	// The local API server listens on loopback only and there is no kube-proxy (Service IPs route
 	// nowhere): the pod shares the host's network (a post-renderer adds hostNetwork, the chart has no
 	// such value) and extraEnv points it at the API server, as kube-proxy's rules would.
-	r := &chartRelease{t: t, name: "cma-real", ns: ns, helm: helmCLI(t)}
+	// Helm 3: the hostNetwork patch is a shell script, an executable post-renderer, which Helm 4 no
+	// longer runs (its --post-renderer names a plugin).
+	r := &chartRelease{t: t, name: "cma-real", ns: ns, helm: helm3CLI(t)}
 	args := []string{"upgrade", "--install", r.name, chartPath("configmap-attacher"), "-n", ns, "--wait", "--timeout", "3m",
 		"--post-renderer", hostNetworkPostRenderer(t)}
 	for _, s := range sets {

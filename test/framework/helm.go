@@ -13,41 +13,81 @@ import (
 	batchv1 "k8s.io/api/batch/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"sigs.k8s.io/yaml"
+
+	"github.com/configmap-attacher/configmap-attacher/internal/helmplugin"
 )
 
-// Helm is the real helm binary (Helm 3, built by hack/tools/build.sh), pointed at one cluster, with its
-// own config/cache/data directories so tests never read or write the user's Helm setup.
+// Helm is a real helm binary built by hack/tools/build.sh (Helm 4 `helm`, Helm 3 `helm3`, or the Helm
+// Argo CD ships, `helm-argocd`), pointed at one cluster, with its own config/cache/data directories
+// so tests never read or write the user's Helm setup.
 type Helm struct {
 	Path       string
 	Kubeconfig string
 	Home       string
+	// Env is more KEY=VALUE for helm: HELM_PLUGINS naming where Helm 4's post-renderer plugin is
+	// installed, PATH finding Helm 3's executable post-renderer.
+	Env []string
 }
 
-// HelmBinary returns <repo>/_output/tools/bin/helm, or an error saying how to build it.
-func HelmBinary(repoRoot string) (string, error) {
-	p := filepath.Join(repoRoot, "_output/tools/bin/helm")
+// The Helm binaries hack/tools/build.sh builds.
+const (
+	Helm4       = "helm"        // the default Helm (HELM_VERSION)
+	Helm3       = "helm3"       // Helm 3, for the compatibility stories (HELM3_VERSION)
+	HelmArgoCD  = "helm-argocd" // the Helm Argo CD ships in its image (ARGOCD_HELM_VERSION)
+	toolsBinDir = "_output/tools/bin"
+)
+
+// HelmBinary returns <repo>/_output/tools/bin/<name> (Helm4, Helm3 or HelmArgoCD), or an error saying
+// how to build it.
+func HelmBinary(repoRoot, name string) (string, error) {
+	p := filepath.Join(repoRoot, toolsBinDir, name)
 	if _, err := os.Stat(p); err != nil {
-		return "", fmt.Errorf("helm not built (run hack/tools/build.sh): %w", err)
+		return "", fmt.Errorf("%s not built (run hack/tools/build.sh %s): %w", name, name, err)
 	}
 	return p, nil
 }
 
 // Run runs `helm <args> --kubeconfig <k>` and returns its stdout; a failure carries stderr.
 func (h Helm) Run(ctx context.Context, args ...string) (string, error) {
+	stdout, stderr, err := h.RunOutput(ctx, args...)
+	if err != nil {
+		return stdout, fmt.Errorf("%w\n%s", err, stderr)
+	}
+	return stdout, nil
+}
+
+// RunOutput runs `helm <args> --kubeconfig <k>` and returns what it wrote to stdout and stderr, the
+// error saying how it ended.
+func (h Helm) RunOutput(ctx context.Context, args ...string) (stdout, stderr string, err error) {
 	cmd := exec.CommandContext(ctx, h.Path, append(args, "--kubeconfig", h.Kubeconfig)...)
 	cmd.Env = append(os.Environ(),
 		"HELM_CONFIG_HOME="+filepath.Join(h.Home, "config"),
 		"HELM_CACHE_HOME="+filepath.Join(h.Home, "cache"),
 		"HELM_DATA_HOME="+filepath.Join(h.Home, "data"),
 		"KUBECONFIG="+h.Kubeconfig)
-	var stdout, stderr bytes.Buffer
-	cmd.Stdout, cmd.Stderr = &stdout, &stderr
+	cmd.Env = append(cmd.Env, h.Env...)
+	var out, errOut bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &out, &errOut
 	start := time.Now()
 	if err := cmd.Run(); err != nil {
-		return stdout.String(), fmt.Errorf("helm %s: %w (after %s)\n%s", strings.Join(args, " "), err,
-			time.Since(start).Round(time.Millisecond), stderr.String())
+		return out.String(), errOut.String(), fmt.Errorf("%s %s: %w (after %s)", filepath.Base(h.Path), strings.Join(args, " "), err,
+			time.Since(start).Round(time.Millisecond))
 	}
-	return stdout.String(), nil
+	return out.String(), errOut.String(), nil
+}
+
+// InstallHelmPlugin packs the Helm 4 post-renderer plugin with bin (make helm-plugin's package) and
+// installs it as docs/helm.md says, `helm plugin install <package> --verify=false`, into h's data
+// directory. It returns the plugins directory, for HELM_PLUGINS.
+func InstallHelmPlugin(ctx context.Context, h Helm, repoRoot, bin string) (string, error) {
+	pkg, err := helmplugin.Pack(ctx, filepath.Join(repoRoot, "deploy/helm-plugin"), bin, filepath.Join(h.Home, "package"))
+	if err != nil {
+		return "", err
+	}
+	if _, err := h.Run(ctx, "plugin", "install", pkg, "--verify=false"); err != nil {
+		return "", err
+	}
+	return filepath.Join(h.Home, "data", "plugins"), nil
 }
 
 // ParseManifests splits rendered multi-document YAML (helm template, helm get manifest/hooks) into
