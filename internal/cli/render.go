@@ -44,9 +44,10 @@ Usage:
   configmap-attacher render [flags] [FILE...]      (FILE "-" or none: stdin)
 
 Examples:
-  # Helm 3 post-renderer (Helm runs it with the rendered chart on stdin):
+  # Helm post-renderer (Helm runs it with the rendered chart on stdin): Helm 4 through the plugin
+  # (helm plugin install configmap-attacher-<version>.tgz --verify=false), Helm 3 as an executable:
   helm upgrade --install demo ./chart -n prod --post-renderer configmap-attacher \
-    --post-renderer-args render --post-renderer-args -namespace=prod
+    --post-renderer-args render --post-renderer-args=-namespace=prod
 
   # kubectl pipeline, revisioning every ConfigMap not labelled "false":
   kustomize build overlays/prod | configmap-attacher render -all-configmaps | kubectl apply -f -
