@@ -4,12 +4,17 @@
 #   hack/tools/build.sh [tool|binary ...]      (no argument: every tool)
 #
 # Tools (one Go module each under hack/tools/<tool>, versions in hack/tools/versions.env):
-#   kubernetes     kube-apiserver kube-controller-manager kube-scheduler kubectl kubelet
-#   etcd           etcd
-#   kwok           kwok kwokctl
-#   argo-rollouts  rollouts-controller kubectl-argo-rollouts (+ CRDs in _output/tools/crds/argo-rollouts)
-#   helm           helm
-#   argo-cd        argocd, and argocd-* names linked to it (+ CRDs in _output/tools/crds/argo-cd)
+#   kubernetes         kube-apiserver kube-controller-manager kube-scheduler kubectl kubelet
+#   etcd               etcd
+#   kubernetes-compat  k8s-<minor>/bin/kube-apiserver, kube-controller-manager, kube-scheduler (the
+#                      compatibility control plane, KUBERNETES_COMPAT_VERSION)
+#   etcd-compat        k8s-<minor>/bin/etcd (the etcd that version requires)
+#   kwok               kwok kwokctl
+#   argo-rollouts      rollouts-controller kubectl-argo-rollouts (+ CRDs in _output/tools/crds/argo-rollouts)
+#   helm               helm (Helm 4)
+#   helm3              helm3 (Helm 3)
+#   argo-cd            argocd, and argocd-* names linked to it (+ CRDs in _output/tools/crds/argo-cd)
+#   helm-argocd        helm-argocd (the Helm Argo CD ships; its repo server and plugins run it as helm)
 # Built only when named (not part of `make tools`, so CI does not pay for them):
 #   peers          configmap-attacher-original configmap-rs-operator reloader (test/bench's peers)
 # A binary name selects its tool (e.g. `build.sh kubectl`).
@@ -37,24 +42,38 @@ if ! command -v go >/dev/null; then
   export PATH=/usr/local/go/bin:$PATH
 fi
 
-ALL_TOOLS=(kubernetes etcd kwok argo-rollouts helm argo-cd)
+ALL_TOOLS=(kubernetes etcd kubernetes-compat etcd-compat kwok argo-rollouts helm helm3 argo-cd helm-argocd)
 # Built only when named on the command line.
 OPTIONAL_TOOLS=(peers)
 
-# binaries_<tool> list what a tool installs; vars_<tool> the versions.env keys it depends on
-# (read through namerefs, hence invisible to shellcheck).
+# The compatibility control plane's directory under $OUT, named for its minor (k8s-1.35).
+COMPAT_DIR=k8s-$(cut -d. -f1,2 <<<"${KUBERNETES_COMPAT_VERSION#v}")
+
+# binaries_<tool> list what a tool installs (a bare name is in $BIN, a path with a slash is under
+# $OUT); vars_<tool> the versions.env keys it depends on; src_<tool>, when set, the tool directory
+# whose *.go it builds (read through namerefs, hence invisible to shellcheck).
 # shellcheck disable=SC2034
 {
   binaries_kubernetes=(kube-apiserver kube-controller-manager kube-scheduler kubectl kubelet)
   vars_kubernetes=(KUBERNETES_VERSION KUBERNETES_STAGING_VERSION)
   binaries_etcd=(etcd)
   vars_etcd=(ETCD_VERSION)
+  # Only what a cluster needs: kwok fakes the nodes (no kubelet), our kubectl talks to it.
+  binaries_kubernetes_compat=("$COMPAT_DIR/bin/kube-apiserver" "$COMPAT_DIR/bin/kube-controller-manager" "$COMPAT_DIR/bin/kube-scheduler")
+  vars_kubernetes_compat=(KUBERNETES_COMPAT_VERSION KUBERNETES_COMPAT_STAGING_VERSION)
+  binaries_etcd_compat=("$COMPAT_DIR/bin/etcd")
+  vars_etcd_compat=(ETCD_COMPAT_VERSION)
+  src_etcd_compat=etcd
   binaries_kwok=(kwok kwokctl)
   vars_kwok=(KWOK_VERSION KUBERNETES_VERSION)
   binaries_argo_rollouts=(rollouts-controller kubectl-argo-rollouts)
   vars_argo_rollouts=(ARGO_ROLLOUTS_VERSION ARGO_ROLLOUTS_GOTOOLCHAIN)
   binaries_helm=(helm)
   vars_helm=(HELM_VERSION)
+  binaries_helm3=(helm3)
+  vars_helm3=(HELM3_VERSION)
+  binaries_helm_argocd=(helm-argocd)
+  vars_helm_argocd=(ARGOCD_HELM_VERSION)
   # argocd is multi-call (it dispatches on its executable name): the argocd-* are symlinks to it.
   # The repo server runs git-verify-wrapper.sh on every Git checkout (gpg-wrapper.sh with GPG on).
   binaries_argo_cd=(argocd argocd-application-controller argocd-repo-server argocd-cmp-server
@@ -76,6 +95,15 @@ tool_binaries() {
   # shellcheck disable=SC2155
   local -n _bins="binaries_$(ident "$1")"
   printf '%s\n' "${_bins[@]}"
+}
+
+# bin_path prints where a binary of tool_binaries is installed.
+bin_path() {
+  if [[ $1 == */* ]]; then
+    echo "$OUT/$1"
+  else
+    echo "$BIN/$1"
+  fi
 }
 
 # resolve_tool maps a tool or binary name to its tool.
@@ -102,15 +130,17 @@ go_for() {
 
 # inputs_hash hashes everything that decides a tool's binaries.
 inputs_hash() {
-  local tool=$1 id v f
+  local tool=$1 id v f src
   id=$(ident "$tool")
   local -n _vars="vars_$id"
+  src="src_$id"
+  src=${!src:-$tool}
   {
     echo "tool=$tool"
     for v in "${_vars[@]}"; do echo "$v=${!v}"; done
     (cd "$TOOLS_SRC/$tool" && go_for "$tool" env GOVERSION GOOS GOARCH)
     declare -f "build_$id"
-    for f in "$TOOLS_SRC/$tool"/go.mod "$TOOLS_SRC/$tool"/go.sum "$TOOLS_SRC/$tool"/*.go; do
+    for f in "$TOOLS_SRC/$tool"/go.mod "$TOOLS_SRC/$tool"/go.sum "$TOOLS_SRC/$src"/*.go; do
       [[ -f $f ]] || continue
       echo "file=${f#"$ROOT"/}"
       cat "$f"
@@ -149,20 +179,37 @@ go_build() {
   (cd "$TOOLS_SRC/$tool" && go_for "$tool" build -trimpath -o "$BIN/" "$@")
 }
 
+# k8s_build builds the given cmd/ binaries of a Kubernetes tool module into a directory.
+k8s_build() {
+  local tool=$1 version=$2 staging=$3 dir=$4 b pkgs=()
+  shift 4
+  check_pin "$tool" k8s.io/kubernetes "$version"
+  check_pin "$tool" k8s.io/api "$staging"
+  for b in "$@"; do pkgs+=("k8s.io/kubernetes/cmd/$b"); done
+  mkdir -p "$dir"
+  (cd "$TOOLS_SRC/$tool" && go_for "$tool" build -trimpath -o "$dir/" -ldflags "-s -w $(k8s_version_ldflags "$version")" "${pkgs[@]}")
+}
+
 build_kubernetes() {
-  check_pin kubernetes k8s.io/kubernetes "$KUBERNETES_VERSION"
-  check_pin kubernetes k8s.io/api "$KUBERNETES_STAGING_VERSION"
-  go_build kubernetes -ldflags "-s -w $(k8s_version_ldflags "$KUBERNETES_VERSION")" \
-    k8s.io/kubernetes/cmd/kube-apiserver \
-    k8s.io/kubernetes/cmd/kube-controller-manager \
-    k8s.io/kubernetes/cmd/kube-scheduler \
-    k8s.io/kubernetes/cmd/kubectl \
-    k8s.io/kubernetes/cmd/kubelet
+  k8s_build kubernetes "$KUBERNETES_VERSION" "$KUBERNETES_STAGING_VERSION" "$BIN" \
+    kube-apiserver kube-controller-manager kube-scheduler kubectl kubelet
+}
+
+build_kubernetes_compat() {
+  k8s_build kubernetes-compat "$KUBERNETES_COMPAT_VERSION" "$KUBERNETES_COMPAT_STAGING_VERSION" "$OUT/$COMPAT_DIR/bin" \
+    kube-apiserver kube-controller-manager kube-scheduler
 }
 
 build_etcd() {
   check_pin etcd go.etcd.io/etcd/server/v3 "$ETCD_VERSION"
   go_build etcd -ldflags "-s -w" .
+}
+
+# The same main.go as etcd's, with the compat module's go.mod.
+build_etcd_compat() {
+  check_pin etcd-compat go.etcd.io/etcd/server/v3 "$ETCD_COMPAT_VERSION"
+  mkdir -p "$OUT/$COMPAT_DIR/bin"
+  (cd "$TOOLS_SRC/etcd" && GOTOOLCHAIN=local go build -modfile ../etcd-compat/go.mod -trimpath -ldflags "-s -w" -o "$OUT/$COMPAT_DIR/bin/etcd" .)
 }
 
 build_kwok() {
@@ -204,18 +251,27 @@ build_argo_rollouts() {
   go_build argo-rollouts -modfile "$modfile" -ldflags "$ldflags" "$mod/cmd/kubectl-argo-rollouts"
 }
 
-build_helm() {
-  local mod=helm.sh/helm/v3 client_go minor ldflags
-  check_pin helm "$mod" "$HELM_VERSION"
-  # Same ldflags as helm's Makefile: its version, and the Kubernetes version `helm template`
-  # assumes (.Capabilities.KubeVersion) derived from the client-go it is built with.
-  client_go=$(cd "$TOOLS_SRC/helm" && go_for helm list -m -f '{{.Version}}' k8s.io/client-go)
-  minor=$(cut -d. -f2 <<<"$client_go")
-  ldflags="-s -w -X $mod/internal/version.version=$HELM_VERSION -X $mod/internal/version.gitTreeState=clean"
-  ldflags+=" -X $mod/pkg/lint/rules.k8sVersionMajor=1 -X $mod/pkg/lint/rules.k8sVersionMinor=$minor"
-  ldflags+=" -X $mod/pkg/chartutil.k8sVersionMajor=1 -X $mod/pkg/chartutil.k8sVersionMinor=$minor"
-  go_build helm -ldflags "$ldflags" "$mod/cmd/helm"
+# helm_build builds cmd/helm of a Helm tool module as $BIN/<name>, with the version ldflags of Helm's
+# Makefile (Helm 3's also fix the Kubernetes version `helm template` assumes, .Capabilities.KubeVersion,
+# from the client-go it is built with; Helm 4 reads that from its build info).
+helm_build() {
+  local tool=$1 mod=$2 version=$3 name=$4 client_go minor ldflags
+  check_pin "$tool" "$mod" "$version"
+  ldflags="-s -w -X $mod/internal/version.version=$version -X $mod/internal/version.gitTreeState=clean"
+  if [[ $mod == helm.sh/helm/v3 ]]; then
+    client_go=$(cd "$TOOLS_SRC/$tool" && go_for "$tool" list -m -f '{{.Version}}' k8s.io/client-go)
+    minor=$(cut -d. -f2 <<<"$client_go")
+    ldflags+=" -X $mod/pkg/lint/rules.k8sVersionMajor=1 -X $mod/pkg/lint/rules.k8sVersionMinor=$minor"
+    ldflags+=" -X $mod/pkg/chartutil.k8sVersionMajor=1 -X $mod/pkg/chartutil.k8sVersionMinor=$minor"
+  fi
+  (cd "$TOOLS_SRC/$tool" && go_for "$tool" build -trimpath -ldflags "$ldflags" -o "$BIN/$name" "$mod/cmd/helm")
 }
+
+build_helm() { helm_build helm helm.sh/helm/v4 "$HELM_VERSION" helm; }
+
+build_helm3() { helm_build helm3 helm.sh/helm/v3 "$HELM3_VERSION" helm3; }
+
+build_helm_argocd() { helm_build helm-argocd helm.sh/helm/v4 "$ARGOCD_HELM_VERSION" helm-argocd; }
 
 build_argo_cd() {
   local mod=github.com/argoproj/argo-cd/v3 engine=github.com/argoproj/argo-cd/gitops-engine
@@ -307,7 +363,7 @@ up_to_date() {
   local tool=$1 stamp=$STAMPS/$1 b
   [[ ${TOOLS_FORCE:-} != 1 && -f $stamp && $(<"$stamp") == "$(inputs_hash "$tool")" ]] || return 1
   while read -r b; do
-    [[ -x $BIN/$b ]] || return 1
+    [[ -x $(bin_path "$b") ]] || return 1
   done < <(tool_binaries "$tool")
 }
 
@@ -339,7 +395,7 @@ build_tool() {
     die "$tool: build failed after $(( $(date +%s) - start ))s"
   fi
   while read -r b; do
-    [[ -x $BIN/$b ]] || die "$tool: build did not produce $BIN/$b"
+    [[ -x $(bin_path "$b") ]] || die "$tool: build did not produce $(bin_path "$b")"
   done < <(tool_binaries "$tool")
   echo "$hash" >"$stamp"
   log "$tool: built in $(( $(date +%s) - start ))s"
