@@ -9,6 +9,7 @@ import (
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/tools/record"
 
@@ -104,5 +105,36 @@ func TestControllerReportsDrift(t *testing.T) {
 	}
 	if d := c.drifted(); len(d) != 1 {
 		t.Errorf("drifted %v, want app-config", d)
+	}
+}
+
+// app-config lost its pin label after an older revision was pinned to it: the new revision reads it
+// as it is, and says so (a post-renderer or a patch removing the label must not go unnoticed).
+func TestControllerReportsARevisionReadingAnObjectThatLostItsPinLabel(t *testing.T) {
+	rs := replicaSet(t, "web-5d8f", "rs-new")
+	snaps := []*metav1.PartialObjectMetadata{
+		snapshot(refs.ConfigMap, "app-config-aaaaaaaaaa", "app-config", "rs-old"),
+		snapshot(refs.Secret, "app-env-cccccccccc", "app-env", "rs-new"),
+	}
+	f := newFixture(t, []*caches.User{rs}, snaps)
+	f.hook.Caches.Pinning = caches.NewPinningForTest([]runtime.Object{appSecret()}, snaps, ns) // app-config unlabelled
+	events := record.NewFakeRecorder(5)
+	c, err := New(f.hook.Caches, f.hook.Taker, events, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.sync(context.Background(), rs.Key()); err != nil {
+		t.Fatal(err)
+	}
+	if got := creates(f); len(got) != 0 {
+		t.Errorf("created %v; want nothing (app-env is pinned already, app-config is not labelled)", got)
+	}
+	select {
+	case e := <-events.Events:
+		if !strings.HasPrefix(e, "Warning "+ReasonPinRemoved) || !strings.Contains(e, "configmap/app-config (earlier revisions read its snapshots app-config-aaaaaaaaaa)") {
+			t.Errorf("event %q", e)
+		}
+	default:
+		t.Fatal("no event: the revision reads app-config unpinned without a word")
 	}
 }
