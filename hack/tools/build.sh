@@ -10,6 +10,7 @@
 #   argo-rollouts  rollouts-controller kubectl-argo-rollouts (+ CRDs in _output/tools/crds/argo-rollouts)
 #   helm           helm
 #   argo-cd        argocd, and argocd-* names linked to it (+ CRDs in _output/tools/crds/argo-cd)
+#   flux           source-controller helm-controller (+ CRDs in _output/tools/crds/flux)
 # Built only when named (not part of `make tools`, so CI does not pay for them):
 #   peers          configmap-attacher-original configmap-rs-operator reloader (test/bench's peers)
 # A binary name selects its tool (e.g. `build.sh kubectl`).
@@ -37,7 +38,7 @@ if ! command -v go >/dev/null; then
   export PATH=/usr/local/go/bin:$PATH
 fi
 
-ALL_TOOLS=(kubernetes etcd kwok argo-rollouts helm argo-cd)
+ALL_TOOLS=(kubernetes etcd kwok argo-rollouts helm argo-cd flux)
 # Built only when named on the command line.
 OPTIONAL_TOOLS=(peers)
 
@@ -61,6 +62,8 @@ OPTIONAL_TOOLS=(peers)
     argocd-server argocd-commit-server argocd-applicationset-controller argocd-notifications
     argocd-git-ask-pass argocd-k8s-auth git-verify-wrapper.sh gpg-wrapper.sh)
   vars_argo_cd=(ARGOCD_VERSION ARGOCD_GITOPS_ENGINE_VERSION)
+  binaries_flux=(source-controller helm-controller)
+  vars_flux=(FLUX_VERSION FLUX_SOURCE_CONTROLLER_VERSION FLUX_HELM_CONTROLLER_VERSION)
   binaries_peers=(configmap-attacher-original configmap-rs-operator reloader)
   vars_peers=(ORIGINAL_ATTACHER_COMMIT CONFIGMAP_RS_OPERATOR_COMMIT RELOADER_VERSION RELOADER_COMMIT)
 }
@@ -242,6 +245,20 @@ build_argo_cd() {
   mkdir -p "$OUT/crds/argo-cd"
   cp "$dir"/manifests/crds/*-crd.yaml "$OUT/crds/argo-cd/"
   chmod u+w "$OUT"/crds/argo-cd/*.yaml
+}
+
+build_flux() {
+  local sc=github.com/fluxcd/source-controller hc=github.com/fluxcd/helm-controller
+  check_pin flux "$sc" "$FLUX_SOURCE_CONTROLLER_VERSION"
+  check_pin flux "$hc" "$FLUX_HELM_CONTROLLER_VERSION"
+  # Flux's own images build plain `go build -trimpath` (no version stamped in the binaries).
+  go_build flux -ldflags "-s -w" "$sc" "$hc"
+  # The CRDs the controllers serve (HelmRelease; GitRepository, OCIRepository, HelmRepository,
+  # HelmChart, Bucket, ExternalArtifact), from the same module versions as the binaries.
+  rm -rf "$OUT/crds/flux"
+  mkdir -p "$OUT/crds/flux"
+  cp "$(module_dir flux "$sc")"/config/crd/bases/*.yaml "$(module_dir flux "$hc")"/config/crd/bases/*.yaml "$OUT/crds/flux/"
+  chmod u+w "$OUT"/crds/flux/*.yaml
 }
 
 # peer_source extracts a GitHub repository at a commit into $OUT/src/peers/<name> (`git archive`: the
