@@ -3,8 +3,10 @@
 package e2e
 
 import (
+	"cmp"
 	"context"
 	"testing"
+	"time"
 
 	"github.com/configmap-attacher/configmap-attacher/internal/refs"
 	"github.com/configmap-attacher/configmap-attacher/test/framework"
@@ -65,6 +67,31 @@ func (s *fluxStory) promote(cur, prev revisionOf) {
 	expectProtected(t, s.ns, cur.cm)
 }
 
+// givenFluxBaseApp installs recipe 1 (reconciled every interval; 1m when zero) in a new namespace with
+// the controller running, and returns the story with its first revision running 3 pods, attached and
+// protected. A watcher checks all along that no ConfigMap a ReplicaSet references goes missing.
+func givenFluxBaseApp(t *testing.T, namespace string, interval time.Duration) (*fluxStory, revisionOf) {
+	t.Helper()
+	ns := givenNamespace(t, namespace)
+	useFlux(t)
+	startController(t, nil, ns)
+	versions := fluxRepository(t, ns, "base-app")
+	hr := fluxBaseApp("demo", ns, ns, versions["base-app"], baseAppValues(argoDeploy{0, "1.27"}, "controller", nil))
+	hr.Interval = cmp.Or(interval, time.Minute)
+	watchInUse(t, ns)
+	s := &fluxStory{helmStory: &helmStory{t: t, ns: ns, rollout: "demo", attachWait: attachWithin}, hr: hr}
+
+	t.Logf("given: the HelmRelease installs base-app, config revision 0 (revisionHistoryLimit 2, reconciled every %s)", hr.Interval)
+	givenHelmRelease(t, hr)
+	st, err := e2e.cluster.WaitHelmReleaseReady(context.Background(), fluxWait, ns, hr.Name)
+	must(t, err)
+	rev0 := s.waitNewRevision(nil, 3)
+	s.expectEveryReplicaSetHasItsConfig()
+	expectProtected(t, ns, rev0.cm)
+	t.Logf("then: ReplicaSet %s runs 3 pods mounting %s; %s", rev0.rs.Name, rev0.cm, describeFlux(st))
+	return s, rev0
+}
+
 // charts/base-app through Flux with the controller: each config change is a canary Flux waits for; old
 // pods read old config (a spot-replaced pod of the old ReplicaSet mounts the old revision); promotion,
 // an abort (which fails Flux's upgrade, and Flux's remediation rolls the release back) and pruning by
@@ -73,22 +100,8 @@ func (s *fluxStory) promote(cur, prev revisionOf) {
 func TestFluxBaseAppWithTheController(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	ns := givenNamespace(t, "e2e-flux-base-app")
-	useFlux(t)
-	startController(t, nil, ns)
-	versions := fluxRepository(t, ns, "base-app")
-	hr := fluxBaseApp("demo", ns, ns, versions["base-app"], baseAppValues(argoDeploy{0, "1.27"}, "controller", nil))
-	watchInUse(t, ns)
-	s := &fluxStory{helmStory: &helmStory{t: t, ns: ns, rollout: "demo", attachWait: attachWithin}, hr: hr}
-
-	t.Log("given: the HelmRelease installs base-app, config revision 0 (revisionHistoryLimit 2)")
-	givenHelmRelease(t, hr)
-	st, err := e2e.cluster.WaitHelmReleaseReady(ctx, fluxWait, ns, hr.Name)
-	must(t, err)
-	rev0 := s.waitNewRevision(nil, 3)
-	s.expectEveryReplicaSetHasItsConfig()
-	expectProtected(t, ns, rev0.cm)
-	t.Logf("then: ReplicaSet %s runs 3 pods mounting %s; %s", rev0.rs.Name, rev0.cm, describeFlux(st))
+	s, rev0 := givenFluxBaseApp(t, "e2e-flux-base-app", 0)
+	ns, hr := s.ns, s.hr
 
 	rev1 := s.deploy(1, rev0)
 	s.spotReplacement(rev0, rev1)
@@ -97,7 +110,7 @@ func TestFluxBaseAppWithTheController(t *testing.T) {
 	rev2 := s.deploy(2, rev1)
 	t.Logf("when: the config is faulty: kubectl argo rollouts abort %s", s.rollout)
 	must(t, e2e.cluster.Abort(ctx, ns, s.rollout))
-	st, err = e2e.cluster.WaitHelmRelease(ctx, fluxWait, ns, hr.Name, "to fail the upgrade and roll back", func(st framework.FluxStatus) bool {
+	st, err := e2e.cluster.WaitHelmRelease(ctx, fluxWait, ns, hr.Name, "to fail the upgrade and roll back", func(st framework.FluxStatus) bool {
 		return st.Current && st.Is("Remediated") && st.Conditions["Released"].Status == "False" && len(st.History) > 0 && st.History[0].Status == "deployed"
 	})
 	must(t, err)

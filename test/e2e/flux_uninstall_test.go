@@ -24,21 +24,10 @@ import (
 func TestFluxDriftDetectionAndUninstallKeepOurReferences(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	ns := givenNamespace(t, "e2e-flux-uninstall")
-	useFlux(t)
-	startController(t, nil, ns)
-	versions := fluxRepository(t, ns, "base-app")
-	hr := fluxBaseApp("demo", ns, ns, versions["base-app"], baseAppValues(argoDeploy{0, "1.27"}, "controller", nil))
-	hr.Interval = 10 * time.Second // drift detection runs on every reconciliation
-	watchInUse(t, ns)
-	s := &fluxStory{helmStory: &helmStory{t: t, ns: ns, rollout: "demo", attachWait: attachWithin}, hr: hr}
-
-	t.Log("given: base-app installed by the HelmRelease (drift detection enabled, reconciled every 10 s), then a config change promoted")
-	givenHelmRelease(t, hr)
-	_, err := e2e.cluster.WaitHelmReleaseReady(ctx, fluxWait, ns, hr.Name)
-	must(t, err)
-	rev0 := s.waitNewRevision(nil, 3)
-	s.expectEveryReplicaSetHasItsConfig()
+	// drift detection runs on every reconciliation
+	s, rev0 := givenFluxBaseApp(t, "e2e-flux-uninstall", 10*time.Second)
+	ns, hr := s.ns, s.hr
+	t.Log("given: then a config change, promoted")
 	rev1 := s.deploy(1, rev0)
 	s.spotReplacement(rev0, rev1)
 	s.promote(rev1, rev0)
