@@ -5,7 +5,7 @@ GO ?= go
 VERSION ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo devel)
 LDFLAGS := -s -w -X github.com/configmap-attacher/configmap-attacher/internal/version.stamped=$(VERSION)
 
-.PHONY: all build helm-plugin image tools cluster-up cluster-down argocd-up argocd-down test test-unit test-race test-e2e soak-short demo clean
+.PHONY: all build helm-plugin image tools cluster-up cluster-down argocd-up argocd-down flux-up flux-down test test-unit test-race test-e2e soak-short demo clean
 
 all: build
 
@@ -22,7 +22,7 @@ helm-plugin: build
 image:
 	VERSION='$(VERSION)' LDFLAGS='$(LDFLAGS)' hack/image/build.sh
 
-## tools: build the local control plane (etcd, kube-*, kwok, Argo Rollouts, helm, Argo CD) into _output/tools.
+## tools: build the local control plane (etcd, kube-*, kwok, Argo Rollouts, helm, Argo CD, Flux) into _output/tools.
 tools:
 	hack/tools/build.sh
 
@@ -40,10 +40,18 @@ argocd-up:
 argocd-down:
 	hack/cluster/argocd.sh down
 
+## flux-up: run Flux (source-controller, helm-controller) on the local cluster.
+flux-up:
+	hack/cluster/flux.sh up
+
+flux-down:
+	hack/cluster/flux.sh down
+
 ## demo: the write-up replayed on the local control plane (or DEMO_KUBECONFIG=<path>), narrated.
 ## ARGOCD=1: the write-up deployed through Argo CD (an Application of charts/base-app, the attacher its Sync hook).
+## FLUX=1: the write-up deployed through Flux (a HelmRelease of charts/base-app, the attacher its Helm post-upgrade hook).
 demo:
-	$(GO) run ./hack/demo $(if $(DEMO_KUBECONFIG),-kubeconfig $(DEMO_KUBECONFIG)) $(if $(filter 1,$(ARGOCD)),-argocd)
+	$(GO) run ./hack/demo $(if $(DEMO_KUBECONFIG),-kubeconfig $(DEMO_KUBECONFIG)) $(if $(filter 1,$(ARGOCD)),-argocd) $(if $(filter 1,$(FLUX)),-flux)
 
 ## test: unit tests, then the e2e tests on a local control plane (or the cluster KUBECONFIG names), then a short soak.
 test: test-unit test-e2e soak-short

@@ -28,10 +28,13 @@ ARGOCD_DIR=$CLUSTER_DIR/argocd
 ARGOCD_CRDS_DIR=${TOOLS_OUT:-$ROOT/_output/tools}/crds/argo-cd
 ARGOCD_PORTS_FILE=$ARGOCD_DIR/ports
 ARGOCD_CRDS_STAMP=$ARGOCD_DIR/crds.sha256
-# Components in start order; each has $ARGOCD_DIR/<name>.pid and $LOG_DIR/argocd-<name>.log.
+# Components in start order; each has $ARGOCD_DIR/<name>.pid and $LOG_DIR/argocd-<name>.log (lib.sh's
+# component helpers; redis runs in $ARGOCD_DIR/redis).
 COMPONENTS=(redis repo-server application-controller)
+COMPONENT_DIR=$ARGOCD_DIR
+COMPONENT_LABEL=argocd
 
-# --- helpers (wait_until, port_free, stop_pid and http_ok are lib.sh's) ---
+# --- helpers (wait_until, port_free, stop_pid, http_ok and the component helpers are lib.sh's) ---
 
 redis_ok() {
   local reply
@@ -40,43 +43,6 @@ redis_ok() {
     printf "PING\r\n" >&3
     head -c5 <&3' _ "$1" 2>/dev/null) || return 1
   [[ $reply == +PONG ]]
-}
-
-# component_pid prints the pid of a live component of this cluster's Argo CD. Every component runs
-# in $ARGOCD_DIR (redis in $ARGOCD_DIR/redis), so a recycled pid of another process never counts.
-component_pid() {
-  local name=$1 pid cwd
-  [[ -f $ARGOCD_DIR/$name.pid ]] || return 1
-  pid=$(<"$ARGOCD_DIR/$name.pid")
-  [[ $pid =~ ^[0-9]+$ ]] && kill -0 "$pid" 2>/dev/null || return 1
-  cwd=$(readlink "/proc/$pid/cwd" 2>/dev/null) || return 1
-  [[ $cwd == "$ARGOCD_DIR" || $cwd == "$ARGOCD_DIR"/* ]] || return 1
-  echo "$pid"
-}
-
-stop_component() {
-  local name=$1 pid
-  if pid=$(component_pid "$name"); then
-    stop_pid "argocd $name" "$pid"
-  fi
-  rm -f "$ARGOCD_DIR/$name.pid"
-}
-
-# start_component runs a command detached (setsid, outliving this script) in $ARGOCD_DIR, appending
-# to its log; the wrapper writes its own pid and then execs, so the pid file is the component's pid.
-start_component() {
-  local name=$1 i; shift
-  local logf=$LOG_DIR/argocd-$name.log
-  log "starting argocd $name (log $logf)"
-  echo "--- $(date -u +%FT%TZ) starting" >>"$logf"
-  rm -f "$ARGOCD_DIR/$name.pid"
-  (cd "$ARGOCD_DIR" && exec setsid bash -c 'echo $$ >"$0"; exec "$@"' "$ARGOCD_DIR/$name.pid" "$@") \
-    </dev/null >>"$logf" 2>&1 &
-  disown
-  for ((i = 0; i < 50; i++)); do
-    [[ -s $ARGOCD_DIR/$name.pid ]] && break
-    sleep 0.1
-  done
 }
 
 # --- up ---
@@ -102,20 +68,8 @@ check_prerequisites() {
 }
 
 install_crds() {
-  local hash
-  hash=$(cat "$ARGOCD_CRDS_DIR"/*.yaml | sha256sum | cut -d' ' -f1)
-  if [[ -f $ARGOCD_CRDS_STAMP && $(<"$ARGOCD_CRDS_STAMP") == "$hash" ]] &&
-    kctl get crd applications.argoproj.io appprojects.argoproj.io applicationsets.argoproj.io >/dev/null 2>&1; then
-    log "Argo CD CRDs already applied"
-    return
-  fi
-  # Server-side: the ApplicationSet CRD is far too large for client-side apply's annotation.
-  log "applying Argo CD CRDs"
-  kctl apply --server-side --force-conflicts --field-manager=hack-cluster -f "$ARGOCD_CRDS_DIR" >&2
-  # Retried: `kubectl wait` fails outright ("accessor error") while a new CRD has no conditions yet.
-  wait_until "the Argo CD CRDs to be Established" kctl wait --for condition=Established --timeout 10s \
-    crd/applications.argoproj.io crd/appprojects.argoproj.io crd/applicationsets.argoproj.io
-  echo "$hash" >"$ARGOCD_CRDS_STAMP"
+  apply_crds "Argo CD" "$ARGOCD_CRDS_DIR" "$ARGOCD_CRDS_STAMP" \
+    applications.argoproj.io appprojects.argoproj.io applicationsets.argoproj.io
 }
 
 # install_settings creates what the controller reads: argocd-cm and argocd-secret (it finds both by
@@ -171,29 +125,8 @@ EOF
 # base derived from the cluster name (10000..19999, below the Rollouts controller's range). Prints
 # them, and restarts nothing itself: a component whose port moved is stopped so it starts again.
 pick_ports() {
-  local ports=() owners=(redis repo-server repo-server application-controller) i ok=1 base p
-  if [[ -f $ARGOCD_PORTS_FILE ]]; then
-    read -r -a ports <"$ARGOCD_PORTS_FILE" || true
-    ((${#ports[@]} == 4)) || ok=0
-    for ((i = 0; ok && i < 4; i++)); do
-      [[ ${ports[i]} =~ ^[0-9]+$ ]] || { ok=0; break; }
-      component_pid "${owners[i]}" >/dev/null || port_free "${ports[i]}" || ok=0
-    done
-    if ((ok)); then
-      echo "${ports[*]}"
-      return
-    fi
-    log "Argo CD's ports are taken by something else: restarting it on new ones"
-    for ((i = ${#COMPONENTS[@]} - 1; i >= 0; i--)); do stop_component "${COMPONENTS[i]}"; done
-  fi
-  base=$(( 10000 + ($(cksum <<<"$CLUSTER_NAME" | cut -d' ' -f1) % 2000) * 5 ))
-  ports=()
-  for ((p = base; p < 20000 && ${#ports[@]} < 4; p++)); do
-    port_free "$p" && ports+=("$p")
-  done
-  ((${#ports[@]} == 4)) || die "no four free ports for Argo CD in $base..20000"
-  echo "${ports[*]}" >"$ARGOCD_PORTS_FILE"
-  echo "${ports[*]}"
+  pick_component_ports "$ARGOCD_PORTS_FILE" $(( 10000 + ($(cksum <<<"$CLUSTER_NAME" | cut -d' ' -f1) % 2000) * 5 )) 20000 \
+    redis repo-server repo-server application-controller
 }
 
 start_redis() {
@@ -265,26 +198,6 @@ start_application_controller() {
   component_pid application-controller >/dev/null || die "argocd application-controller exited; see $LOG_DIR/argocd-application-controller.log"
 }
 
-# start_watchdog runs a small loop that stops the components once the cluster's kubeconfig is gone
-# (down.sh deletes the cluster directory, pid files included, so it remembers the pids).
-start_watchdog() {
-  local pid
-  if pid=$(component_pid watchdog); then
-    return
-  fi
-  start_component watchdog bash -c '
-    kubeconfig=$1 dir=$2 pids=""
-    while [[ -e $kubeconfig ]]; do
-      pids=$(cat "$dir"/redis.pid "$dir"/repo-server.pid "$dir"/application-controller.pid 2>/dev/null || true)
-      sleep 2
-    done
-    echo "$(date -u +%FT%TZ) $kubeconfig is gone: stopping the Argo CD components ($(echo $pids))"
-    for p in $pids; do
-      [[ $(readlink "/proc/$p/cwd" 2>/dev/null) == "$dir"* ]] && kill "$p" 2>/dev/null
-    done
-    exit 0' argocd-watchdog "$KUBECONFIG_PATH" "$ARGOCD_DIR"
-}
-
 up() {
   local start ports redis repo repo_metrics ctrl_metrics
   start=$(date +%s)
@@ -302,30 +215,13 @@ up() {
 }
 
 down() {
-  local i
-  stop_component watchdog
-  for ((i = ${#COMPONENTS[@]} - 1; i >= 0; i--)); do
-    stop_component "${COMPONENTS[i]}"
-  done
+  stop_components
   log "Argo CD stopped (CRDs, settings and Applications stay in the cluster)"
 }
 
 status() {
-  local name pid ports=""
-  [[ -f $ARGOCD_PORTS_FILE ]] && ports=$(<"$ARGOCD_PORTS_FILE")
-  echo "ports (redis repo-server repo-server-metrics controller-metrics): ${ports:-none}"
-  for name in "${COMPONENTS[@]}" watchdog; do
-    if pid=$(component_pid "$name"); then
-      echo "$name: running (pid $pid)"
-    else
-      echo "$name: not running"
-    fi
-  done
+  echo "ports (redis repo-server repo-server-metrics controller-metrics): $(cat "$ARGOCD_PORTS_FILE" 2>/dev/null || echo none)"
+  component_status
 }
 
-case ${1:-} in
-  up) up ;;
-  down) down ;;
-  status) status ;;
-  *) echo "usage: $0 up|down|status" >&2; exit 2 ;;
-esac
+dispatch "$@"

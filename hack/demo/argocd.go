@@ -11,7 +11,8 @@ import (
 	"github.com/configmap-attacher/configmap-attacher/test/walkthrough"
 )
 
-// demoApplication is the Argo CD Application (and Helm release) of the write-up through Argo CD.
+// demoApplication is the Argo CD Application (and Helm release) of the write-up through Argo CD, and
+// the HelmRelease of the write-up through Flux.
 const demoApplication = "demo"
 
 // throughArgoCD makes the write-up story deploy through Argo CD: it runs Argo CD next to the local
@@ -25,35 +26,20 @@ func throughArgoCD(ctx context.Context, s *walkthrough.Story, root string, keep 
 	if err := s.C.EnsureArgoCD(ctx, progress); err != nil {
 		return nil, fmt.Errorf("-argocd needs a local cluster (make demo without DEMO_KUBECONFIG): %w", err)
 	}
-	helm, err := framework.HelmBinary(root, framework.Helm4)
+	chart, err := serveBaseApp(ctx, s.C, root)
 	if err != nil {
-		return nil, err
-	}
-	home, err := os.MkdirTemp("", "demo-argocd")
-	if err != nil {
-		return nil, err
-	}
-	repo, err := framework.ServeChartRepo(framework.Helm{Path: helm, Kubeconfig: s.C.Kubeconfig, Home: home}, "")
-	if err != nil {
-		os.RemoveAll(home)
 		return nil, err
 	}
 	stop := func() {
 		if !keep {
 			_ = s.C.DeleteApplication(context.Background(), 2*time.Minute, demoApplication)
 		}
-		_ = repo.Close()
-		os.RemoveAll(home)
-	}
-	version, err := repo.Add(ctx, root+"/charts/base-app", "")
-	if err != nil {
-		stop()
-		return nil, err
+		chart.stop()
 	}
 	// Argo CD stops with a cluster the demo deletes (argocd.sh's watchdog).
-	fmt.Fprintf(out, "Argo CD ready in %s; chart base-app %s served at %s.\n", time.Since(start).Round(time.Second), version, repo.URL)
-	s.Deployer = &walkthrough.ArgoCD{C: s.C, Bin: s.Attacher.(*walkthrough.Job).Bin, RepoURL: repo.URL, Version: version,
-		App: demoApplication, Dir: home, Wait: s.Wait}
+	fmt.Fprintf(out, "Argo CD ready in %s; chart base-app %s served at %s.\n", time.Since(start).Round(time.Second), chart.version, chart.repo.URL)
+	s.Deployer = &walkthrough.ArgoCD{C: s.C, Bin: s.Attacher.(*walkthrough.Job).Bin, RepoURL: chart.repo.URL, Version: chart.version,
+		App: demoApplication, Dir: chart.home, Wait: s.Wait}
 	s.Attacher = walkthrough.None{} // the chart's Sync hook attaches
 	fmt.Fprintln(out, `
 The write-up "Revisioned Configmaps for Canary deployments", replayed the way its team deploys: an Argo CD
@@ -63,4 +49,35 @@ gives it an ownerReference to the ReplicaSet that uses it. kwok's nodes run no c
 command is run here, as the hook's ServiceAccount, when Argo CD creates the Job. Trees show what the
 garbage collector sees.`)
 	return stop, nil
+}
+
+// servedChart is charts/base-app in a Helm repository on loopback, for a deploy tool on the local
+// cluster.
+type servedChart struct {
+	repo    *framework.ChartRepo
+	version string
+	home    string // a Helm home of its own (and where hook ServiceAccounts' kubeconfigs go)
+	stop    func()
+}
+
+func serveBaseApp(ctx context.Context, c *framework.Cluster, root string) (*servedChart, error) {
+	helm, err := framework.HelmBinary(root, framework.Helm4)
+	if err != nil {
+		return nil, err
+	}
+	home, err := os.MkdirTemp("", "demo-chart")
+	if err != nil {
+		return nil, err
+	}
+	repo, err := framework.ServeChartRepo(framework.Helm{Path: helm, Kubeconfig: c.Kubeconfig, Home: home}, "")
+	if err != nil {
+		os.RemoveAll(home)
+		return nil, err
+	}
+	sc := &servedChart{repo: repo, home: home, stop: func() { _ = repo.Close(); os.RemoveAll(home) }}
+	if sc.version, err = repo.Add(ctx, root+"/charts/base-app", ""); err != nil {
+		sc.stop()
+		return nil, err
+	}
+	return sc, nil
 }

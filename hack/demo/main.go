@@ -4,7 +4,8 @@
 // one. `make demo` runs it on a local cluster it starts (building the tools on first use) and deletes
 // afterwards; -kubeconfig (or DEMO_KUBECONFIG)
 // runs it on an existing cluster with Argo Rollouts installed instead. -argocd (`make demo ARGOCD=1`)
-// deploys the write-up's revisions the way its team did, through Argo CD (argocd.go).
+// deploys the write-up's revisions the way its team did, through Argo CD (argocd.go); -flux
+// (`make demo FLUX=1`) through Flux's helm-controller (flux.go).
 package main
 
 import (
@@ -42,12 +43,19 @@ func run(ctx context.Context, args []string, out, progress io.Writer) error {
 	keep := fs.Bool("keep", os.Getenv("DEMO_KEEP") == "1", "keep the namespace and the local cluster afterwards, to look around")
 	story := fs.String("story", storyAll, "which story: write-up (revisioned names, the Job), zero-touch (pinning, in <namespace>-zero-touch), or all")
 	argoCD := fs.Bool("argocd", os.Getenv("ARGOCD") == "1", "the write-up through Argo CD: an Application of charts/base-app, the attacher its Sync hook Job (write-up story only)")
+	flux := fs.Bool("flux", os.Getenv("FLUX") == "1", "the write-up through Flux: a HelmRelease of charts/base-app, the attacher its Helm post-upgrade hook Job (write-up story only)")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
-	if *argoCD {
+	if *argoCD && *flux {
+		return fmt.Errorf("-argocd and -flux: pick one deploy tool")
+	}
+	for name, on := range map[string]bool{"-argocd": *argoCD, "-flux": *flux} {
+		if !on {
+			continue
+		}
 		if *story == storyZeroTouch {
-			return fmt.Errorf("-argocd replays the write-up story only (-story %s)", storyWriteUp)
+			return fmt.Errorf("%s replays the write-up story only (-story %s)", name, storyWriteUp)
 		}
 		*story = storyWriteUp
 	}
@@ -111,15 +119,22 @@ func run(ctx context.Context, args []string, out, progress io.Writer) error {
 		}
 		return nil
 	}
-	if *argoCD {
-		stopArgoCD, err := throughArgoCD(ctx, s, root, *keep, out, progress)
+	var through func(context.Context, *walkthrough.Story, string, bool, io.Writer, io.Writer) (func(), error)
+	switch {
+	case *argoCD:
+		through = throughArgoCD
+	case *flux:
+		through = throughFlux
+	}
+	if through != nil {
+		stop, err := through(ctx, s, root, *keep, out, progress)
 		if err != nil {
 			return err
 		}
-		defer stopArgoCD()
+		defer stop()
 	}
 	if *story != storyZeroTouch {
-		if !*argoCD {
+		if through == nil {
 			fmt.Fprintln(out, `
 The write-up "Revisioned Configmaps for Canary deployments", replayed: every config change gets a new
 ConfigMap name, the Rollout mounts it, and configmap-attacher (run exactly as the original Job) gives it an

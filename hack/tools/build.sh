@@ -15,6 +15,7 @@
 #   helm3              helm3 (Helm 3)
 #   argo-cd            argocd, and argocd-* names linked to it (+ CRDs in _output/tools/crds/argo-cd)
 #   helm-argocd        helm-argocd (the Helm Argo CD ships; its repo server and plugins run it as helm)
+#   flux               source-controller helm-controller (+ CRDs in _output/tools/crds/flux)
 # Built only when named (not part of `make tools`, so CI does not pay for them):
 #   peers          configmap-attacher-original configmap-rs-operator reloader (test/bench's peers)
 # A binary name selects its tool (e.g. `build.sh kubectl`).
@@ -42,7 +43,7 @@ if ! command -v go >/dev/null; then
   export PATH=/usr/local/go/bin:$PATH
 fi
 
-ALL_TOOLS=(kubernetes etcd kubernetes-compat etcd-compat kwok argo-rollouts helm helm3 argo-cd helm-argocd)
+ALL_TOOLS=(kubernetes etcd kubernetes-compat etcd-compat kwok argo-rollouts helm helm3 argo-cd helm-argocd flux)
 # Built only when named on the command line.
 OPTIONAL_TOOLS=(peers)
 
@@ -80,6 +81,8 @@ COMPAT_DIR=k8s-$(cut -d. -f1,2 <<<"${KUBERNETES_COMPAT_VERSION#v}")
     argocd-server argocd-commit-server argocd-applicationset-controller argocd-notifications
     argocd-git-ask-pass argocd-k8s-auth git-verify-wrapper.sh gpg-wrapper.sh)
   vars_argo_cd=(ARGOCD_VERSION ARGOCD_GITOPS_ENGINE_VERSION)
+  binaries_flux=(source-controller helm-controller)
+  vars_flux=(FLUX_VERSION FLUX_SOURCE_CONTROLLER_VERSION FLUX_HELM_CONTROLLER_VERSION)
   binaries_peers=(configmap-attacher-original configmap-rs-operator reloader)
   vars_peers=(ORIGINAL_ATTACHER_COMMIT CONFIGMAP_RS_OPERATOR_COMMIT RELOADER_VERSION RELOADER_COMMIT)
 }
@@ -298,6 +301,20 @@ build_argo_cd() {
   mkdir -p "$OUT/crds/argo-cd"
   cp "$dir"/manifests/crds/*-crd.yaml "$OUT/crds/argo-cd/"
   chmod u+w "$OUT"/crds/argo-cd/*.yaml
+}
+
+build_flux() {
+  local sc=github.com/fluxcd/source-controller hc=github.com/fluxcd/helm-controller
+  check_pin flux "$sc" "$FLUX_SOURCE_CONTROLLER_VERSION"
+  check_pin flux "$hc" "$FLUX_HELM_CONTROLLER_VERSION"
+  # Flux's own images build plain `go build -trimpath` (no version stamped in the binaries).
+  go_build flux -ldflags "-s -w" "$sc" "$hc"
+  # The CRDs the controllers serve (HelmRelease; GitRepository, OCIRepository, HelmRepository,
+  # HelmChart, Bucket, ExternalArtifact), from the same module versions as the binaries.
+  rm -rf "$OUT/crds/flux"
+  mkdir -p "$OUT/crds/flux"
+  cp "$(module_dir flux "$sc")"/config/crd/bases/*.yaml "$(module_dir flux "$hc")"/config/crd/bases/*.yaml "$OUT/crds/flux/"
+  chmod u+w "$OUT"/crds/flux/*.yaml
 }
 
 # peer_source extracts a GitHub repository at a commit into $OUT/src/peers/<name> (`git archive`: the

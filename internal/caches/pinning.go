@@ -44,6 +44,30 @@ func indexByPin(kind refs.Kind) cache.IndexFunc {
 	}
 }
 
+// ByCopied indexes snapshots by "<namespace>/<Kind>/<original name>" (CopiedKey): every snapshot of
+// one config object, whichever revisions own them.
+const ByCopied = "byCopied"
+
+// CopiedKey is the ByCopied index value of the snapshots of r in namespace.
+func CopiedKey(namespace string, r refs.Ref) string {
+	return fmt.Sprintf("%s/%s/%s", namespace, r.Kind, r.Name)
+}
+
+func indexByCopied(kind refs.Kind) cache.IndexFunc {
+	return func(obj any) ([]string, error) {
+		m, ok := obj.(*metav1.PartialObjectMetadata)
+		if !ok || m.Annotations[api.OriginalNameAnnotation] == "" {
+			return nil, nil
+		}
+		return []string{CopiedKey(m.Namespace, refs.Ref{Kind: kind, Name: m.Annotations[api.OriginalNameAnnotation]})}, nil
+	}
+}
+
+// snapshotIndexers are the snapshot caches' indexes.
+func snapshotIndexers(kind refs.Kind) cache.Indexers {
+	return cache.Indexers{ByPin: indexByPin(kind), ByCopied: indexByCopied(kind)}
+}
+
 // Pinning are the caches zero-touch pinning reads; the webhook's pod path reads nothing else.
 type Pinning struct {
 	// Pins are the objects labelled configmap-attacher.io/pin, whole: their content is snapshotted.
@@ -82,7 +106,7 @@ func (c *Caches) NewPinning(clients *kube.Clients, o Options) error {
 		c.start = append(c.start, typed.Start)
 
 		err := c.metadataInformers(clients, ns, snapSelector, o.ConfigKinds, trimSnapshot,
-			func(kind refs.Kind) cache.Indexers { return cache.Indexers{ByPin: indexByPin(kind)} }, snaps)
+			snapshotIndexers, snaps)
 		if err != nil {
 			return err
 		}
@@ -135,6 +159,27 @@ func PinAmong(snaps []*metav1.PartialObjectMetadata, namespace, revision string,
 		return "", false
 	}
 	return pin.Name, true
+}
+
+// SnapshotsOf names the snapshots of r in namespace that are not being deleted, whichever revisions
+// own them: r was pinned when they were taken.
+func (p *Pinning) SnapshotsOf(namespace string, r refs.Ref) []string {
+	inf, ok := p.Snapshots[r.Kind]
+	if !ok {
+		return nil
+	}
+	snaps, err := inf.ByIndex(ByCopied, CopiedKey(namespace, r))
+	if err != nil {
+		return nil
+	}
+	var out []string
+	for _, s := range snaps {
+		if s.DeletionTimestamp == nil {
+			out = append(out, s.Name)
+		}
+	}
+	slices.Sort(out)
+	return out
 }
 
 // Pin returns the pinned object r in namespace, if it is labelled for pinning.
@@ -197,7 +242,7 @@ func NewPinningForTest(pins []runtime.Object, snapshots []*metav1.PartialObjectM
 			}
 		}
 		p.Pins[kind] = NewInformer[runtime.Object](pinInf)
-		snapInf := cache.NewSharedIndexInformer(nil, &metav1.PartialObjectMetadata{}, 0, cache.Indexers{ByPin: indexByPin(kind)})
+		snapInf := cache.NewSharedIndexInformer(nil, &metav1.PartialObjectMetadata{}, 0, snapshotIndexers(kind))
 		for _, s := range snapshots {
 			if s.Kind == string(kind) {
 				_ = snapInf.GetIndexer().Add(s)

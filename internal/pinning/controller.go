@@ -29,6 +29,9 @@ const (
 	ReasonPinned   = "Pinned"      // on a revision: which snapshot each pinned object gets
 	ReasonDrift    = "ConfigDrift" // on a pinned object: changed, but no revision runs the new content
 	ReasonUnpinned = "Unpinned"    // on a pod: it reads a pinned object by its own name
+	// ReasonPinRemoved, on a revision: it reads an object that lost its pin label (earlier revisions
+	// have snapshots of it), so its pods see every change to it.
+	ReasonPinRemoved = "PinRemoved"
 )
 
 // driftDelay leaves a deploy that changes the object and the template together time to create its
@@ -187,10 +190,13 @@ func (c *Controller) sync(ctx context.Context, key string) (reconcile.Result, er
 	}
 	ctx = logging.NewContext(ctx, logging.FromContext(ctx).With("revision", key))
 	rev := u.Revision()
-	var taken []string
+	var taken, removed []string
 	var errs []error
 	for _, r := range u.Refs {
 		if _, pinned := c.caches.Pinning.Pin(ns, r); !pinned {
+			if d, ok := c.pinRemoved(ns, string(u.UID), r); ok {
+				removed = append(removed, d)
+			}
 			continue
 		}
 		if _, ok := c.caches.Pinning.Snapshot(ns, string(u.UID), r); ok {
@@ -211,7 +217,27 @@ func (c *Controller) sync(ctx context.Context, key string) (reconcile.Result, er
 		c.event(&corev1.ObjectReference{APIVersion: u.APIVersion, Kind: u.TypeMeta.Kind, Namespace: ns, Name: name, UID: u.UID},
 			corev1.EventTypeNormal, ReasonPinned, "pods of this revision read "+strings.Join(taken, ", "))
 	}
+	if len(removed) > 0 {
+		c.event(&corev1.ObjectReference{APIVersion: u.APIVersion, Kind: u.TypeMeta.Kind, Namespace: ns, Name: name, UID: u.UID},
+			corev1.EventTypeWarning, ReasonPinRemoved, "pods of this revision read "+strings.Join(removed, ", ")+
+				" as they are and see every change: the label "+api.PinLabel+"="+api.PinValue+" was removed (a post-renderer or a patch?); "+
+				"put it back to pin the next revision")
+	}
 	return reconcile.Result{}, errors.Join(errs...)
+}
+
+// pinRemoved describes an object r the revision reads unpinned although other revisions have
+// snapshots of it: its pin label went away after they were taken. A revision that owns a snapshot
+// keeps reading it (the webhook), so only revisions without one are reported.
+func (c *Controller) pinRemoved(ns, revision string, r refs.Ref) (string, bool) {
+	snaps := c.caches.Pinning.SnapshotsOf(ns, r)
+	if len(snaps) == 0 {
+		return "", false
+	}
+	if _, own := c.caches.Pinning.Snapshot(ns, revision, r); own {
+		return "", false
+	}
+	return fmt.Sprintf("%s/%s (earlier revisions read its snapshots %s)", strings.ToLower(string(r.Kind)), r.Name, strings.Join(snaps, ", ")), true
 }
 
 // isRevision: a ReplicaSet, or a ControllerRevision of a StatefulSet or DaemonSet.

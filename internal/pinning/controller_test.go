@@ -9,6 +9,7 @@ import (
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/tools/record"
 
@@ -29,6 +30,21 @@ func replicaSet(t *testing.T, name string, uid types.UID) *caches.User {
 	return u
 }
 
+// syncOnce runs the controller's sync of key over the fixture's caches and returns the Events it
+// recorded.
+func syncOnce(t *testing.T, f *fixture, key string) *record.FakeRecorder {
+	t.Helper()
+	events := record.NewFakeRecorder(5)
+	c, err := New(f.hook.Caches, f.hook.Taker, events, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.sync(context.Background(), key); err != nil {
+		t.Fatal(err)
+	}
+	return events
+}
+
 func TestControllerPinsANewRevision(t *testing.T) {
 	rs := replicaSet(t, "web-5d8f", "rs-new")
 	// The object's v1 snapshot exists already for an older revision: same content, same name.
@@ -37,14 +53,7 @@ func TestControllerPinsANewRevision(t *testing.T) {
 	// The typed and metadata fakes stand in for one API server: the snapshot is in both.
 	existing := &corev1.ConfigMap{ObjectMeta: old.ObjectMeta, Data: appConfig("v1").Data}
 	f := newFixture(t, []*caches.User{rs}, []*metav1.PartialObjectMetadata{old}, appConfig("v1"), appSecret(), existing)
-	events := record.NewFakeRecorder(5)
-	c, err := New(f.hook.Caches, f.hook.Taker, events, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := c.sync(context.Background(), rs.Key()); err != nil {
-		t.Fatal(err)
-	}
+	events := syncOnce(t, f, rs.Key())
 	// app-config: the existing snapshot gains the new revision as an owner (the one attach step);
 	m, err := f.meta.Resource(refs.ConfigMap.GVR()).Namespace(ns).Get(context.Background(), v1, metav1.GetOptions{})
 	if err != nil {
@@ -104,5 +113,29 @@ func TestControllerReportsDrift(t *testing.T) {
 	}
 	if d := c.drifted(); len(d) != 1 {
 		t.Errorf("drifted %v, want app-config", d)
+	}
+}
+
+// app-config lost its pin label after an older revision was pinned to it: the new revision reads it
+// as it is, and says so (a post-renderer or a patch removing the label must not go unnoticed).
+func TestControllerReportsARevisionReadingAnObjectThatLostItsPinLabel(t *testing.T) {
+	rs := replicaSet(t, "web-5d8f", "rs-new")
+	snaps := []*metav1.PartialObjectMetadata{
+		snapshot(refs.ConfigMap, "app-config-aaaaaaaaaa", "app-config", "rs-old"),
+		snapshot(refs.Secret, "app-env-cccccccccc", "app-env", "rs-new"),
+	}
+	f := newFixture(t, []*caches.User{rs}, snaps)
+	f.hook.Caches.Pinning = caches.NewPinningForTest([]runtime.Object{appSecret()}, snaps, ns) // app-config unlabelled
+	events := syncOnce(t, f, rs.Key())
+	if got := creates(f); len(got) != 0 {
+		t.Errorf("created %v; want nothing (app-env is pinned already, app-config is not labelled)", got)
+	}
+	select {
+	case e := <-events.Events:
+		if !strings.HasPrefix(e, "Warning "+ReasonPinRemoved) || !strings.Contains(e, "configmap/app-config (earlier revisions read its snapshots app-config-aaaaaaaaaa)") {
+			t.Errorf("event %q", e)
+		}
+	default:
+		t.Fatal("no event: the revision reads app-config unpinned without a word")
 	}
 }

@@ -122,6 +122,11 @@ type patchOp struct {
 // pin returns the JSON Patch that points the pod's references to pinned objects at its revision's
 // snapshots. A pod already rewritten (webhook reinvocation) references snapshots, not pinned objects,
 // and gets an empty patch.
+//
+// An object whose pin label went away (a post-renderer or a patch dropped it) is no longer
+// snapshotted, but a revision pinned to it before keeps its snapshot: the pin is the ownership, so a
+// spot-replaced pod of that revision still reads what its revision was created with. Revisions
+// without a snapshot read the object itself (the controller reports them: ReasonPinRemoved).
 func (w *Webhook) pin(ctx context.Context, pod *corev1.Pod, dryRun bool) ([]patchOp, []string, error) {
 	p := w.Caches.Pinning
 	if p == nil || !p.Enabled(pod.Namespace) {
@@ -132,8 +137,8 @@ func (w *Webhook) pin(ctx context.Context, pod *corev1.Pod, dryRun bool) ([]patc
 	var pinned []string
 	done := map[refs.Ref]string{}
 	for _, use := range refs.Uses(&pod.Spec) {
-		pin, ok := p.Pin(pod.Namespace, use.Ref)
-		if !ok {
+		pin, labelled := p.Pin(pod.Namespace, use.Ref)
+		if !labelled && len(p.SnapshotsOf(pod.Namespace, use.Ref)) == 0 {
 			continue
 		}
 		name, seen := done[use.Ref]
@@ -144,14 +149,22 @@ func (w *Webhook) pin(ctx context.Context, pod *corev1.Pod, dryRun bool) ([]patc
 					return nil, nil, err // not a revision's pod: nothing to pin it to
 				}
 			}
-			var err error
-			if name, err = w.snapshot(ctx, rev, use.Ref, pin, dryRun); err != nil {
-				return nil, nil, err
+			if labelled {
+				var err error
+				if name, err = w.snapshot(ctx, rev, use.Ref, pin, dryRun); err != nil {
+					return nil, nil, err
+				}
+			} else {
+				name, _ = p.Snapshot(rev.Namespace, string(rev.UID), use.Ref) // "": never pinned, reads the object
 			}
 			done[use.Ref] = name
-			pinned = append(pinned, fmt.Sprintf("%s/%s=%s", strings.ToLower(string(use.Kind)), use.Name, name))
+			if name != "" {
+				pinned = append(pinned, fmt.Sprintf("%s/%s=%s", strings.ToLower(string(use.Kind)), use.Name, name))
+			}
 		}
-		patch = append(patch, patchOp{Op: "replace", Path: "/spec" + pointer(use.Path), Value: name})
+		if name != "" {
+			patch = append(patch, patchOp{Op: "replace", Path: "/spec" + pointer(use.Path), Value: name})
+		}
 	}
 	return patch, pinned, nil
 }

@@ -310,3 +310,29 @@ func TestPointer(t *testing.T) {
 		t.Errorf("escaping: %q", got)
 	}
 }
+
+// A post-renderer or a patch dropped app-config's pin label after rs-old was pinned: rs-old's pods (a
+// spot replacement) keep reading its snapshot; rs-new, which never had one, reads app-config itself.
+func TestWebhookKeepsARevisionsSnapshotWhenThePinLabelIsGone(t *testing.T) {
+	snaps := []*metav1.PartialObjectMetadata{
+		snapshot(refs.ConfigMap, "app-config-aaaaaaaaaa", "app-config", "rs-old"),
+		snapshot(refs.Secret, "app-env-cccccccccc", "app-env", "rs-old", "rs-new"),
+	}
+	f := newFixture(t, nil, snaps)
+	f.hook.Caches.Pinning = caches.NewPinningForTest([]runtime.Object{appSecret()}, snaps, ns) // app-config unlabelled
+	for _, tt := range []struct {
+		rs   types.UID
+		want map[string]string
+	}{
+		{"rs-old", wantPinnedTo("app-config-aaaaaaaaaa", "app-env-cccccccccc")},
+		{"rs-new", map[string]string{"/spec/volumes/1/secret/secretName": "app-env-cccccccccc"}},
+	} {
+		resp, got := f.admit(t, pod(controlledBy("ReplicaSet", "web-"+string(tt.rs), tt.rs), nil), false)
+		if !resp.Allowed || !maps.Equal(got, tt.want) {
+			t.Errorf("pod of %s: allowed %v, patch %v; want %v", tt.rs, resp.Allowed, got, tt.want)
+		}
+	}
+	if got := creates(f); len(got) != 0 {
+		t.Errorf("created %v: an object without the pin label is never snapshotted", got)
+	}
+}

@@ -5,6 +5,7 @@ package e2e
 import (
 	"context"
 	"fmt"
+	"io"
 	"slices"
 	"strings"
 	"sync"
@@ -34,30 +35,40 @@ import (
 // with the rest of the suite; Argo CD itself takes seconds.
 const argoSyncWait = 3 * time.Minute
 
-// argoCD counts the tests using Argo CD, so parallel tests share one and the last stops it.
-var argoCD struct {
+// sharedTool is a deploy tool running next to the test cluster (Argo CD, Flux) that parallel tests
+// share: the first user starts it, and on a cluster the tests started the last one to finish stops
+// it, so later tests do not share the 2 CI cores with it.
+type sharedTool struct {
+	name        string
+	start, stop func(c *framework.Cluster, ctx context.Context, progress io.Writer) error
+
 	mu    sync.Mutex
 	users int
 }
 
-// useArgoCD runs Argo CD on the test cluster for the test. Tests share it; on a cluster the tests
-// started, the last one to finish stops it, so later tests do not share the 2 CI cores with it.
-func useArgoCD(t *testing.T) {
+var argoCD = &sharedTool{name: "Argo CD (application controller, repo server, redis)",
+	start: (*framework.Cluster).EnsureArgoCD, stop: (*framework.Cluster).StopArgoCD}
+
+// use runs the tool on the test cluster for the test.
+func (s *sharedTool) use(t *testing.T) {
 	t.Helper()
-	argoCD.mu.Lock()
-	defer argoCD.mu.Unlock()
+	s.mu.Lock()
+	defer s.mu.Unlock()
 	start := time.Now()
-	must(t, e2e.cluster.EnsureArgoCD(context.Background(), logWriter{t}))
-	t.Logf("given: Argo CD (application controller, repo server, redis) ready in %s", time.Since(start).Round(time.Millisecond))
-	argoCD.users++
+	must(t, s.start(e2e.cluster, context.Background(), logWriter{t}))
+	t.Logf("given: %s ready in %s", s.name, time.Since(start).Round(time.Millisecond))
+	s.users++
 	t.Cleanup(func() {
-		argoCD.mu.Lock()
-		defer argoCD.mu.Unlock()
-		if argoCD.users--; argoCD.users == 0 && e2e.cluster.Owned() {
-			_ = e2e.cluster.StopArgoCD(context.Background(), logWriter{t})
+		s.mu.Lock()
+		defer s.mu.Unlock()
+		if s.users--; s.users == 0 && e2e.cluster.Owned() {
+			_ = s.stop(e2e.cluster, context.Background(), logWriter{t})
 		}
 	})
 }
+
+// useArgoCD runs Argo CD on the test cluster for the test.
+func useArgoCD(t *testing.T) { argoCD.use(t) }
 
 // serveCharts serves the repository's charts (by name, from charts/) from a Helm repository on
 // loopback for the test, and returns it with each chart's version.
@@ -478,7 +489,7 @@ func (s *argoStory) expectArgoView(cur revisionOf) {
 }
 
 // expectNoLeak checks that exactly the config of the ReplicaSets left exists.
-func (s *argoStory) expectNoLeak() {
+func (s *helmStory) expectNoLeak() {
 	s.t.Helper()
 	ctx := context.Background()
 	res, err := e2e.cluster.Resolve(ctx, s.ns, s.rollout)

@@ -69,6 +69,15 @@ var (
 type pinnedRollout struct {
 	t  *testing.T
 	ns string
+	// config is the pinned ConfigMap expectReads checks; app-config when empty.
+	config string
+}
+
+func (r pinnedRollout) configName() string {
+	if r.config == "" {
+		return "app-config"
+	}
+	return r.config
 }
 
 func (r pinnedRollout) deploy(data map[string]string) {
@@ -109,7 +118,7 @@ func (r pinnedRollout) current(data map[string]string, n int) *appsv1.ReplicaSet
 func (r pinnedRollout) expectReads(rs *appsv1.ReplicaSet, data map[string]string) string {
 	r.t.Helper()
 	ctx := context.Background()
-	snap, err := e2e.cluster.SnapshotOf(ctx, r.ns, "app-config", rs.UID)
+	snap, err := e2e.cluster.SnapshotOf(ctx, r.ns, r.configName(), rs.UID)
 	must(r.t, err)
 	if !maps.Equal(snap.Data, data) || snap.Immutable == nil || !*snap.Immutable {
 		r.t.Fatalf("snapshot %s of %s holds %v (immutable %v), want %v", snap.Name, rs.Name, snap.Data, snap.Immutable, data)
@@ -121,7 +130,11 @@ func (r pinnedRollout) expectReads(rs *appsv1.ReplicaSet, data map[string]string
 			r.t.Fatalf("pod %s of %s reads %v, want its revision's snapshot %s", pods[i].Name, rs.Name, got, snap.Name)
 		}
 	}
-	r.t.Logf("then: the %d pods of %s (revision %s) read %s: %s", len(pods), rs.Name, framework.RevisionOf(rs), snap.Name, snap.Data["configuration.json"])
+	what := snap.Data["configuration.json"]
+	if what == "" {
+		what = fmt.Sprintf("%d keys", len(snap.Data))
+	}
+	r.t.Logf("then: the %d pods of %s (revision %s) read %s: %s", len(pods), rs.Name, framework.RevisionOf(rs), snap.Name, what)
 	return snap.Name
 }
 

@@ -20,7 +20,6 @@ import (
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/types"
-	"k8s.io/client-go/util/retry"
 )
 
 // Argo CD on the local cluster: hack/cluster/argocd.sh runs its application controller and repo
@@ -50,17 +49,22 @@ func (c *Cluster) StopArgoCD(ctx context.Context, progress io.Writer) error {
 }
 
 func (c *Cluster) argoCDScript(ctx context.Context, progress io.Writer, verb string) error {
-	// hack/cluster keeps a cluster's kubeconfig at <KWOK_WORKDIR>/clusters/<name>/kubeconfig.yaml.
+	return c.clusterScript(ctx, progress, "argocd.sh", verb)
+}
+
+// clusterScript runs `hack/cluster/<script> <verb>` (argocd.sh, flux.sh) for this cluster, which must be
+// a local one made by hack/cluster/up.sh (its kubeconfig at <KWOK_WORKDIR>/clusters/<name>/).
+func (c *Cluster) clusterScript(ctx context.Context, progress io.Writer, script, verb string) error {
 	dir := filepath.Dir(c.Kubeconfig)
 	if filepath.Base(c.Kubeconfig) != "kubeconfig.yaml" || filepath.Base(filepath.Dir(dir)) != "clusters" {
-		return fmt.Errorf("argocd.sh %s: %s is not the kubeconfig of a cluster made by hack/cluster/up.sh "+
-			"(<KWOK_WORKDIR>/clusters/<name>/kubeconfig.yaml), so there is no local Argo CD to run for it", verb, c.Kubeconfig)
+		return fmt.Errorf("%s %s: %s is not the kubeconfig of a cluster made by hack/cluster/up.sh "+
+			"(<KWOK_WORKDIR>/clusters/<name>/kubeconfig.yaml), so there is nothing local to run for it", script, verb, c.Kubeconfig)
 	}
-	cmd := exec.CommandContext(ctx, filepath.Join(c.root, "hack/cluster/argocd.sh"), verb)
+	cmd := exec.CommandContext(ctx, filepath.Join(c.root, "hack/cluster", script), verb)
 	cmd.Env = append(os.Environ(), "CLUSTER_NAME="+filepath.Base(dir), "KWOK_WORKDIR="+filepath.Dir(filepath.Dir(dir)))
 	cmd.Stdout, cmd.Stderr = io.Discard, progress
 	if err := cmd.Run(); err != nil {
-		return fmt.Errorf("hack/cluster/argocd.sh %s: %w", verb, err)
+		return fmt.Errorf("hack/cluster/%s %s: %w", script, verb, err)
 	}
 	return nil
 }
@@ -202,19 +206,7 @@ func toAnySlice(s []string) []any {
 
 // ApplyApplication creates the Application, or replaces the spec of an existing one.
 func (c *Cluster) ApplyApplication(ctx context.Context, app HelmApp) error {
-	apps := c.Dynamic.Resource(ApplicationGVR).Namespace(ArgoCDNamespace)
-	obj := app.Object()
-	_, err := apps.Create(ctx, obj, metav1.CreateOptions{})
-	if !apierrors.IsAlreadyExists(err) {
-		return err
-	}
-	live, err := apps.Get(ctx, app.Name, metav1.GetOptions{})
-	if err != nil {
-		return err
-	}
-	live.Object["spec"] = obj.Object["spec"]
-	_, err = apps.Update(ctx, live, metav1.UpdateOptions{})
-	return err
+	return c.applySpec(ctx, ApplicationGVR, app.Object())
 }
 
 // Application returns the Application as it is now.
@@ -243,18 +235,7 @@ func (c *Cluster) SetApplicationValues(ctx context.Context, name string, values 
 // updateApplication reads, changes and writes the Application, again on a conflict: the controller
 // writes its status all the time.
 func (c *Cluster) updateApplication(ctx context.Context, name string, change func(*unstructured.Unstructured) error) error {
-	apps := c.Dynamic.Resource(ApplicationGVR).Namespace(ArgoCDNamespace)
-	return retry.RetryOnConflict(retry.DefaultRetry, func() error {
-		app, err := apps.Get(ctx, name, metav1.GetOptions{})
-		if err != nil {
-			return err
-		}
-		if err := change(app); err != nil {
-			return err
-		}
-		_, err = apps.Update(ctx, app, metav1.UpdateOptions{})
-		return err
-	})
+	return c.updateObject(ctx, ApplicationGVR, ArgoCDNamespace, name, change)
 }
 
 // TerminateOperation stops the Application's running operation, as `argocd app terminate-op` does

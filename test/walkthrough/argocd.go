@@ -7,11 +7,7 @@ import (
 	"time"
 
 	appsv1 "k8s.io/api/apps/v1"
-	batchv1 "k8s.io/api/batch/v1"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/types"
 
-	"github.com/configmap-attacher/configmap-attacher/internal/refs"
 	"github.com/configmap-attacher/configmap-attacher/test/framework"
 )
 
@@ -63,31 +59,17 @@ type ArgoCD struct {
 	Wait    time.Duration
 
 	values map[string]any
-	ran    map[types.UID]bool // hook Jobs whose command ran
-	hooks  int
+	hooks  hookRunner
 }
 
 // Deploy sets the Application's values to config revision i (creating the Application the first
 // time), asks for a sync with prune and waits until Argo CD applied the Rollout mounting the new
 // ConfigMap. It returns that ConfigMap's name.
 func (a *ArgoCD) Deploy(ctx context.Context, s *Story, i int, data map[string]string, spec framework.RolloutSpec) (string, error) {
-	kv := map[string]any{}
-	for k, v := range data {
-		kv[k] = v
-	}
+	kv := kvData(data)
 	if a.values == nil {
-		history := int64(10)
-		if spec.RevisionHistoryLimit != nil {
-			history = int64(*spec.RevisionHistoryLimit)
-		}
-		a.values = map[string]any{
-			"appName": s.Rollout, "replicas": int64(spec.Replicas), "revisionHistoryLimit": history,
-			"strategy": "manual-canary-1-pod", "attacher": "job",
-			// The local cluster runs OwnerReferencesPermissionEnforcement, as OpenShift does; the
-			// option only adds delete on ConfigMaps to the hook's Role, harmless elsewhere.
-			"job": map[string]any{"ownerReferencesPermissionEnforcement": true},
-		}
-		a.ran = map[types.UID]bool{}
+		a.values = baseAppJobValues(s, spec)
+		a.hooks = hookRunner{c: a.C, bin: a.Bin, dir: a.Dir, annotation: "argocd.argoproj.io/hook", value: "Sync"}
 	}
 	a.values["configmaps"] = map[string]any{"cm": map[string]any{"kv_data": kv}}
 	if a.Wait == 0 {
@@ -158,20 +140,8 @@ func (a *ArgoCD) Paused(ctx context.Context, s *Story, cm string, rs *appsv1.Rep
 		return err
 	}
 	s.say("argocd: sync %s, %q; Application %s", st.OperationPhase, st.OperationMessage, st.Health)
-	if job, err := a.newHook(ctx, s); err != nil || job != nil {
-		return fmt.Errorf("a Sync hook Job was created while the Rollout is Suspended (%v)", err)
-	}
-	owners, exists, err := a.C.Owners(ctx, s.Namespace, refs.ConfigMap, cm)
-	if err != nil {
+	if err := a.hooks.expectWaiting(ctx, s.Namespace, cm, rs); err != nil {
 		return err
-	}
-	if !exists {
-		return fmt.Errorf("the canary's ConfigMap %s is missing", cm)
-	}
-	for _, o := range owners {
-		if o.UID == rs.UID {
-			return fmt.Errorf("%s is attached to the canary %s although no hook ran", cm, rs.Name)
-		}
 	}
 	s.say("✗ the attacher hook (wave 1) waits for the Rollout (wave 0) to be Healthy: ConfigMap %s is not attached to ReplicaSet %s yet", cm, rs.Name)
 	s.say("  (it is in git, so Argo CD keeps it; the hook runs after the promotion)")
@@ -181,18 +151,7 @@ func (a *ArgoCD) Paused(ctx context.Context, s *Story, cm string, rs *appsv1.Rep
 // Done waits for the sync to run the Sync hook, runs the hook's command, and waits for the sync to
 // end Synced and Healthy.
 func (a *ArgoCD) Done(ctx context.Context, s *Story, cm string, rs *appsv1.ReplicaSet) error {
-	var job *batchv1.Job
-	err := framework.Eventually(ctx, a.Wait, "Argo CD to create the Sync hook Job", func(ctx context.Context) (bool, string, error) {
-		j, err := a.newHook(ctx, s)
-		job = j
-		return j != nil, "no new hook Job", err
-	})
-	if err != nil {
-		return err
-	}
-	a.ran[job.UID] = true
-	a.hooks++
-	r, sa, err := a.runHook(ctx, job)
+	job, r, sa, err := a.hooks.run(ctx, s.Namespace, a.Wait, "Argo CD to create the Sync hook Job")
 	if err != nil {
 		return err
 	}
@@ -214,41 +173,5 @@ func (a *ArgoCD) Done(ctx context.Context, s *Story, cm string, rs *appsv1.Repli
 	return nil
 }
 
-// newHook returns the live Sync hook Job if its command has not run yet.
-func (a *ArgoCD) newHook(ctx context.Context, s *Story) (*batchv1.Job, error) {
-	jobs, err := a.C.Kube.BatchV1().Jobs(s.Namespace).List(ctx, metav1.ListOptions{})
-	if err != nil {
-		return nil, err
-	}
-	for i := range jobs.Items {
-		j := &jobs.Items[i]
-		if j.Annotations["argocd.argoproj.io/hook"] == "Sync" && j.DeletionTimestamp == nil && !a.ran[j.UID] {
-			return j, nil
-		}
-	}
-	return nil, nil
-}
-
-// runHook runs the Job's container command with the real binary, as the Job's ServiceAccount, with
-// the Job's environment (outside a pod: IS_IN_CLUSTER=false and a kubeconfig for that account).
-func (a *ArgoCD) runHook(ctx context.Context, job *batchv1.Job) (framework.Result, string, error) {
-	sa := job.Spec.Template.Spec.ServiceAccountName
-	if _, err := a.C.Kube.CoreV1().ServiceAccounts(job.Namespace).Get(ctx, sa, metav1.GetOptions{}); err != nil {
-		return framework.Result{}, sa, fmt.Errorf("the hook's ServiceAccount (the chart's, wave -1): %w", err)
-	}
-	kubeconfig, err := a.C.ServiceAccountKubeconfig(ctx, job.Namespace, sa, a.Dir)
-	if err != nil {
-		return framework.Result{}, sa, err
-	}
-	c := job.Spec.Template.Spec.Containers[0]
-	var env []string
-	for _, e := range c.Env {
-		env = append(env, e.Name+"="+e.Value)
-	}
-	env = append(env, "IS_IN_CLUSTER=false")
-	r := framework.Binary{Path: a.Bin.Path, Kubeconfig: kubeconfig}.Run(ctx, env, append(c.Command, c.Args...)...)
-	return r, sa, nil
-}
-
 // Hooks is how many Sync hook Jobs ran.
-func (a *ArgoCD) Hooks() int { return a.hooks }
+func (a *ArgoCD) Hooks() int { return a.hooks.ran }
