@@ -81,6 +81,9 @@ func (c *Caches) NewPinning(clients *kube.Clients, o Options) error {
 		}
 		c.start = append(c.start, typed.Start)
 
+		if c.AllConfigs != nil {
+			continue // the snapshots are a view of the config informers (below)
+		}
 		err := c.metadataInformers(clients, ns, snapSelector, o.ConfigKinds, trimSnapshot,
 			func(kind refs.Kind) cache.Indexers { return cache.Indexers{ByPin: indexByPin(kind)} }, snaps)
 		if err != nil {
@@ -92,6 +95,9 @@ func (c *Caches) NewPinning(clients *kube.Clients, o Options) error {
 	}
 	for kind, infs := range snaps {
 		p.Snapshots[kind] = joined[*metav1.PartialObjectMetadata](c, infs)
+	}
+	for kind, inf := range c.AllConfigs {
+		p.Snapshots[kind] = inf.Filtered(isSnapshot)
 	}
 	nsFactory := metadatainformer.NewSharedInformerFactory(clients.Metadata, 0)
 	nsInf := nsFactory.ForResource(corev1.SchemeGroupVersion.WithResource("namespaces")).Informer()
@@ -165,6 +171,10 @@ func trimPin(obj any) (any, error) {
 		delete(o.Annotations, corev1.LastAppliedConfigAnnotation)
 	}
 	return obj, nil
+}
+
+func isSnapshot(m *metav1.PartialObjectMetadata) bool {
+	return m.Labels[api.SnapshotLabel] == api.SnapshotValue
 }
 
 func trimSnapshot(obj any) (any, error) {
