@@ -9,15 +9,20 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/tools/cache"
 
+	"github.com/configmap-attacher/configmap-attacher/internal/api"
 	"github.com/configmap-attacher/configmap-attacher/internal/refs"
 )
 
-// Index names. On User informers: which users reference a config object (ByConfig), and which a
-// workload controls (ByOwner). On config informers: which config objects a revision owns (ByOwner).
+// Index names. On User informers: which users reference a config object (ByConfig), which a
+// workload controls (ByOwner), which Rollouts take their template from a Deployment (ByTemplateRef,
+// "namespace/deployment"), and which workloads name objects of a kind in a Reloader reload list
+// (ByReloadList, "namespace/Kind"). On config informers: which config objects a revision owns (ByOwner).
 const (
-	ByConfig = "byConfig"
-	ByOwner  = "byOwner"
-	ByUID    = "byUID"
+	ByConfig      = "byConfig"
+	ByOwner       = "byOwner"
+	ByUID         = "byUID"
+	ByTemplateRef = "byTemplateRef"
+	ByReloadList  = "byReloadList"
 )
 
 // ConfigIndexers are the indexes every config informer has.
@@ -43,7 +48,33 @@ func ConfigKey(namespace string, r refs.Ref) string {
 
 // UserIndexers are the indexes every User informer has.
 func UserIndexers() cache.Indexers {
-	return cache.Indexers{ByConfig: indexByConfig, ByOwner: indexByOwner, ByUID: indexByUID}
+	return cache.Indexers{ByConfig: indexByConfig, ByOwner: indexByOwner, ByUID: indexByUID,
+		ByTemplateRef: indexByTemplateRef, ByReloadList: indexByReloadList}
+}
+
+func indexByTemplateRef(obj any) ([]string, error) {
+	if u, ok := obj.(*User); ok && u.Status != nil && u.Status.TemplateRef != "" {
+		return []string{u.Namespace + "/" + u.Status.TemplateRef}, nil
+	}
+	return nil, nil
+}
+
+// ReloadListKey is the ByReloadList index value of the workloads of namespace with a reload list of
+// config kind.
+func ReloadListKey(namespace string, kind refs.Kind) string { return namespace + "/" + string(kind) }
+
+func indexByReloadList(obj any) ([]string, error) {
+	u, ok := obj.(*User)
+	if !ok || u.Status == nil {
+		return nil, nil
+	}
+	var out []string
+	for kind, key := range map[refs.Kind]string{refs.ConfigMap: api.ReloaderConfigMapReload, refs.Secret: api.ReloaderSecretReload} {
+		if u.Annotations[key] != "" || u.TemplateAnnotations[key] != "" {
+			out = append(out, ReloadListKey(u.Namespace, kind))
+		}
+	}
+	return out, nil
 }
 
 func indexByConfig(obj any) ([]string, error) {
@@ -281,7 +312,9 @@ func NewForTest(users []*User, configs []*metav1.PartialObjectMetadata) *Caches 
 		cs.Users[k] = NewUserInformerForTest(byKind[k]...)
 	}
 	for _, k := range refs.Kinds() {
-		inf := cache.NewSharedIndexInformer(nil, &metav1.PartialObjectMetadata{}, 0, allConfigIndexers(k))
+		ix := allConfigIndexers(k)
+		ix[cache.NamespaceIndex] = cache.MetaNamespaceIndexFunc // as the informer factories add it
+		inf := cache.NewSharedIndexInformer(nil, &metav1.PartialObjectMetadata{}, 0, ix)
 		for _, m := range configs {
 			if m.Kind == string(k) {
 				trimmed, _ := trimAll(m.DeepCopy())

@@ -85,9 +85,19 @@ func reduceWorkload(apiVersion string, kind Kind, meta *metav1.ObjectMeta, t *co
 // transform is the informers' transform: everything they store is a User.
 func transform(obj any) (any, error) { return Reduce(obj) }
 
-// controllerRevisionSpec decodes the pod spec a StatefulSet's or DaemonSet's ControllerRevision keeps:
-// its data is a patch of the workload holding spec.template (with "$patch": "replace").
+// controllerRevisionSpec decodes the pod spec a StatefulSet's or DaemonSet's ControllerRevision keeps.
 func controllerRevisionSpec(cr *appsv1.ControllerRevision) (*corev1.PodSpec, error) {
+	t, err := ControllerRevisionTemplate(cr)
+	if err != nil {
+		return nil, err
+	}
+	return &t.Spec, nil
+}
+
+// ControllerRevisionTemplate decodes the pod template a StatefulSet's or DaemonSet's
+// ControllerRevision keeps: its data is a patch of the workload holding spec.template (with
+// "$patch": "replace").
+func ControllerRevisionTemplate(cr *appsv1.ControllerRevision) (*corev1.PodTemplateSpec, error) {
 	var data struct {
 		Spec struct {
 			Template corev1.PodTemplateSpec `json:"template"`
@@ -101,10 +111,10 @@ func controllerRevisionSpec(cr *appsv1.ControllerRevision) (*corev1.PodSpec, err
 		}
 	}
 	if len(raw) == 0 {
-		return &corev1.PodSpec{}, nil
+		return &corev1.PodTemplateSpec{}, nil
 	}
 	if err := json.Unmarshal(raw, &data); err != nil {
 		return nil, fmt.Errorf("decoding ControllerRevision %s/%s: %w", cr.Namespace, cr.Name, err)
 	}
-	return &data.Spec.Template.Spec, nil
+	return &data.Spec.Template, nil
 }
