@@ -200,15 +200,20 @@ func toAnySlice(s []string) []any {
 	return out
 }
 
+// AppSpec is an Application to apply: a HelmApp or a GitApp.
+type AppSpec interface {
+	Object() *unstructured.Unstructured
+}
+
 // ApplyApplication creates the Application, or replaces the spec of an existing one.
-func (c *Cluster) ApplyApplication(ctx context.Context, app HelmApp) error {
+func (c *Cluster) ApplyApplication(ctx context.Context, app AppSpec) error {
 	apps := c.Dynamic.Resource(ApplicationGVR).Namespace(ArgoCDNamespace)
 	obj := app.Object()
 	_, err := apps.Create(ctx, obj, metav1.CreateOptions{})
 	if !apierrors.IsAlreadyExists(err) {
 		return err
 	}
-	live, err := apps.Get(ctx, app.Name, metav1.GetOptions{})
+	live, err := apps.Get(ctx, obj.GetName(), metav1.GetOptions{})
 	if err != nil {
 		return err
 	}
