@@ -226,9 +226,10 @@ func TestConfigStartsAStatefulSetPartitionedUpdate(t *testing.T) {
 	t.Log("when: app-config alone is edited")
 	w.put(pinV2)
 	cr2 := waitRevisions(t, ns, sts.UID, 2)[1]
+	got := waitPodReads(t, ns, "db-1", func(names []string) bool { return len(names) == 1 && names[0] != s1.Name })
 	snap2, err := e2e.cluster.SnapshotOf(ctx, ns, "app-config", cr2.UID)
 	must(t, err)
-	if got := waitPodReads(t, ns, "db-1", func(names []string) bool { return len(names) == 1 && names[0] != s1.Name }); got != snap2.Name || !maps.Equal(snap2.Data, pinV2) {
+	if got != snap2.Name || !maps.Equal(snap2.Data, pinV2) {
 		t.Fatalf("db-1 reads %s; want revision 2's snapshot %s with v2", got, snap2.Name)
 	}
 	expectOnlyOurAnnotation(t, framework.StatefulSetGVR, ns, "db")
@@ -236,7 +237,7 @@ func TestConfigStartsAStatefulSetPartitionedUpdate(t *testing.T) {
 	t.Log("when: db-0, below the partition, is lost")
 	must(t, e2e.cluster.Kube.CoreV1().Pods(ns).Delete(ctx, "db-0", metav1.DeleteOptions{}))
 	time.Sleep(time.Second)
-	if got := waitPodReads(t, ns, "db-0", func(names []string) bool { return len(names) == 1 }); got != s1.Name {
+	if got = waitPodReads(t, ns, "db-0", func(names []string) bool { return len(names) == 1 }); got != s1.Name {
 		t.Fatalf("db-0 came back reading %s; want revision 1's snapshot %s", got, s1.Name)
 	}
 	t.Logf("then: db-0 came back reading %s (v1); db-1 reads %s (v2)", s1.Name, snap2.Name)
