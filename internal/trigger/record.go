@@ -67,10 +67,12 @@ func (r *record) equal(o *record) bool {
 	return true
 }
 
-// recordName is the record's name: configmap-attacher.<kind>.<workload>, shortened with a hash of the
-// whole when that is too long for a ConfigMap name.
-func recordName(w *caches.User) string {
-	name := fmt.Sprintf("configmap-attacher.%s.%s", strings.ToLower(string(w.Kind())), w.Name)
+func recordName(w *caches.User) string { return RecordName(string(w.Kind()), w.Name) }
+
+// RecordName is the name of the record of a workload of kind: configmap-attacher.<kind>.<workload>,
+// shortened with a hash of the whole when that is too long for a ConfigMap name.
+func RecordName(kind, workload string) string {
+	name := fmt.Sprintf("configmap-attacher.%s.%s", strings.ToLower(kind), workload)
 	if len(name) <= validation.DNS1123SubdomainMaxLength {
 		return name
 	}

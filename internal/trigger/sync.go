@@ -151,13 +151,26 @@ func (c *Controller) decide(ctx context.Context, w *caches.User, revs []*caches.
 			rec.Revisions[newest.UID][o.key()] = live[o.key()]
 		}
 	}
-	// A new newest revision: a deploy, our own last write, a rollback, or someone changing the
-	// template back. Only a content change from here on starts a revision.
-	if rec.Acknowledged.Revision != newest.UID {
-		if rec.Acknowledged.Revision != "" && !sameContent(contentOf(newest), live) {
+	switch {
+	case rec.Acknowledged.Revision == "":
+		// First sight of the workload: opting in starts no revision, so what its objects hold now is
+		// where we start from; unless a followed object changed since we watch it following (it was
+		// opted in before we got here), in which case the revision's own content is, and that change
+		// counts.
+		base := maps.Clone(live)
+		if c.sawChange(w.Key()) {
+			maps.Copy(base, contentOf(newest))
+		}
+		rec.Acknowledged = acknowledged{Revision: newest.UID, Content: base}
+		log.Debug("first sight", "revision", newest.Name, "acknowledged", base)
+	case rec.Acknowledged.Revision != newest.UID:
+		// A new newest revision: a deploy, our own last write, a rollback, or someone changing the
+		// template back. Only a content change from here on starts a revision.
+		if !sameContent(contentOf(newest), live) {
 			c.overruled(w, newest, live, contentOf(newest))
 		}
 		rec.Acknowledged = acknowledged{Revision: newest.UID, Content: maps.Clone(live)}
+		log.Debug("newest revision acknowledged", "revision", newest.Name, "content", live)
 		return reconcile.Result{}, nil
 	}
 	var changed []string
@@ -172,12 +185,15 @@ func (c *Controller) decide(ctx context.Context, w *caches.User, revs []*caches.
 		}
 	}
 	if len(changed) == 0 {
+		log.Debug("no change since the newest revision appeared", "revision", newest.Name, "content", live)
 		return reconcile.Result{}, nil
 	}
 	if s := c.since(w.Key()); s < c.opts.Settle {
+		log.Debug("changed, settling", "changed", changed, "wait", c.opts.Settle-s)
 		return reconcile.Result{RequeueAfter: c.opts.Settle - s}, nil
 	}
 	if sameContent(contentOf(newest), live) {
+		log.Debug("changed, and the newest revision already runs it", "changed", changed, "revision", newest.Name)
 		rec.Acknowledged.Content = maps.Clone(live) // already deployed with it (e.g. config and template together)
 		return reconcile.Result{}, nil
 	}

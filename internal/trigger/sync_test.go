@@ -598,3 +598,44 @@ func TestTheHolderOfARolloutWithWorkloadRefIsItsDeployment(t *testing.T) {
 		t.Errorf("holder %s (%s), want the Rollout itself", h, h.gvr)
 	}
 }
+
+// The first look at a workload: an edit seen while it already followed the object counts, though the
+// controller had not acknowledged its revision yet (its snapshot was not there); content that changed
+// before the workload opted in does not: opting in never starts a revision.
+func TestTheFirstLookCountsAnEditSeenButNotAnOlderDrift(t *testing.T) {
+	pinnedApp := func() *corev1.ConfigMap {
+		cm := configMap("app-config", "v1", nil)
+		cm.Labels = map[string]string{api.PinLabel: api.PinValue}
+		return cm
+	}
+	for _, tc := range []struct {
+		name       string
+		optedIn    bool // when the edit happens
+		wantWrites int
+	}{
+		{"edited after opting in", true, 1},
+		{"drift from before opting in", false, 0},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			cm := pinnedApp()
+			var annotations map[string]string
+			if tc.optedIn {
+				annotations = auto
+			}
+			f := newFixture(t, annotations, cm)
+			f.cs.Pinning = caches.NewPinningForTest([]runtime.Object{cm}, nil, ns)
+			f.c.content.pins = f.cs.Pinning
+			rs1 := f.observe()
+			f.snapshot(rs1, "v1")
+			f.edit("app-config", "v2") // before the controller's first look at the workload
+			if !tc.optedIn {
+				f.deployment.Annotations = auto
+				f.putDeployment()
+			}
+			f.sync()
+			f.tick(6 * time.Second)
+			f.sync()
+			f.expectApplies(tc.wantWrites)
+		})
+	}
+}

@@ -203,16 +203,8 @@ func equalStrings(a, b map[string]string) bool {
 // which is the newest.
 func (c *Controller) revisionHandler() cache.ResourceEventHandler {
 	owner := func(obj any) {
-		u, ok := caches.UserOf(obj)
-		if !ok {
-			return
-		}
-		if ref := metav1.GetControllerOfNoCopy(u); ref != nil {
-			for _, k := range workloadKinds() {
-				if string(k) == ref.Kind {
-					c.loop.Queue.Add(caches.Key(k, u.Namespace, ref.Name))
-				}
-			}
+		if u, ok := caches.UserOf(obj); ok {
+			c.enqueueController(u)
 		}
 	}
 	return cache.ResourceEventHandlerFuncs{
@@ -228,12 +220,43 @@ func (c *Controller) revisionHandler() cache.ResourceEventHandler {
 	}
 }
 
+// enqueueController enqueues the workload controlling revision u.
+func (c *Controller) enqueueController(u *caches.User) {
+	if ref := metav1.GetControllerOfNoCopy(u); ref != nil {
+		for _, k := range workloadKinds() {
+			if string(k) == ref.Kind {
+				c.loop.Queue.Add(caches.Key(k, u.Namespace, ref.Name))
+			}
+		}
+	}
+}
+
+// enqueueWorkloadOf enqueues the workload of the revision an ownerReference names.
+func (c *Controller) enqueueWorkloadOf(ns string, o metav1.OwnerReference) {
+	kind := caches.Kind(o.Kind)
+	if kind != caches.ReplicaSet && kind != caches.ControllerRevision {
+		return
+	}
+	if inf, ok := c.caches.Users[kind]; ok {
+		if r, exists, _ := inf.Get(ns, o.Name); exists && r.UID == o.UID {
+			c.enqueueController(r)
+		}
+	}
+}
+
 // configHandler: a config object changed (or appeared, or went): the workloads following it look
 // again once the content has settled.
 func (c *Controller) configHandler(kind refs.Kind) cache.ResourceEventHandler {
 	changed := func(obj any, gone bool) {
 		m, ok := caches.MetaOf(obj)
-		if !ok || ours(m) {
+		if !ok {
+			return
+		}
+		if ours(m) {
+			// A snapshot taken: the workload of its revision may be waiting for it.
+			for _, o := range m.OwnerReferences {
+				c.enqueueWorkloadOf(m.Namespace, o)
+			}
 			return
 		}
 		if gone {
@@ -315,6 +338,14 @@ func (c *Controller) forget(key string) {
 			delete(c.told, k)
 		}
 	}
+}
+
+// sawChange reports whether an object the workload follows changed while this process watched it.
+func (c *Controller) sawChange(key string) bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	_, ok := c.changed[key]
+	return ok
 }
 
 // since is how long ago an object the workload follows last changed (a long time when unknown, e.g.

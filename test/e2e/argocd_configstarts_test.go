@@ -5,6 +5,7 @@ package e2e
 import (
 	"context"
 	"fmt"
+	"strings"
 	"testing"
 	"time"
 
@@ -119,8 +120,9 @@ func configStartsThroughArgoCD(t *testing.T, ns string, app framework.GitApp) {
 		}
 		time.Sleep(10 * time.Second)
 	}
-	if n := tw.Stop(); n != 1 {
-		t.Fatalf("the Rollout's template changed %d times after the commit, want exactly 1 (ours): Argo CD reverted it or we fought", n)
+	if changes := tw.Stop(); len(changes) != 1 {
+		t.Fatalf("the Rollout's template changed %d times after the commit, want exactly 1 (ours): Argo CD reverted it or we fought:\n%s",
+			len(changes), strings.Join(changes, "\n"))
 	}
 	if v, _, err := e2e.cluster.TemplateAnnotation(ctx, workload.RolloutGVR, ns, "demo", api.ConfigHashAnnotation); err != nil || v != hashOf(rs2) {
 		t.Fatalf("the Rollout's %s is %q (%v), want %q: the template was reverted", api.ConfigHashAnnotation, v, err, hashOf(rs2))

@@ -85,7 +85,12 @@ func TestConfigStartsTheWriteUpsCanaryWithNothingButTheConfigMapEdited(t *testin
 	s := story(t, "config-starts", nil)
 	ctrl, err := walkthrough.StartPinningController(ctx, e2e.cluster, e2e.bin, "walkthrough-"+s.Namespace, s.Namespace)
 	must(t, err)
-	t.Cleanup(func() { must(t, ctrl.Stop(context.Background())) })
+	t.Cleanup(func() {
+		must(t, ctrl.Stop(context.Background()))
+		if t.Failed() {
+			t.Logf("controller logs:\n%s", ctrl.Process.Logs())
+		}
+	})
 	s.AfterStep = func(ctx context.Context, step int) error {
 		if step == 2 { // the canary our write started
 			expectOnlyOurAnnotation(t, workload.RolloutGVR, s.Namespace, s.Rollout)
@@ -149,6 +154,20 @@ func hashOf(rs *appsv1.ReplicaSet) string {
 	return rs.Spec.Template.Annotations[api.ConfigHashAnnotation]
 }
 
+// optIn puts Reloader's annotation on a running workload and waits until the controller has taken
+// its first look (its record exists): opting in starts nothing, and an edit made at the same instant
+// would count as content from before.
+func (w triggered) optIn(gvr schema.GroupVersionResource, kind, name string) {
+	w.t.Helper()
+	ctx := context.Background()
+	must(w.t, e2e.cluster.Annotate(ctx, gvr, w.ns, name, framework.ReloaderAuto))
+	record := trigger.RecordName(kind, name)
+	must(w.t, framework.Eventually(ctx, time.Minute, "the controller's record "+record, func(ctx context.Context) (bool, string, error) {
+		_, err := e2e.cluster.Kube.CoreV1().ConfigMaps(w.ns).Get(ctx, record, metav1.GetOptions{})
+		return err == nil, fmt.Sprint(err), nil
+	}))
+}
+
 // A Deployment: opting in starts nothing; a burst of two edits is one revision; the revert to the
 // first content removes our annotation and the Deployment controller reuses the first ReplicaSet; an
 // edit back to the burst's content reuses its ReplicaSet. Exactly one ReplicaSet per content.
@@ -164,7 +183,7 @@ func TestConfigStartsADeploymentAndARevertReusesItsReplicaSet(t *testing.T) {
 	rs1 := w.waitDeployment("web", pinV1, func(*appsv1.ReplicaSet) bool { return true })
 
 	t.Log("when: the Deployment opts in (reloader.stakater.com/auto) after it runs")
-	must(t, e2e.cluster.Annotate(ctx, framework.DeploymentGVR, ns, "web", framework.ReloaderAuto))
+	w.optIn(framework.DeploymentGVR, "Deployment", "web")
 	time.Sleep(settled)
 	if n := len(w.replicaSets()); n != 1 {
 		t.Fatalf("%d ReplicaSets after opting in, want 1: opting in never starts a revision", n)
@@ -218,9 +237,9 @@ func TestConfigStartsAStatefulSetPartitionedUpdate(t *testing.T) {
 	s1, err := e2e.cluster.SnapshotOf(ctx, ns, "app-config", cr1.UID)
 	must(t, err)
 	_, err = e2e.cluster.Kube.AppsV1().StatefulSets(ns).Patch(ctx, "db", types.StrategicMergePatchType,
-		[]byte(`{"metadata":{"annotations":{"reloader.stakater.com/auto":"true"}},"spec":{"updateStrategy":{"type":"RollingUpdate","rollingUpdate":{"partition":1}}}}`),
-		metav1.PatchOptions{})
+		[]byte(`{"spec":{"updateStrategy":{"type":"RollingUpdate","rollingUpdate":{"partition":1}}}}`), metav1.PatchOptions{})
 	must(t, err)
+	w.optIn(framework.StatefulSetGVR, "StatefulSet", "db")
 	t.Log("given: StatefulSet db (2 pods, partition 1) opted in, reading pinned app-config")
 
 	t.Log("when: app-config alone is edited")
@@ -255,7 +274,7 @@ func TestConfigStartsADaemonSet(t *testing.T) {
 	ds, err := e2e.cluster.CreateDaemonSet(ctx, ns, "agent", tmpl, nil)
 	must(t, err)
 	waitRevisions(t, ns, ds.UID, 1)
-	must(t, e2e.cluster.Annotate(ctx, framework.DaemonSetGVR, ns, "agent", framework.ReloaderAuto))
+	w.optIn(framework.DaemonSetGVR, "DaemonSet", "agent")
 
 	t.Log("when: app-config alone is edited")
 	w.put(pinV2)
@@ -343,8 +362,8 @@ func TestConfigStartsNothingMoreWhenAHelmUpgradeChangesConfigAndChecksumTogether
 	helmRun(t, h, "upgrade", "web", chart, "-n", ns, "-f", values(pinV2), "--wait", "--timeout", "2m")
 	rs2 := w.waitDeployment("web", pinV2, func(rs *appsv1.ReplicaSet) bool { return rs.UID != rs1.UID })
 	time.Sleep(settled)
-	if n := tw.Stop(); n != 1 {
-		t.Fatalf("the template changed %d times during the upgrade, want 1 (Helm's)", n)
+	if changes := tw.Stop(); len(changes) != 1 {
+		t.Fatalf("the template changed %d times during the upgrade, want 1 (Helm's):\n%s", len(changes), strings.Join(changes, "\n"))
 	}
 	if n := len(w.replicaSets()); n != 2 {
 		t.Fatalf("%d ReplicaSets, want 2: no second revision after Helm's", n)
@@ -367,8 +386,8 @@ func TestConfigStartsNeverFightsAToolRevertingIt(t *testing.T) {
 	tmpl := framework.PodTemplate("web", []string{"app-config"}, nil)
 	_, err := e2e.cluster.CreateDeployment(ctx, ns, "web", tmpl, nil)
 	must(t, err)
-	must(t, e2e.cluster.Annotate(ctx, framework.DeploymentGVR, ns, "web", framework.ReloaderAuto))
 	rs1 := w.waitDeployment("web", pinV1, func(*appsv1.ReplicaSet) bool { return true })
+	w.optIn(framework.DeploymentGVR, "Deployment", "web")
 	w.put(pinV2)
 	w.waitDeployment("web", pinV2, func(rs *appsv1.ReplicaSet) bool { return rs.UID != rs1.UID })
 
@@ -380,8 +399,8 @@ func TestConfigStartsNeverFightsAToolRevertingIt(t *testing.T) {
 	must(t, err)
 	w.waitDeployment("web", pinV1, func(rs *appsv1.ReplicaSet) bool { return rs.UID == rs1.UID })
 	time.Sleep(settled + 15*time.Second)
-	if n := tw.Stop(); n != 1 {
-		t.Fatalf("the template changed %d times after the tool's revert, want 1 (the tool's): no write-back", n)
+	if changes := tw.Stop(); len(changes) != 1 {
+		t.Fatalf("the template changed %d times after the tool's revert, want 1 (the tool's): no write-back:\n%s", len(changes), strings.Join(changes, "\n"))
 	}
 	expectEvents(t, ns, "Deployment", "web", trigger.ReasonOverruled, "ConfigMap/app-config", "the next change of the config starts one")
 	t.Log("then: the tool's revert stands (revision 1, its snapshot), reported once")
@@ -460,8 +479,7 @@ func TestConfigStartsWithUnpinnedConfigTellsTheLabelThatFixesIt(t *testing.T) {
 	must(t, err)
 	_, err = e2e.cluster.CreateDeployment(ctx, ns, "web", framework.PodTemplate("web", []string{"plain-config"}, nil), nil)
 	must(t, err)
-	must(t, e2e.cluster.Annotate(ctx, framework.DeploymentGVR, ns, "web", framework.ReloaderAuto))
-	time.Sleep(3 * time.Second)
+	triggered{t: t, ns: ns}.optIn(framework.DeploymentGVR, "Deployment", "web")
 	_, err = e2e.cluster.PutConfigMap(ctx, ns, "plain-config", pinV2)
 	must(t, err)
 	expectEvents(t, ns, "Deployment", "web", trigger.ReasonStarted, "ConfigMap/plain-config")
@@ -532,4 +550,50 @@ func TestConfigStartsChartGrantsPatchOnWorkloadsOnlyWhileOn(t *testing.T) {
 		}
 		t.Logf("--set %v: patch on workloads: %v %s", tc.sets, patched, flag)
 	}
+}
+
+// With the config informers widened to every ConfigMap (the feature on), in-use protection and the
+// attach controller still touch only opted-in objects, on a real API server: a ConfigMap Reloader's
+// annotations select and a plain one, both read by the Deployment, get no finalizer and no
+// ownerReference; an opted-in one gets both, and loses exactly those when its label is removed (an
+// update for the widened watch, a delete for the controllers' view of it).
+func TestConfigStartsWidenedCacheTouchesOnlyOptedInObjects(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	ns := givenNamespace(t, "config-starts-widened")
+	startPinningController(t, "Fail", ns)
+	ours := configRevision(t, ns, "web-cm", "v1")
+	plain := configRevisionLabelled(t, ns, "plain", false)
+	selected := configRevisionLabelled(t, ns, "selected", false)
+	_, err := e2e.cluster.Kube.CoreV1().ConfigMaps(ns).Patch(ctx, selected, types.StrategicMergePatchType,
+		[]byte(`{"metadata":{"annotations":{"`+api.ReloaderMatch+`":"true"}}}`), metav1.PatchOptions{})
+	must(t, err)
+	web, err := e2e.cluster.CreateDeployment(ctx, ns, "web", template("web", ours, plain, selected), nil)
+	must(t, err)
+	must(t, e2e.cluster.Annotate(ctx, framework.DeploymentGVR, ns, "web", map[string]string{api.ReloaderSearch: "true"}))
+	rs := deploymentReplicaSet(t, ns, web)
+	must(t, e2e.cluster.WaitOwnedBy(ctx, attachWithin, ns, refs.ConfigMap, ours, framework.OwnerOf("ReplicaSet", rs)))
+	must(t, e2e.cluster.WaitProtected(ctx, attachWithin, ns, refs.ConfigMap, ours))
+	t.Logf("given: %s opted in (attached, protected); %s plain and %s selected by Reloader's search+match, all read by Deployment web", ours, plain, selected)
+
+	t.Log("when: the opted-in object loses its label")
+	_, err = e2e.cluster.Kube.CoreV1().ConfigMaps(ns).Patch(ctx, ours, types.StrategicMergePatchType,
+		[]byte(`{"metadata":{"labels":{"`+api.RevisionedLabel+`":null}}}`), metav1.PatchOptions{})
+	must(t, err)
+	must(t, framework.Eventually(ctx, attachWithin, "what we wrote on "+ours+" removed", func(ctx context.Context) (bool, string, error) {
+		m, err := e2e.cluster.Meta(ctx, ns, refs.ConfigMap, ours)
+		if err != nil {
+			return false, "", err
+		}
+		return len(m.Finalizers) == 0 && len(m.OwnerReferences) == 0, fmt.Sprintf("finalizers %v, owners %v", m.Finalizers, m.OwnerReferences), nil
+	}))
+	time.Sleep(5 * time.Second) // give a wrong controller time to write
+	for _, name := range []string{plain, selected, ours} {
+		m, err := e2e.cluster.Meta(ctx, ns, refs.ConfigMap, name)
+		must(t, err)
+		if len(m.Finalizers) > 0 || len(m.OwnerReferences) > 0 {
+			t.Fatalf("ConfigMap %s is not opted in, yet carries finalizers %v and owners %v", name, m.Finalizers, m.OwnerReferences)
+		}
+	}
+	t.Log("then: our finalizer and ownerReference left the opted-out object; the others never got any")
 }

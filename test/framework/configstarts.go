@@ -10,6 +10,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/watch"
@@ -87,7 +88,7 @@ var OnlyOurAnnotation = string(metav1.ManagedFieldsOperationApply) + ` {"f:spec"
 type TemplateWatch struct {
 	w       watch.Interface
 	done    chan struct{}
-	changes []string // resourceVersions at which the template changed
+	changes []string // the templates it changed to, with the resourceVersion and the last field manager
 }
 
 // WatchTemplate starts counting the template changes of an object.
@@ -112,24 +113,43 @@ func (c *Cluster) WatchTemplate(ctx context.Context, gvr schema.GroupVersionReso
 			}
 			if t := templateOf(obj); t != last {
 				last = t
-				tw.changes = append(tw.changes, obj.GetResourceVersion())
+				tw.changes = append(tw.changes, fmt.Sprintf("rv %s by %s: %s", obj.GetResourceVersion(), lastManager(obj), t))
 			}
 		}
 	}()
 	return tw, nil
 }
 
+// templateOf is the object's pod template as its controller sees it: decoded into the API type and
+// encoded again, so that a writer adding or dropping an empty field (Argo Rollouts' own updates of a
+// Rollout flip `resources: {}`) is no change.
 func templateOf(u *unstructured.Unstructured) string {
-	t, _, _ := unstructured.NestedFieldNoCopy(u.Object, "spec", "template")
-	b, _ := json.Marshal(t)
+	t, _, _ := unstructured.NestedMap(u.Object, "spec", "template")
+	var pt corev1.PodTemplateSpec
+	if err := runtime.DefaultUnstructuredConverter.FromUnstructured(t, &pt); err != nil {
+		return "undecodable: " + err.Error()
+	}
+	b, _ := json.Marshal(pt)
 	return string(b)
 }
 
-// Stop stops counting and returns the number of template changes seen.
-func (tw *TemplateWatch) Stop() int {
+// lastManager names the field manager of the object's latest managedFields entry.
+func lastManager(u *unstructured.Unstructured) string {
+	var name string
+	var at time.Time
+	for _, mf := range u.GetManagedFields() {
+		if mf.Time != nil && !mf.Time.Time.Before(at) {
+			name, at = mf.Manager+" ("+string(mf.Operation)+")", mf.Time.Time
+		}
+	}
+	return name
+}
+
+// Stop stops counting and returns the template changes seen (each: the new template, when and by whom).
+func (tw *TemplateWatch) Stop() []string {
 	tw.w.Stop()
 	<-tw.done
-	return len(tw.changes)
+	return tw.changes
 }
 
 // EventsOn returns the Events with reason on an object of any kind, oldest first; an Event the
