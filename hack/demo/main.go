@@ -1,7 +1,7 @@
 // Command demo runs the original write-up on a real control plane with the real configmap-attacher
 // binary, narrating each step and drawing the resource tree; then the same canary with zero-touch
-// pinning (one static ConfigMap changed in place, the controller running with -pinning); -story picks
-// one. `make demo` runs it on a local cluster it starts (building the tools on first use) and deletes
+// pinning (one static ConfigMap changed in place, the controller running with -pinning); then the same
+// canary started by nothing but a ConfigMap edit (Reloader's annotation); -story picks one. `make demo` runs it on a local cluster it starts (building the tools on first use) and deletes
 // afterwards; -kubeconfig (or DEMO_KUBECONFIG)
 // runs it on an existing cluster with Argo Rollouts installed instead. -argocd (`make demo ARGOCD=1`)
 // deploys the write-up's revisions the way its team did, through Argo CD (argocd.go); -flux
@@ -15,6 +15,7 @@ import (
 	"io"
 	"os"
 	"os/signal"
+	"slices"
 	"strings"
 	"syscall"
 	"time"
@@ -41,7 +42,8 @@ func run(ctx context.Context, args []string, out, progress io.Writer) error {
 	kubeconfig := fs.String("kubeconfig", os.Getenv("DEMO_KUBECONFIG"), "run on this existing cluster (must run Argo Rollouts) instead of a local one")
 	namespace := fs.String("namespace", "devops-apps-01", "namespace the demo creates and deletes")
 	keep := fs.Bool("keep", os.Getenv("DEMO_KEEP") == "1", "keep the namespace and the local cluster afterwards, to look around")
-	story := fs.String("story", storyAll, "which story: write-up (revisioned names, the Job), zero-touch (pinning, in <namespace>-zero-touch), or all")
+	story := fs.String("story", storyAll, "which story: write-up (revisioned names, the Job), zero-touch (pinning, in <namespace>-zero-touch), "+
+		"config-starts (only the ConfigMap edited, in <namespace>-config-starts), or all")
 	argoCD := fs.Bool("argocd", os.Getenv("ARGOCD") == "1", "the write-up through Argo CD: an Application of charts/base-app, the attacher its Sync hook Job (write-up story only)")
 	flux := fs.Bool("flux", os.Getenv("FLUX") == "1", "the write-up through Flux: a HelmRelease of charts/base-app, the attacher its Helm post-upgrade hook Job (write-up story only)")
 	if err := fs.Parse(args); err != nil {
@@ -54,13 +56,13 @@ func run(ctx context.Context, args []string, out, progress io.Writer) error {
 		if !on {
 			continue
 		}
-		if *story == storyZeroTouch {
+		if *story != storyAll && *story != storyWriteUp {
 			return fmt.Errorf("%s replays the write-up story only (-story %s)", name, storyWriteUp)
 		}
 		*story = storyWriteUp
 	}
-	if *story != storyAll && *story != storyWriteUp && *story != storyZeroTouch {
-		return fmt.Errorf("-story %q: use %s, %s or %s", *story, storyWriteUp, storyZeroTouch, storyAll)
+	if !slices.Contains([]string{storyAll, storyWriteUp, storyZeroTouch, storyConfigStarts}, *story) {
+		return fmt.Errorf("-story %q: use %s, %s, %s or %s", *story, storyWriteUp, storyZeroTouch, storyConfigStarts, storyAll)
 	}
 	root, err := framework.RepoRoot()
 	if err != nil {
@@ -133,7 +135,7 @@ func run(ctx context.Context, args []string, out, progress io.Writer) error {
 		}
 		defer stop()
 	}
-	if *story != storyZeroTouch {
+	if *story == storyAll || *story == storyWriteUp {
 		if through == nil {
 			fmt.Fprintln(out, `
 The write-up "Revisioned Configmaps for Canary deployments", replayed: every config change gets a new
@@ -144,21 +146,30 @@ ownerReference to the ReplicaSet that uses it. Trees show what the garbage colle
 			return err
 		}
 	}
-	if *story != storyWriteUp {
+	if *story == storyAll || *story == storyZeroTouch {
 		if err := zeroTouch(ctx, c, b, *namespace+"-zero-touch", *keep, out); err != nil {
 			return err
 		}
 	}
+	if *story == storyAll || *story == storyConfigStarts {
+		if err := configStarts(ctx, c, b, *namespace+"-config-starts", *keep, out); err != nil {
+			return err
+		}
+	}
 	fmt.Fprintf(out, "\nDone in %s: the spot-replaced pod read the old config", time.Since(start).Round(time.Second))
-	if *story != storyZeroTouch {
+	if *story == storyAll || *story == storyWriteUp {
 		fmt.Fprint(out, "; old config followed its ReplicaSets")
 	}
-	if *story != storyWriteUp {
+	if *story == storyAll || *story == storyZeroTouch {
 		fmt.Fprint(out, "; with pinning, each revision's pods read its own snapshot of the one ConfigMap")
+	}
+	if *story == storyAll || *story == storyConfigStarts {
+		fmt.Fprint(out, "; editing only the ConfigMap started the canary, and its revert went back to the first revision")
 	}
 	fmt.Fprintln(out, ".")
 	if *keep {
-		fmt.Fprintf(out, "Kept: namespace %s (and %s-zero-touch, its controller stopped); KUBECONFIG=%s\n", *namespace, *namespace, c.Kubeconfig)
+		fmt.Fprintf(out, "Kept: namespace %s (and %s-zero-touch and %s-config-starts, their controllers stopped); KUBECONFIG=%s\n",
+			*namespace, *namespace, *namespace, c.Kubeconfig)
 	}
 	return nil
 }

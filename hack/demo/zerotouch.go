@@ -16,15 +16,17 @@ import (
 
 // Stories -story selects.
 const (
-	storyAll       = "all"
-	storyWriteUp   = "write-up"
-	storyZeroTouch = "zero-touch"
+	storyAll          = "all"
+	storyWriteUp      = "write-up"
+	storyZeroTouch    = "zero-touch"
+	storyConfigStarts = "config-starts"
 )
 
-// zeroTouch runs the second story: the write-up's canary with one static ConfigMap changed in place,
-// the controller running with -pinning in namespace ns. The controller stops and its webhook
-// configuration and certificate go at the end, whatever happens; the namespace too unless keep.
-func zeroTouch(ctx context.Context, c *framework.Cluster, b framework.Binary, ns string, keep bool, out io.Writer) (err error) {
+// pinnedStory runs one story of the controller with -pinning in namespace ns: intro, then run. The
+// controller stops and its webhook configuration and certificate go at the end, whatever happens; the
+// namespace too unless keep. afterStep shows `configmap-attacher` commands after steps (show runs one).
+func pinnedStory(ctx context.Context, c *framework.Cluster, b framework.Binary, ns string, keep bool, out io.Writer, intro string,
+	run func(*walkthrough.Story, context.Context) error, afterStep func(ctx context.Context, step int, show func(context.Context, ...string) error) error) (err error) {
 	if _, err := c.Kube.CoreV1().Namespaces().Get(ctx, ns, metav1.GetOptions{}); err == nil {
 		return fmt.Errorf("namespace %s already exists: the demo only works in a namespace it creates (use -namespace)", ns)
 	} else if !apierrors.IsNotFound(err) {
@@ -49,17 +51,7 @@ func zeroTouch(ctx context.Context, c *framework.Cluster, b framework.Binary, ns
 		}
 		_ = c.DeleteNamespace(bg, ns)
 	}()
-
-	fmt.Fprintf(out, `
-
-==== Zero-touch pinning: the same canary with ONE static ConfigMap, changed in place
-
-No renaming and no Job: ConfigMap %[1]s keeps its name and is changed in place, with Helm's checksum
-annotation on the pod template to roll the pods. The controller runs with -pinning (its webhook at
-%[2]s): each new revision gets an immutable snapshot of %[1]s that it owns, and every new
-pod is pointed at its own revision's snapshot. Trees show, per ReplicaSet, the snapshots it owns and how
-many of its pods read each.
-`, walkthrough.PinnedConfigMap, ctrl.URL)
+	fmt.Fprintf(out, intro, walkthrough.PinnedConfigMap, ctrl.URL)
 	s := &walkthrough.Story{C: c, Namespace: ns, Rollout: "demo", Out: out, Wait: 2 * time.Minute}
 	show := func(ctx context.Context, args ...string) error {
 		r := b.Run(ctx, []string{"LOG_LEVEL=warn"}, append(args, "-n", ns)...)
@@ -69,7 +61,23 @@ many of its pods read each.
 		}
 		return nil
 	}
-	s.AfterStep = func(ctx context.Context, step int) error {
+	s.AfterStep = func(ctx context.Context, step int) error { return afterStep(ctx, step, show) }
+	return run(s, ctx)
+}
+
+// zeroTouch runs the second story: the write-up's canary with one static ConfigMap changed in place,
+// the controller running with -pinning in namespace ns.
+func zeroTouch(ctx context.Context, c *framework.Cluster, b framework.Binary, ns string, keep bool, out io.Writer) error {
+	return pinnedStory(ctx, c, b, ns, keep, out, `
+
+==== Zero-touch pinning: the same canary with ONE static ConfigMap, changed in place
+
+No renaming and no Job: ConfigMap %[1]s keeps its name and is changed in place, with Helm's checksum
+annotation on the pod template to roll the pods. The controller runs with -pinning (its webhook at
+%[2]s): each new revision gets an immutable snapshot of %[1]s that it owns, and every new
+pod is pointed at its own revision's snapshot. Trees show, per ReplicaSet, the snapshots it owns and how
+many of its pods read each.
+`, (*walkthrough.Story).ZeroTouch, func(ctx context.Context, step int, show func(context.Context, ...string) error) error {
 		switch step {
 		case 4: // aborted: which snapshot each revision reads, and what the aborted canary changed
 			if err := show(ctx, "history", "rollout/demo"); err != nil {
@@ -83,6 +91,26 @@ many of its pods read each.
 			return show(ctx, "diff", "rollout/demo", "1", "live")
 		}
 		return nil
-	}
-	return s.ZeroTouch(ctx)
+	})
+}
+
+// configStarts runs the third story: the same canary with nothing but the ConfigMap edited, the
+// Rollout opted in with Reloader's annotation, the controller running with -pinning in namespace ns.
+func configStarts(ctx context.Context, c *framework.Cluster, b framework.Binary, ns string, keep bool, out io.Writer) error {
+	return pinnedStory(ctx, c, b, ns, keep, out, `
+
+==== A config change starts the canary: nothing but the ConfigMap edited
+
+No checksum annotation either: Rollout demo carries Reloader's own annotation,
+reloader.stakater.com/auto: "true", and the team edits ConfigMap %[1]s in place and nothing else. The
+controller (-pinning, webhook at %[2]s) writes one annotation on the Rollout's pod template,
+configmap-attacher.io/config-hash, the hash of the content: Argo Rollouts starts the canary, the new
+revision pins the new content, every older one keeps its own; a revert of the content goes back to the
+revision that had it. Trees show each ReplicaSet's config-hash and snapshots.
+`, (*walkthrough.Story).ConfigStarts, func(ctx context.Context, step int, show func(context.Context, ...string) error) error {
+		if step == 5 { // reverted: back to revision 1, which the history shows running its own snapshot
+			return show(ctx, "history", "rollout/demo")
+		}
+		return nil
+	})
 }

@@ -5,6 +5,9 @@ package api
 
 import metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
+// Prefix starts every label and annotation key of ours.
+const Prefix = "configmap-attacher.io/"
+
 // RevisionedLabel opts a ConfigMap or Secret in: the chart and the renderer set it, and nothing without
 // it is ever attached, so a hand-made object never becomes garbage because a workload went away.
 const (

@@ -1,6 +1,8 @@
 package caches
 
 import (
+	"strings"
+
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/runtime"
@@ -23,6 +25,10 @@ type Options struct {
 	ConfigKinds []refs.Kind
 	// Rollouts adds Argo Rollouts (when its CRD is installed).
 	Rollouts bool
+	// AllConfigs widens the config informers to every ConfigMap and Secret (metadata only), for the
+	// config trigger: the objects Reloader's annotations select carry no label of ours. Configs is then
+	// a view of them showing only the opted-in ones.
+	AllConfigs bool
 }
 
 // Caches are the informers the controllers read.
@@ -31,6 +37,9 @@ type Caches struct {
 	Users map[Kind]*Informer[*User]
 	// Configs are the opted-in ConfigMaps and Secrets, metadata only.
 	Configs map[refs.Kind]*Informer[*metav1.PartialObjectMetadata]
+	// AllConfigs are every ConfigMap and Secret, metadata only (trimAll), when Options.AllConfigs is
+	// set; Configs and the pinning snapshots are then views of these, not informers of their own.
+	AllConfigs map[refs.Kind]*Informer[*metav1.PartialObjectMetadata]
 	// Pinning is set when zero-touch pinning is on (NewPinning).
 	Pinning *Pinning
 
@@ -81,10 +90,15 @@ func New(clients *kube.Clients, o Options) (*Caches, error) {
 			c.start = append(c.start, dyn.Start)
 		}
 
-		// Config objects: metadata only and filtered by the opt-in label, so their data (up to 1 MiB
-		// each) is never downloaded nor cached.
-		err := c.metadataInformers(clients, ns, optedIn, o.ConfigKinds, trimConfig,
-			func(refs.Kind) cache.Indexers { return ConfigIndexers() }, configs)
+		// Config objects: metadata only, so their data (up to 1 MiB each) is never downloaded nor
+		// cached; filtered by the opt-in label unless the config trigger needs them all.
+		var err error
+		if o.AllConfigs {
+			err = c.metadataInformers(clients, ns, "", o.ConfigKinds, trimAll, allConfigIndexers, configs)
+		} else {
+			err = c.metadataInformers(clients, ns, optedIn, o.ConfigKinds, trimConfig,
+				func(refs.Kind) cache.Indexers { return ConfigIndexers() }, configs)
+		}
 		if err != nil {
 			return nil, err
 		}
@@ -95,7 +109,29 @@ func New(clients *kube.Clients, o Options) (*Caches, error) {
 	for kind, infs := range configs {
 		c.Configs[kind] = joined[*metav1.PartialObjectMetadata](c, infs)
 	}
+	if o.AllConfigs {
+		c.widen()
+	}
 	return c, nil
+}
+
+// widen makes the config informers the AllConfigs and Configs the view of them that shows only the
+// opted-in objects: in-use protection and the attach controller, written for a label-selected watch,
+// then see exactly what they saw (an object losing the label is deleted for them).
+func (c *Caches) widen() {
+	c.AllConfigs = c.Configs
+	c.Configs = map[refs.Kind]*Informer[*metav1.PartialObjectMetadata]{}
+	for kind, inf := range c.AllConfigs {
+		c.Configs[kind] = inf.Filtered(func(m *metav1.PartialObjectMetadata) bool { return api.OptedIn(m.Labels) })
+	}
+}
+
+// allConfigIndexers are the indexes of the widened config informers: those of the opted-in ones,
+// and the snapshots' ByPin, since the pinning snapshots are a view of them too.
+func allConfigIndexers(kind refs.Kind) cache.Indexers {
+	ix := ConfigIndexers()
+	ix[ByPin] = indexByPin(kind)
+	return ix
 }
 
 // Start starts every informer; they stop when stop closes.
@@ -119,6 +155,46 @@ func trimConfig(obj any) (any, error) {
 		m.Annotations = nil
 	}
 	return obj, nil
+}
+
+// trimAll is the transform of the widened config informers, which hold every ConfigMap and Secret of
+// the cluster: of the labels only ours, of the annotations only what a reader needs (Reloader's match
+// and ignore, a snapshot's original name, a record's content). Everything else a tool or a user put
+// there (Helm's and Argo CD's tracking, the last-applied copy of the data) goes.
+func trimAll(obj any) (any, error) {
+	m, ok := obj.(*metav1.PartialObjectMetadata)
+	if !ok {
+		return obj, nil
+	}
+	m.ManagedFields = nil
+	var labels map[string]string
+	for k, v := range m.Labels {
+		if strings.HasPrefix(k, api.Prefix) {
+			if labels == nil {
+				labels = map[string]string{}
+			}
+			labels[k] = v
+		}
+	}
+	m.Labels = labels
+	keep := []string{api.ReloaderMatch, api.ReloaderIgnore}
+	switch {
+	case labels[api.SnapshotLabel] == api.SnapshotValue:
+		keep = append(keep, api.OriginalNameAnnotation)
+	case labels[api.RecordLabel] == api.RecordValue:
+		keep = append(keep, api.RecordAnnotation)
+	}
+	var annotations map[string]string
+	for _, k := range keep {
+		if v, ok := m.Annotations[k]; ok {
+			if annotations == nil {
+				annotations = map[string]string{}
+			}
+			annotations[k] = v
+		}
+	}
+	m.Annotations = annotations
+	return m, nil
 }
 
 // metadataInformers adds to into, for each kind, a metadata-only informer of namespace ns filtered by

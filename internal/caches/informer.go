@@ -13,12 +13,16 @@ import (
 	"github.com/configmap-attacher/configmap-attacher/internal/refs"
 )
 
-// Index names. On User informers: which users reference a config object (ByConfig), and which a
-// workload controls (ByOwner). On config informers: which config objects a revision owns (ByOwner).
+// Index names. On User informers: which users reference a config object (ByConfig), which a
+// workload controls (ByOwner), which Rollouts take their template from a Deployment (ByTemplateRef,
+// "namespace/deployment"), and which workloads name objects of a kind in a Reloader reload list
+// (ByReloadList, "namespace/Kind"). On config informers: which config objects a revision owns (ByOwner).
 const (
-	ByConfig = "byConfig"
-	ByOwner  = "byOwner"
-	ByUID    = "byUID"
+	ByConfig      = "byConfig"
+	ByOwner       = "byOwner"
+	ByUID         = "byUID"
+	ByTemplateRef = "byTemplateRef"
+	ByReloadList  = "byReloadList"
 )
 
 // ConfigIndexers are the indexes every config informer has.
@@ -44,7 +48,33 @@ func ConfigKey(namespace string, r refs.Ref) string {
 
 // UserIndexers are the indexes every User informer has.
 func UserIndexers() cache.Indexers {
-	return cache.Indexers{ByConfig: indexByConfig, ByOwner: indexByOwner, ByUID: indexByUID}
+	return cache.Indexers{ByConfig: indexByConfig, ByOwner: indexByOwner, ByUID: indexByUID,
+		ByTemplateRef: indexByTemplateRef, ByReloadList: indexByReloadList}
+}
+
+func indexByTemplateRef(obj any) ([]string, error) {
+	if u, ok := obj.(*User); ok && u.Status != nil && u.Status.TemplateRef != "" {
+		return []string{u.Namespace + "/" + u.Status.TemplateRef}, nil
+	}
+	return nil, nil
+}
+
+// ReloadListKey is the ByReloadList index value of the workloads of namespace with a reload list of
+// config kind.
+func ReloadListKey(namespace string, kind refs.Kind) string { return namespace + "/" + string(kind) }
+
+func indexByReloadList(obj any) ([]string, error) {
+	u, ok := obj.(*User)
+	if !ok || u.Status == nil {
+		return nil, nil
+	}
+	var out []string
+	for kind, key := range map[refs.Kind]string{refs.ConfigMap: api.ReloaderConfigMapReload, refs.Secret: api.ReloaderSecretReload} {
+		if u.Annotations[key] != "" || u.TemplateAnnotations[key] != "" {
+			out = append(out, ReloadListKey(u.Namespace, kind))
+		}
+	}
+	return out, nil
 }
 
 func indexByConfig(obj any) ([]string, error) {
@@ -79,13 +109,33 @@ func indexByOwner(obj any) ([]string, error) {
 
 // Informer is one resource's cache over one or more namespaces (a single informer when watching all
 // of them). Controllers read it; internal/manager builds and starts it; tests fill Indexers directly.
+// A filtered Informer (Filtered) is a view of another: it shares its informers and shows only the
+// objects keep accepts.
 type Informer[T runtime.Object] struct {
 	informers []cache.SharedIndexInformer
+	keep      func(T) bool // nil: every object
 }
 
 // NewInformer joins the informers of one resource, one per namespace watched.
 func NewInformer[T runtime.Object](informers ...cache.SharedIndexInformer) *Informer[T] {
 	return &Informer[T]{informers: informers}
+}
+
+// Filtered is a view of the informer showing only the objects keep accepts, to readers and to event
+// handlers alike: an object that stops being accepted is deleted from the view's point of view, one
+// that starts being accepted is added, and changes to objects it never accepts are not seen at all.
+// So a controller written for a label-selected informer keeps its semantics over a wider one.
+func (i *Informer[T]) Filtered(keep func(T) bool) *Informer[T] {
+	return &Informer[T]{informers: i.informers, keep: keep}
+}
+
+// shows reports whether the view shows obj (a stored object, or a tombstone of one).
+func (i *Informer[T]) shows(obj any) (T, bool) {
+	if d, ok := obj.(cache.DeletedFinalStateUnknown); ok {
+		obj = d.Obj
+	}
+	t, ok := obj.(T)
+	return t, ok && (i.keep == nil || i.keep(t))
 }
 
 // Get returns the cached object namespace/name (namespace "" for a cluster-scoped object).
@@ -107,6 +157,9 @@ func (i *Informer[T]) Get(namespace, name string) (T, bool, error) {
 		if !ok {
 			return zero, false, fmt.Errorf("cache of %T holds a %T", zero, obj)
 		}
+		if i.keep != nil && !i.keep(t) {
+			return zero, false, nil
+		}
 		return t, true, nil
 	}
 	return zero, false, nil
@@ -123,7 +176,7 @@ func (i *Informer[T]) ByIndex(index, value string) ([]T, error) {
 			continue
 		}
 		for _, o := range objs {
-			if t, ok := o.(T); ok {
+			if t, ok := i.shows(o); ok {
 				out = append(out, t)
 			}
 		}
@@ -136,7 +189,7 @@ func (i *Informer[T]) List() []T {
 	var out []T
 	for _, inf := range i.informers {
 		for _, o := range inf.GetIndexer().List() {
-			if t, ok := o.(T); ok {
+			if t, ok := i.shows(o); ok {
 				out = append(out, t)
 			}
 		}
@@ -144,14 +197,50 @@ func (i *Informer[T]) List() []T {
 	return out
 }
 
-// AddEventHandler registers h with every namespace's informer.
+// AddEventHandler registers h with every namespace's informer (through the view's filter).
 func (i *Informer[T]) AddEventHandler(h cache.ResourceEventHandler) error {
+	if i.keep != nil {
+		h = filteringHandler[T]{view: i, h: h}
+	}
 	for _, inf := range i.informers {
 		if _, err := inf.AddEventHandler(h); err != nil {
 			return err
 		}
 	}
 	return nil
+}
+
+// filteringHandler passes a view's events on as the view sees them.
+type filteringHandler[T runtime.Object] struct {
+	view *Informer[T]
+	h    cache.ResourceEventHandler
+}
+
+func (f filteringHandler[T]) OnAdd(obj any, initial bool) {
+	if _, ok := f.view.shows(obj); ok {
+		f.h.OnAdd(obj, initial)
+	}
+}
+
+func (f filteringHandler[T]) OnUpdate(old, cur any) {
+	_, was := f.view.shows(old)
+	_, is := f.view.shows(cur)
+	switch {
+	case was && is:
+		f.h.OnUpdate(old, cur)
+	case is:
+		f.h.OnAdd(cur, false)
+	case was:
+		// Left the view (e.g. its opt-in label was removed): a delete, as a label-selected watch
+		// reports it; handlers get the last state the view showed.
+		f.h.OnDelete(old)
+	}
+}
+
+func (f filteringHandler[T]) OnDelete(obj any) {
+	if _, ok := f.view.shows(obj); ok {
+		f.h.OnDelete(obj)
+	}
 }
 
 // HasSynced reports whether every namespace's informer has synced.
@@ -209,8 +298,10 @@ func NewConfigInformerForTest(objs ...*metav1.PartialObjectMetadata) *Informer[*
 	return NewInformer[*metav1.PartialObjectMetadata](inf)
 }
 
-// NewForTest builds caches that are never started, holding users and the opted-in configs, as the
-// controllers' unit tests need them.
+// NewForTest builds caches that are never started, holding users and configs, as the controllers'
+// unit tests need them. They are built as the controller builds them with the config trigger on:
+// AllConfigs holds every config object (trimmed as on arrival), Configs is the view of the opted-in
+// ones, so every controller's tests run against the widened informers.
 func NewForTest(users []*User, configs []*metav1.PartialObjectMetadata) *Caches {
 	cs := &Caches{Users: map[Kind]*Informer[*User]{}, Configs: map[refs.Kind]*Informer[*metav1.PartialObjectMetadata]{}}
 	byKind := map[Kind][]*User{}
@@ -221,14 +312,18 @@ func NewForTest(users []*User, configs []*metav1.PartialObjectMetadata) *Caches 
 		cs.Users[k] = NewUserInformerForTest(byKind[k]...)
 	}
 	for _, k := range refs.Kinds() {
-		var ofKind []*metav1.PartialObjectMetadata
+		ix := allConfigIndexers(k)
+		ix[cache.NamespaceIndex] = cache.MetaNamespaceIndexFunc // as the informer factories add it
+		inf := cache.NewSharedIndexInformer(nil, &metav1.PartialObjectMetadata{}, 0, ix)
 		for _, m := range configs {
-			if m.Kind == string(k) && api.OptedIn(m.Labels) {
-				ofKind = append(ofKind, m)
+			if m.Kind == string(k) {
+				trimmed, _ := trimAll(m.DeepCopy())
+				_ = inf.GetIndexer().Add(trimmed)
 			}
 		}
-		cs.Configs[k] = NewConfigInformerForTest(ofKind...)
+		cs.Configs[k] = NewInformer[*metav1.PartialObjectMetadata](inf)
 	}
+	cs.widen()
 	return cs
 }
 

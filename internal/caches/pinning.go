@@ -105,6 +105,9 @@ func (c *Caches) NewPinning(clients *kube.Clients, o Options) error {
 		}
 		c.start = append(c.start, typed.Start)
 
+		if c.AllConfigs != nil {
+			continue // the snapshots are a view of the config informers (below)
+		}
 		err := c.metadataInformers(clients, ns, snapSelector, o.ConfigKinds, trimSnapshot,
 			snapshotIndexers, snaps)
 		if err != nil {
@@ -116,6 +119,9 @@ func (c *Caches) NewPinning(clients *kube.Clients, o Options) error {
 	}
 	for kind, infs := range snaps {
 		p.Snapshots[kind] = joined[*metav1.PartialObjectMetadata](c, infs)
+	}
+	for kind, inf := range c.AllConfigs {
+		p.Snapshots[kind] = inf.Filtered(isSnapshot)
 	}
 	nsFactory := metadatainformer.NewSharedInformerFactory(clients.Metadata, 0)
 	nsInf := nsFactory.ForResource(corev1.SchemeGroupVersion.WithResource("namespaces")).Informer()
@@ -210,6 +216,10 @@ func trimPin(obj any) (any, error) {
 		delete(o.Annotations, corev1.LastAppliedConfigAnnotation)
 	}
 	return obj, nil
+}
+
+func isSnapshot(m *metav1.PartialObjectMetadata) bool {
+	return m.Labels[api.SnapshotLabel] == api.SnapshotValue
 }
 
 func trimSnapshot(obj any) (any, error) {

@@ -3,10 +3,12 @@ package caches
 import (
 	"encoding/json"
 	"fmt"
+	"strconv"
 
 	appsv1 "k8s.io/api/apps/v1"
 	batchv1 "k8s.io/api/batch/v1"
 	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 
 	"github.com/configmap-attacher/configmap-attacher/internal/refs"
@@ -42,31 +44,60 @@ func Reduce(obj any) (*User, error) {
 	case *batchv1.CronJob:
 		return reduce("batch/v1", CronJob, &o.ObjectMeta, refs.FromPodSpec(&o.Spec.JobTemplate.Spec.Template.Spec)), nil
 	case *appsv1.Deployment:
-		return reduce("apps/v1", Deployment, &o.ObjectMeta, refs.FromPodSpec(&o.Spec.Template.Spec)), nil
+		return reduceWorkload("apps/v1", Deployment, &o.ObjectMeta, &o.Spec.Template, o.Status.ObservedGeneration), nil
 	case *appsv1.StatefulSet:
-		return reduce("apps/v1", StatefulSet, &o.ObjectMeta, refs.FromPodSpec(&o.Spec.Template.Spec)), nil
+		return reduceWorkload("apps/v1", StatefulSet, &o.ObjectMeta, &o.Spec.Template, o.Status.ObservedGeneration), nil
 	case *appsv1.DaemonSet:
-		return reduce("apps/v1", DaemonSet, &o.ObjectMeta, refs.FromPodSpec(&o.Spec.Template.Spec)), nil
+		return reduceWorkload("apps/v1", DaemonSet, &o.ObjectMeta, &o.Spec.Template, o.Status.ObservedGeneration), nil
 	case *unstructured.Unstructured:
 		ro, err := workload.RolloutFromUnstructured(o)
 		if err != nil {
 			return nil, err
 		}
-		var used refs.Set
-		if ro.Spec.Template != nil { // a Rollout with workloadRef has none: its Deployment is watched
-			used = refs.FromPodSpec(&ro.Spec.Template.Spec)
+		// Argo Rollouts writes generations as strings; one it does not write as a number is taken as
+		// observed rather than waited for for ever.
+		observed, err := strconv.ParseInt(ro.Status.ObservedGeneration, 10, 64)
+		if err != nil {
+			observed = ro.Generation
 		}
-		return reduce(o.GetAPIVersion(), Rollout, &ro.ObjectMeta, used), nil
+		if ro.Spec.Template == nil { // a Rollout with workloadRef has none: its Deployment is watched
+			u := reduceWorkload(o.GetAPIVersion(), Rollout, &ro.ObjectMeta, &corev1.PodTemplateSpec{}, observed)
+			if ref := ro.Spec.WorkloadRef; ref != nil && ref.Kind == "Deployment" {
+				u.Status.TemplateRef = ref.Name
+				u.Status.TemplateRefObserved, _ = strconv.ParseInt(ro.Status.WorkloadObservedGeneration, 10, 64)
+			}
+			return u, nil
+		}
+		return reduceWorkload(o.GetAPIVersion(), Rollout, &ro.ObjectMeta, ro.Spec.Template, observed), nil
 	}
 	return nil, fmt.Errorf("%T is not a kind that uses config", obj)
+}
+
+// reduceWorkload reduces a Deployment, StatefulSet, DaemonSet or Rollout: its pod template's references
+// and Reloader annotations, and whether its controller observed generation observed.
+func reduceWorkload(apiVersion string, kind Kind, meta *metav1.ObjectMeta, t *corev1.PodTemplateSpec, observed int64) *User {
+	u := reduce(apiVersion, kind, meta, refs.FromPodSpec(&t.Spec))
+	u.TemplateAnnotations = reloaderAnnotations(t.Annotations)
+	u.Status = &WorkloadStatus{Observed: observed >= meta.Generation}
+	return u
 }
 
 // transform is the informers' transform: everything they store is a User.
 func transform(obj any) (any, error) { return Reduce(obj) }
 
-// controllerRevisionSpec decodes the pod spec a StatefulSet's or DaemonSet's ControllerRevision keeps:
-// its data is a patch of the workload holding spec.template (with "$patch": "replace").
+// controllerRevisionSpec decodes the pod spec a StatefulSet's or DaemonSet's ControllerRevision keeps.
 func controllerRevisionSpec(cr *appsv1.ControllerRevision) (*corev1.PodSpec, error) {
+	t, err := ControllerRevisionTemplate(cr)
+	if err != nil {
+		return nil, err
+	}
+	return &t.Spec, nil
+}
+
+// ControllerRevisionTemplate decodes the pod template a StatefulSet's or DaemonSet's
+// ControllerRevision keeps: its data is a patch of the workload holding spec.template (with
+// "$patch": "replace").
+func ControllerRevisionTemplate(cr *appsv1.ControllerRevision) (*corev1.PodTemplateSpec, error) {
 	var data struct {
 		Spec struct {
 			Template corev1.PodTemplateSpec `json:"template"`
@@ -80,10 +111,10 @@ func controllerRevisionSpec(cr *appsv1.ControllerRevision) (*corev1.PodSpec, err
 		}
 	}
 	if len(raw) == 0 {
-		return &corev1.PodSpec{}, nil
+		return &corev1.PodTemplateSpec{}, nil
 	}
 	if err := json.Unmarshal(raw, &data); err != nil {
 		return nil, fmt.Errorf("decoding ControllerRevision %s/%s: %w", cr.Namespace, cr.Name, err)
 	}
-	return &data.Spec.Template.Spec, nil
+	return &data.Spec.Template, nil
 }

@@ -7,6 +7,7 @@ package caches
 
 import (
 	"fmt"
+	"maps"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
@@ -41,7 +42,7 @@ type User struct {
 	// TypeMeta is the original object's apiVersion and kind.
 	metav1.TypeMeta
 	// ObjectMeta keeps identity, labels, owners and the deletion timestamp; of the annotations only
-	// ours and the revision number's.
+	// attach-all and, on workloads, Jobs, CronJobs and bare pods, Reloader's (api.ReloaderWorkloadAnnotations).
 	metav1.ObjectMeta
 	// Refs are the config objects its pod spec references, distinct and sorted.
 	Refs []refs.Ref
@@ -49,6 +50,24 @@ type User struct {
 	Number int64
 	// Finished is true for a pod the kubelet is done with: it reads no config any more.
 	Finished bool
+	// TemplateAnnotations are Reloader's annotations on a workload's pod template, where Reloader
+	// looks when the workload's own metadata has none.
+	TemplateAnnotations map[string]string
+	// Status is set for Deployments, StatefulSets, DaemonSets and Rollouts: whether their controller
+	// has caught up with their spec.
+	Status *WorkloadStatus
+}
+
+// WorkloadStatus is what the config trigger reads of a workload's status.
+type WorkloadStatus struct {
+	// Observed is true once the workload's controller has observed its latest generation: its
+	// newest revision is then the one its template makes.
+	Observed bool
+	// TemplateRef names the Deployment holding a Rollout's pod template (spec.workloadRef), "" when
+	// the Rollout has its own; TemplateRefObserved is the generation of that Deployment the Rollout
+	// controller last resolved (status.workloadObservedGeneration).
+	TemplateRef         string
+	TemplateRefObserved int64
 }
 
 // Kind is the original object's kind.
@@ -84,6 +103,13 @@ func (u *User) Revision() *revision.Revision {
 func (u *User) DeepCopyObject() runtime.Object {
 	out := &User{TypeMeta: u.TypeMeta, Refs: append([]refs.Ref(nil), u.Refs...), Number: u.Number, Finished: u.Finished}
 	u.ObjectMeta.DeepCopyInto(&out.ObjectMeta)
+	if u.TemplateAnnotations != nil {
+		out.TemplateAnnotations = maps.Clone(u.TemplateAnnotations)
+	}
+	if u.Status != nil {
+		st := *u.Status
+		out.Status = &st
+	}
 	return out
 }
 
@@ -99,7 +125,9 @@ func (u *User) Live() bool {
 }
 
 // reduce builds the User of an object from its metadata and pod spec references. Pods keep no labels
-// (the largest cache, and nothing reads them); of the annotations only attach-all is kept.
+// (the largest cache, and nothing reads them); of the annotations only attach-all, and Reloader's where
+// the config trigger reads them: on workloads, Jobs, CronJobs and bare pods (a controller's pods and
+// revisions inherit them from its template or metadata, and nothing reads them there).
 func reduce(apiVersion string, kind Kind, meta *metav1.ObjectMeta, used refs.Set) *User {
 	u := &User{
 		TypeMeta: metav1.TypeMeta{APIVersion: apiVersion, Kind: string(kind)},
@@ -117,5 +145,31 @@ func reduce(apiVersion string, kind Kind, meta *metav1.ObjectMeta, used refs.Set
 	if v, ok := meta.Annotations[api.AttachAllAnnotation]; ok {
 		u.Annotations = map[string]string{api.AttachAllAnnotation: v}
 	}
+	if kind != ReplicaSet && kind != ControllerRevision && (kind != Pod || metav1.GetControllerOfNoCopy(meta) == nil) {
+		if r := reloaderAnnotations(meta.Annotations); r != nil {
+			if u.Annotations == nil {
+				u.Annotations = r
+			} else {
+				maps.Copy(u.Annotations, r)
+			}
+		}
+	}
 	return u
+}
+
+// reloaderAnnotations returns Reloader's workload annotations among annotations, nil if none.
+func reloaderAnnotations(annotations map[string]string) map[string]string {
+	if len(annotations) == 0 {
+		return nil
+	}
+	var out map[string]string
+	for _, k := range api.ReloaderWorkloadAnnotations() {
+		if v, ok := annotations[k]; ok {
+			if out == nil {
+				out = map[string]string{}
+			}
+			out[k] = v
+		}
+	}
+	return out
 }

@@ -8,8 +8,11 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
+	"fmt"
 	"strings"
 
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/util/validation"
 )
 
@@ -55,6 +58,30 @@ func (s Secret) Hash() (string, error) {
 	}
 	s.Data = nonNil(s.Data)
 	return hash(s)
+}
+
+// HashJSON is the content hash of any value: the first HashLength hex digits of the SHA-256 of its
+// canonical JSON. ConfigMap.Hash and Secret.Hash are this over what a pod sees; the config trigger
+// hashes the set of them a pod template reads with it.
+func HashJSON(v any) (string, error) { return hash(v) }
+
+// Of is the content hash of a live ConfigMap or Secret.
+func Of(obj runtime.Object) (string, error) {
+	switch o := obj.(type) {
+	case *corev1.ConfigMap:
+		return ConfigMap{Data: o.Data, BinaryData: o.BinaryData}.Hash()
+	case *corev1.Secret:
+		return Secret{Type: string(o.Type), Data: o.Data}.Hash()
+	}
+	return "", fmt.Errorf("%T is not a ConfigMap or Secret", obj)
+}
+
+// HashOfName is the content hash a revisioned name <base>-<hash> carries.
+func HashOfName(name, base string) (string, bool) {
+	if !IsRevisionOf(name, base) {
+		return "", false
+	}
+	return name[len(name)-HashLength:], true
 }
 
 func hash(v any) (string, error) {

@@ -17,6 +17,7 @@ import (
 
 	"github.com/configmap-attacher/configmap-attacher/internal/api"
 	"github.com/configmap-attacher/configmap-attacher/internal/kube"
+	"github.com/configmap-attacher/configmap-attacher/internal/trigger"
 )
 
 // Options configure the controller process.
@@ -38,7 +39,19 @@ type Options struct {
 	LeaderElection LeaderElectionOptions
 	Client         kube.ClientOptions
 	Pinning        PinningOptions
+	Trigger        TriggerOptions
 }
+
+// TriggerOptions: a config change starts a revision (docs/config-starts.md). On with -pinning.
+type TriggerOptions struct {
+	// ReloaderAnnotations honours Reloader's annotations; false for a cluster still running Reloader.
+	ReloaderAnnotations bool
+	// Settle is how long content must stay unchanged before a revision is started for it.
+	Settle time.Duration
+}
+
+// TriggerEnabled reports whether the config trigger runs: with pinning, unless turned off.
+func (o *Options) TriggerEnabled() bool { return o.Pinning.Enabled && o.Trigger.ReloaderAnnotations }
 
 // PinningOptions turn on zero-touch pinning and say how the API server reaches its webhook.
 type PinningOptions struct {
@@ -82,6 +95,7 @@ func NewOptions(lookup func(string) (string, bool)) *Options {
 		// Each attach is one PATCH; client-go's default 5 QPS would queue a 500-Rollout deploy for minutes.
 		Client:  kube.ClientOptions{QPS: 100, Burst: 200},
 		Pinning: PinningOptions{BindAddress: ":9443", Configuration: "configmap-attacher", FailurePolicy: "Fail"},
+		Trigger: TriggerOptions{ReloaderAnnotations: true, Settle: trigger.DefaultSettle},
 	}
 }
 
@@ -123,6 +137,9 @@ func (o *Options) AddFlags(fs *flag.FlagSet) {
 	fs.StringVar(&o.Pinning.Configuration, "webhook-configuration-name", o.Pinning.Configuration, "name of the MutatingWebhookConfiguration")
 	fs.StringVar(&o.Pinning.FailurePolicy, "webhook-failure-policy", o.Pinning.FailurePolicy, "Fail or Ignore, with -webhook-url (docs/pinning.md: the trade-off)")
 	fs.StringVar(&o.Pinning.CertSecret, "webhook-cert-secret", o.Pinning.CertSecret, "Secret (in the leader election namespace) holding the webhook's serving certificate (default: <webhook-configuration-name>-webhook-tls)")
+	fs.BoolVar(&o.Trigger.ReloaderAnnotations, "reloader-annotations", o.Trigger.ReloaderAnnotations, "with -pinning, honour Reloader's annotations on workloads: a change of the config they select starts a new revision "+
+		"(docs/config-starts.md); false while the cluster still runs Reloader (a migration)")
+	fs.DurationVar(&o.Trigger.Settle, "config-settle", o.Trigger.Settle, "how long a config object must stay unchanged before a revision is started for its change: a burst of edits within it starts one")
 	fs.Float64Var(&o.Client.QPS, "kube-api-qps", o.Client.QPS, "client-side rate limit for API requests")
 	fs.IntVar(&o.Client.Burst, "kube-api-burst", o.Client.Burst, "client-side burst for API requests")
 	o.Client.AddFlags(fs)
@@ -149,6 +166,9 @@ func (o *Options) Validate() error {
 	}
 	if _, err := labels.Parse(o.ReplicaSetSelector); err != nil {
 		errs = append(errs, fmt.Sprintf("-replicaset-selector: %v", err))
+	}
+	if o.Trigger.Settle < 0 {
+		errs = append(errs, "-config-settle must not be negative")
 	}
 	if o.Workers < 1 {
 		errs = append(errs, "-workers must be at least 1")

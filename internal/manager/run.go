@@ -28,6 +28,7 @@ import (
 	"github.com/configmap-attacher/configmap-attacher/internal/protection"
 	"github.com/configmap-attacher/configmap-attacher/internal/reconcile"
 	"github.com/configmap-attacher/configmap-attacher/internal/refs"
+	"github.com/configmap-attacher/configmap-attacher/internal/trigger"
 	"github.com/configmap-attacher/configmap-attacher/internal/workload"
 )
 
@@ -54,7 +55,7 @@ func Run(ctx context.Context, o *Options, clients *kube.Clients) error {
 	if o.Secrets {
 		kinds = append(kinds, refs.Secret)
 	}
-	cacheOpts := caches.Options{Namespaces: o.Namespaces, ConfigKinds: kinds, Rollouts: withRollouts}
+	cacheOpts := caches.Options{Namespaces: o.Namespaces, ConfigKinds: kinds, Rollouts: withRollouts, AllConfigs: o.TriggerEnabled()}
 	cs, err := caches.New(clients, cacheOpts)
 	if err != nil {
 		return err
@@ -160,6 +161,13 @@ func controllers(cs *caches.Caches, writer *attach.Writer, m *metrics.Metrics, e
 			return nil, err
 		}
 		loops = append(loops, pinner.Loop())
+	}
+	if o.TriggerEnabled() {
+		t, err := trigger.New(cs, clients.Kube, clients.Dynamic, events.Recorder, m, trigger.Options{Settle: o.Trigger.Settle})
+		if err != nil {
+			return nil, err
+		}
+		loops = append(loops, t.Loop())
 	}
 	return loops, nil
 }

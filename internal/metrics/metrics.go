@@ -21,6 +21,8 @@ type Metrics struct {
 	isLeader  prometheus.Gauge
 	admission *prometheus.HistogramVec
 	apiCalls  *prometheus.CounterVec
+	started   *prometheus.CounterVec
+	overruled *prometheus.CounterVec
 }
 
 // New registers the series plus the Go and process collectors (process_resident_memory_bytes is what
@@ -53,8 +55,16 @@ func New() *Metrics {
 		apiCalls: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "configmap_attacher_webhook_api_calls_total", Help: "API requests made while admitting a pod (the pod path reads caches; these are the exceptions), by call.",
 		}, []string{"call"}),
+		started: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "configmap_attacher_config_revisions_total",
+			Help: "Revisions the config trigger started by writing the config-hash annotation, by workload kind and action (new: a new revision; back: back to an existing one).",
+		}, []string{"kind", "action"}),
+		overruled: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "configmap_attacher_config_overruled_total",
+			Help: "Times someone else changed a triggered workload's template back (a tool or user reverting the config-hash annotation, a rollback) or owned the annotation, by workload kind: the trigger then waits for the next content change.",
+		}, []string{"kind"}),
 	}
-	reg.MustRegister(m.attaches, m.errors, m.reconcile, m.attachAge, m.isLeader, m.admission, m.apiCalls,
+	reg.MustRegister(m.attaches, m.errors, m.reconcile, m.attachAge, m.isLeader, m.admission, m.apiCalls, m.started, m.overruled,
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	return m
 }
@@ -99,3 +109,16 @@ func (m *Metrics) Admitted(outcome string, d time.Duration) {
 
 // WebhookAPICall records an API request made on the pod path (a cache miss, a snapshot taken there).
 func (m *Metrics) WebhookAPICall(call string) { m.apiCalls.WithLabelValues(call).Inc() }
+
+// RevisionStarted records a config-hash write; back is true when it returns to an existing revision.
+func (m *Metrics) RevisionStarted(kind string, back bool) {
+	action := "new"
+	if back {
+		action = "back"
+	}
+	m.started.WithLabelValues(kind, action).Inc()
+}
+
+// Overruled records that someone else changed a triggered workload's template back, or owns the
+// annotation.
+func (m *Metrics) Overruled(kind string) { m.overruled.WithLabelValues(kind).Inc() }

@@ -21,6 +21,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/client-go/kubernetes"
 
 	"github.com/configmap-attacher/configmap-attacher/internal/api"
@@ -36,16 +37,11 @@ var ErrNotPinned = errors.New("not labelled " + api.PinLabel + "=" + api.PinValu
 
 // SnapshotName is the name of the snapshot of obj's current content.
 func SnapshotName(obj metav1.Object) (string, error) {
-	var hash string
-	var err error
-	switch o := obj.(type) {
-	case *corev1.ConfigMap:
-		hash, err = content.ConfigMap{Data: o.Data, BinaryData: o.BinaryData}.Hash()
-	case *corev1.Secret:
-		hash, err = content.Secret{Type: string(o.Type), Data: o.Data}.Hash()
-	default:
+	ro, ok := obj.(runtime.Object)
+	if !ok {
 		return "", fmt.Errorf("%T is not a ConfigMap or Secret", obj)
 	}
+	hash, err := content.Of(ro)
 	if err != nil {
 		return "", err
 	}

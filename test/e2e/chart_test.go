@@ -536,4 +536,10 @@ func TestChartPinningRBACSuffices(t *testing.T) {
 	must(t, e2e.cluster.WaitPods(ctx, 60*time.Second, rs, 1))
 	pinnedRollout{t: t, ns: appNS}.expectReads(rs, pinV1)
 	t.Log("then: as the chart's ServiceAccount the controller made its certificate, registered the webhook and pinned the pod")
+
+	t.Log("when: the Deployment opts in with Reloader's annotation and app-config alone is edited (pinning.reloaderAnnotations, on by default)")
+	triggered{t: t, ns: appNS}.optIn(framework.DeploymentGVR, "Deployment", "web")
+	must(t, e2e.cluster.EditConfigMap(ctx, appNS, "app-config", pinV2))
+	next := triggered{t: t, ns: appNS}.waitDeployment("web", pinV2, func(n *appsv1.ReplicaSet) bool { return n.UID != rs.UID && hashOf(n) != "" })
+	t.Logf("then: as the chart's ServiceAccount the controller started revision %s (the chart grants patch on workloads)", framework.RevisionOf(next))
 }

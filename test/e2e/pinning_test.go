@@ -210,9 +210,7 @@ func TestPinningTheWalkthroughWithAStaticConfigMap(t *testing.T) {
 	must(t, e2e.cluster.WaitPaused(ctx, 90*time.Second, ns, "demo"))
 	must(t, e2e.cluster.Promote(ctx, ns, "demo"))
 	r.current(pinV3, 3)
-	_, err := e2e.cluster.Dynamic.Resource(workload.RolloutGVR).Namespace(ns).Patch(ctx, "demo", types.MergePatchType,
-		[]byte(`{"spec":{"revisionHistoryLimit":0}}`), metav1.PatchOptions{})
-	must(t, err)
+	must(t, e2e.cluster.SetRevisionHistoryLimit(ctx, ns, "demo", 0))
 	for _, rs := range []*appsv1.ReplicaSet{rs1, rs2} {
 		must(t, e2e.cluster.WaitReplicaSetGone(ctx, 90*time.Second, ns, rs.Name))
 	}

@@ -204,8 +204,13 @@ func toAnySlice(s []string) []any {
 	return out
 }
 
+// AppSpec is an Application to apply: a HelmApp or a GitApp.
+type AppSpec interface {
+	Object() *unstructured.Unstructured
+}
+
 // ApplyApplication creates the Application, or replaces the spec of an existing one.
-func (c *Cluster) ApplyApplication(ctx context.Context, app HelmApp) error {
+func (c *Cluster) ApplyApplication(ctx context.Context, app AppSpec) error {
 	return c.applySpec(ctx, ApplicationGVR, app.Object())
 }
 

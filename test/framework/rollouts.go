@@ -96,6 +96,8 @@ type RolloutSpec struct {
 	Secrets              []string
 	// Template, when set, is used instead of PodTemplate(ConfigMaps, Secrets).
 	Template *corev1.PodTemplateSpec
+	// Annotations are the Rollout's own (metadata.annotations), e.g. ReloaderAuto.
+	Annotations map[string]string
 }
 
 // PodTemplate mounts the ConfigMaps through one projected volume at MountPath (as the original chart)
@@ -147,15 +149,27 @@ func (c *Cluster) CreateRollout(ctx context.Context, ns, name string, spec Rollo
 	}
 	u := &unstructured.Unstructured{Object: map[string]any{
 		"apiVersion": "argoproj.io/v1alpha1", "kind": "Rollout",
-		"metadata": map[string]any{"name": name, "namespace": ns},
+		"metadata": rolloutMeta(ns, name, spec),
 		"spec":     s,
 	}}
 	_, err = c.Dynamic.Resource(workload.RolloutGVR).Namespace(ns).Create(ctx, u, metav1.CreateOptions{})
 	return err
 }
 
-// CreateWorkloadRefRollout creates a Deployment holding the pod template (scaled to 0) and a Rollout
-// referencing it through spec.workloadRef.
+func rolloutMeta(ns, name string, spec RolloutSpec) map[string]any {
+	meta := map[string]any{"name": name, "namespace": ns}
+	if len(spec.Annotations) > 0 {
+		a := map[string]any{}
+		for k, v := range spec.Annotations {
+			a[k] = v
+		}
+		meta["annotations"] = a
+	}
+	return meta
+}
+
+// CreateWorkloadRefRollout creates a Deployment holding the pod template (scaled to 0; spec.Template
+// or PodTemplate(ConfigMaps, Secrets)) and a Rollout referencing it through spec.workloadRef.
 func (c *Cluster) CreateWorkloadRefRollout(ctx context.Context, ns, name string, spec RolloutSpec) error {
 	zero := int32(0)
 	d := &appsv1.Deployment{
@@ -166,12 +180,15 @@ func (c *Cluster) CreateWorkloadRefRollout(ctx context.Context, ns, name string,
 			Template: PodTemplate(name, spec.ConfigMaps, spec.Secrets),
 		},
 	}
+	if spec.Template != nil {
+		d.Spec.Template = *spec.Template
+	}
 	if _, err := c.Kube.AppsV1().Deployments(ns).Create(ctx, d, metav1.CreateOptions{}); err != nil {
 		return err
 	}
 	u := &unstructured.Unstructured{Object: map[string]any{
 		"apiVersion": "argoproj.io/v1alpha1", "kind": "Rollout",
-		"metadata": map[string]any{"name": name, "namespace": ns},
+		"metadata": rolloutMeta(ns, name, spec),
 		"spec": map[string]any{
 			"replicas":    int64(spec.Replicas),
 			"selector":    map[string]any{"matchLabels": map[string]any{"app": name}},
@@ -205,6 +222,14 @@ func (c *Cluster) SetDeploymentConfig(ctx context.Context, ns, name, app string,
 		return err
 	}
 	_, err = c.Kube.AppsV1().Deployments(ns).Patch(ctx, name, types.MergePatchType, patch, metav1.PatchOptions{})
+	return err
+}
+
+// SetRevisionHistoryLimit sets the Rollout's revisionHistoryLimit: Argo Rollouts prunes the older
+// ReplicaSets beyond it.
+func (c *Cluster) SetRevisionHistoryLimit(ctx context.Context, ns, name string, limit int) error {
+	patch := fmt.Sprintf(`{"spec":{"revisionHistoryLimit":%d}}`, limit)
+	_, err := c.Dynamic.Resource(workload.RolloutGVR).Namespace(ns).Patch(ctx, name, types.MergePatchType, []byte(patch), metav1.PatchOptions{})
 	return err
 }
 

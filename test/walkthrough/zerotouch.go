@@ -251,17 +251,21 @@ func PinnedTree(ctx context.Context, c *framework.Cluster, ns, name string) (str
 			}
 		}
 		var lines []string
+		if h, ok := rs.Spec.Template.Annotations[api.ConfigHashAnnotation]; ok {
+			lines = append(lines, fmt.Sprintf("pod template: %s=%s", api.ConfigHashAnnotation, h))
+		}
 		snaps := owned[string(rs.UID)]
 		sort.Strings(snaps)
 		for _, sn := range snaps {
 			lines = append(lines, fmt.Sprintf("ConfigMap %s  snapshot, read by %s: %s", sn, podCount(reads[sn]), content[sn]))
 			delete(reads, sn)
 		}
+		sorted := len(lines)
 		for n, k := range reads {
 			lines = append(lines, fmt.Sprintf("%s read ConfigMap %s directly", podCount(k), n))
 			direct[n] += k
 		}
-		sort.Strings(lines[len(snaps):])
+		sort.Strings(lines[sorted:])
 		for j, l := range lines {
 			leaf := "├─"
 			if j == len(lines)-1 {

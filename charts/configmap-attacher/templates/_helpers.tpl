@@ -99,6 +99,21 @@ needed.
 - apiGroups: [apps]
   resources: [controllerrevisions]
   verbs: [get]
+{{- if .Values.pinning.reloaderAnnotations }}
+# A config change starts a revision (docs/config-starts.md): the one write on workloads, the
+# config-hash annotation on the pod template of those carrying Reloader's annotations (server-side
+# apply: patch); get reads a workload's revisions and template before that write. Granted only while
+# pinning.reloaderAnnotations is on.
+- apiGroups: [apps]
+  resources: [deployments, statefulsets, daemonsets]
+  verbs: [get, patch]
+- apiGroups: [apps]
+  resources: [replicasets]
+  verbs: [get]
+- apiGroups: [argoproj.io]
+  resources: [rollouts]
+  verbs: [get, patch]
+{{- end }}
 {{- end }}
 {{- end }}
 

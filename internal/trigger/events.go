@@ -1,0 +1,75 @@
+package trigger
+
+import (
+	"fmt"
+	"strings"
+
+	corev1 "k8s.io/api/core/v1"
+
+	"github.com/configmap-attacher/configmap-attacher/internal/caches"
+)
+
+// Reasons of the Events the trigger records on workloads (`kubectl describe deployment web`).
+const (
+	// ReasonStarted: the config-hash annotation was written; a new revision starts.
+	ReasonStarted = "ConfigStartsRevision"
+	// ReasonBack: the annotation was set back; the workload returns to an existing revision.
+	ReasonBack = "ConfigRevertsRevision"
+	// ReasonUnpinned (Warning): a changed object is not pinned, so older revisions' pods that start
+	// from now on read the new content.
+	ReasonUnpinned = "ConfigNotPinned"
+	// ReasonOverruled (Warning): someone else changed the template back, or owns the annotation; no
+	// write until the content changes again.
+	ReasonOverruled = "ConfigTriggerOverruled"
+	// ReasonInvalid (Warning): the annotations cannot be followed (a malformed list, a named object
+	// missing, a kind we do not revise): nothing is written.
+	ReasonInvalid = "ConfigTriggerInvalid"
+	// ReasonNotHonoured (Warning): a Reloader annotation we do not honour, and what happens instead.
+	ReasonNotHonoured = "ReloaderAnnotationNotHonoured"
+)
+
+// involved is the Event reference of a workload.
+func involved(u *caches.User) *corev1.ObjectReference {
+	return &corev1.ObjectReference{APIVersion: u.APIVersion, Kind: u.TypeMeta.Kind, Namespace: u.Namespace, Name: u.Name, UID: u.UID}
+}
+
+// describe names a workload as kubectl does: deployment/web.
+func describe(u *caches.User) string { return strings.ToLower(u.TypeMeta.Kind) + "/" + u.Name }
+
+// event records a Normal event on a workload.
+func (c *Controller) event(u *caches.User, reason, format string, args ...any) {
+	if c.events != nil {
+		c.events.Event(involved(u), corev1.EventTypeNormal, reason, fmt.Sprintf(format, args...))
+	}
+}
+
+// tell records a Warning on a workload once for as long as the condition (the message) lasts: syncs
+// come with every status update of a workload, and a warning repeated at each is noise. It reports
+// whether it recorded one.
+func (c *Controller) tell(u *caches.User, reason, format string, args ...any) bool {
+	return c.tellAbout(u, reason, "", format, args...)
+}
+
+// tellAbout is tell for one of several conditions of the same reason (topic tells them apart).
+func (c *Controller) tellAbout(u *caches.User, reason, topic, format string, args ...any) bool {
+	msg := fmt.Sprintf(format, args...)
+	key := u.Key() + "#" + reason + "#" + topic
+	c.mu.Lock()
+	same := c.told[key] == msg
+	c.told[key] = msg
+	c.mu.Unlock()
+	if same {
+		return false
+	}
+	if c.events != nil {
+		c.events.Event(involved(u), corev1.EventTypeWarning, reason, msg)
+	}
+	return true
+}
+
+// untell forgets a reported condition that ended, so it is reported again should it come back.
+func (c *Controller) untell(u *caches.User, reason, topic string) {
+	c.mu.Lock()
+	delete(c.told, u.Key()+"#"+reason+"#"+topic)
+	c.mu.Unlock()
+}

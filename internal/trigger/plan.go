@@ -1,0 +1,202 @@
+package trigger
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"maps"
+
+	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
+	apiequality "k8s.io/apimachinery/pkg/api/equality"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/client-go/dynamic"
+	"k8s.io/client-go/kubernetes"
+
+	"github.com/configmap-attacher/configmap-attacher/internal/api"
+	"github.com/configmap-attacher/configmap-attacher/internal/caches"
+	"github.com/configmap-attacher/configmap-attacher/internal/content"
+	"github.com/configmap-attacher/configmap-attacher/internal/workload"
+)
+
+// plan is the one write a content change calls for: the config-hash annotation set to value, or
+// removed (set false). back names the existing revision the template then equals again.
+type plan struct {
+	value string
+	set   bool
+	back  *caches.User
+}
+
+// revisionTemplate is a revision with the pod template it holds, read from the API server: the
+// caches keep no templates.
+type revisionTemplate struct {
+	u    *caches.User
+	tmpl *corev1.PodTemplateSpec
+}
+
+// planFor decides the write for live content. Deterministic: the same content gives the same
+// template. It reads the workload's revisions (a handful: revisionHistoryLimit) from the API server.
+//
+//  1. Back: a revision created with exactly this content whose template differs from the newest
+//     one's only by our annotation. The annotation is set to what that revision has (or removed, if
+//     it has none: the revision made before the workload opted in), so the template equals it again
+//     and its controller reuses it: a Deployment its old ReplicaSet, a Rollout its stable one.
+//  2. New: the annotation set to the hash of the content. Should a revision with that very template
+//     exist that was created with other content (a deploy that changed config and template together
+//     left an older value of ours in place), the hash gets a suffix: the controller must never reuse
+//     a revision whose pods read other content.
+func planFor(ctx context.Context, kube kubernetes.Interface, dyn dynamic.Interface, w *caches.User, revs []*caches.User, live map[string]string,
+	contentOf func(*caches.User) map[string]string) (plan, error) {
+	var all []revisionTemplate
+	for _, r := range revs {
+		t, err := fetchTemplate(ctx, kube, r)
+		if apierrors.IsNotFound(err) {
+			continue // pruned meanwhile
+		}
+		if err != nil {
+			return plan{}, err
+		}
+		all = append(all, revisionTemplate{u: r, tmpl: t})
+	}
+	if len(all) == 0 || all[0].u.UID != revs[0].UID {
+		return plan{}, fmt.Errorf("reading the newest revision %s of %s: gone", revs[0].Name, revs[0].Namespace)
+	}
+	if err := checkCurrent(ctx, kube, dyn, w, all[0]); err != nil {
+		return plan{}, err
+	}
+	base := withoutOurs(all[0].tmpl)
+	for _, r := range all[1:] {
+		if sameContent(contentOf(r.u), live) && apiequality.Semantic.DeepEqual(withoutOurs(r.tmpl), base) {
+			v, set := r.tmpl.Annotations[api.ConfigHashAnnotation]
+			return plan{value: v, set: set, back: r.u}, nil
+		}
+	}
+	h, err := content.HashJSON(live)
+	if err != nil {
+		return plan{}, err
+	}
+	for n := 1; ; n++ {
+		v := h
+		if n > 1 {
+			v = fmt.Sprintf("%s-%d", h, n)
+		}
+		taken := false
+		for _, r := range all {
+			if r.tmpl.Annotations[api.ConfigHashAnnotation] == v && !sameContent(contentOf(r.u), live) &&
+				apiequality.Semantic.DeepEqual(withoutOurs(r.tmpl), base) {
+				taken = true
+				break
+			}
+		}
+		if !taken {
+			return plan{value: v, set: true}, nil
+		}
+	}
+}
+
+// sameContent reports whether a revision was created with exactly the live content of every
+// followed object.
+func sameContent(rev, live map[string]string) bool {
+	for k, v := range live {
+		if rev[k] != v {
+			return false
+		}
+	}
+	return true
+}
+
+// withoutOurs is a template as its workload's controller compares it, less our annotation: the hash
+// labels the controllers add to their revisions' templates go too.
+func withoutOurs(t *corev1.PodTemplateSpec) *corev1.PodTemplateSpec {
+	out := t.DeepCopy()
+	delete(out.Annotations, api.ConfigHashAnnotation)
+	delete(out.Labels, workload.DeploymentHashLabel)
+	delete(out.Labels, workload.RolloutHashLabel)
+	if len(out.Annotations) == 0 {
+		out.Annotations = nil
+	}
+	if len(out.Labels) == 0 {
+		out.Labels = nil
+	}
+	return out
+}
+
+// fetchTemplate reads the pod template a revision holds.
+func fetchTemplate(ctx context.Context, kube kubernetes.Interface, r *caches.User) (*corev1.PodTemplateSpec, error) {
+	switch r.Kind() {
+	case caches.ReplicaSet:
+		rs, err := kube.AppsV1().ReplicaSets(r.Namespace).Get(ctx, r.Name, metav1.GetOptions{})
+		if err != nil {
+			return nil, err
+		}
+		if rs.UID != r.UID {
+			return nil, apierrors.NewNotFound(appsv1.Resource("replicasets"), r.Name)
+		}
+		t := rs.Spec.Template
+		t.Annotations = maps.Clone(t.Annotations)
+		return &t, nil
+	case caches.ControllerRevision:
+		cr, err := kube.AppsV1().ControllerRevisions(r.Namespace).Get(ctx, r.Name, metav1.GetOptions{})
+		if err != nil {
+			return nil, err
+		}
+		if cr.UID != r.UID {
+			return nil, apierrors.NewNotFound(appsv1.Resource("controllerrevisions"), r.Name)
+		}
+		return caches.ControllerRevisionTemplate(cr)
+	}
+	return nil, fmt.Errorf("%s is not a revision kind", r.Kind())
+}
+
+// errNotCurrent: the newest revision in the cache is not the one the workload's template makes yet
+// (its controller, or our cache, is behind; or the workload is paused): retried with backoff.
+var errNotCurrent = errors.New("the newest revision is not the one its template makes yet")
+
+// checkCurrent verifies, before a write, that the newest revision is the one the workload's template
+// makes now, the way its controller tells: a Rollout by its status.currentPodHash, the others by
+// template equality (less the hash label). Writing on a stale newest revision would start a second
+// revision right after one a deploy started.
+func checkCurrent(ctx context.Context, kube kubernetes.Interface, dyn dynamic.Interface, w *caches.User, newest revisionTemplate) error {
+	var want *corev1.PodTemplateSpec
+	switch w.Kind() {
+	case caches.Rollout:
+		ro, err := dyn.Resource(workload.RolloutGVR).Namespace(w.Namespace).Get(ctx, w.Name, metav1.GetOptions{})
+		if err != nil {
+			return err
+		}
+		hash, _, _ := unstructured.NestedString(ro.Object, "status", "currentPodHash")
+		if hash == "" || newest.tmpl.Labels[workload.RolloutHashLabel] != hash {
+			return fmt.Errorf("%w: Rollout %s/%s runs %q, the newest ReplicaSet is %s", errNotCurrent, w.Namespace, w.Name, hash, newest.u.Name)
+		}
+		return nil
+	case caches.Deployment:
+		d, err := kube.AppsV1().Deployments(w.Namespace).Get(ctx, w.Name, metav1.GetOptions{})
+		if err != nil {
+			return err
+		}
+		want = &d.Spec.Template
+	case caches.StatefulSet:
+		s, err := kube.AppsV1().StatefulSets(w.Namespace).Get(ctx, w.Name, metav1.GetOptions{})
+		if err != nil {
+			return err
+		}
+		want = &s.Spec.Template
+	case caches.DaemonSet:
+		d, err := kube.AppsV1().DaemonSets(w.Namespace).Get(ctx, w.Name, metav1.GetOptions{})
+		if err != nil {
+			return err
+		}
+		want = &d.Spec.Template
+	}
+	got := newest.tmpl.DeepCopy()
+	delete(got.Labels, workload.DeploymentHashLabel)
+	if len(got.Labels) == 0 {
+		got.Labels = nil
+	}
+	if want == nil || !apiequality.Semantic.DeepEqual(got, want) {
+		return fmt.Errorf("%w: %s is not the template of %s", errNotCurrent, newest.u.Name, describe(w))
+	}
+	return nil
+}

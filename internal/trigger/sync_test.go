@@ -1,0 +1,641 @@
+package trigger
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"maps"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	appsv1 "k8s.io/api/apps/v1"
+	batchv1 "k8s.io/api/batch/v1"
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/types"
+	dynamicfake "k8s.io/client-go/dynamic/fake"
+	kubefake "k8s.io/client-go/kubernetes/fake"
+	k8stesting "k8s.io/client-go/testing"
+	toolsrecord "k8s.io/client-go/tools/record"
+
+	"github.com/configmap-attacher/configmap-attacher/internal/api"
+	"github.com/configmap-attacher/configmap-attacher/internal/caches"
+	"github.com/configmap-attacher/configmap-attacher/internal/content"
+	"github.com/configmap-attacher/configmap-attacher/internal/metrics"
+	"github.com/configmap-attacher/configmap-attacher/internal/refs"
+	"github.com/configmap-attacher/configmap-attacher/internal/revision"
+	"github.com/configmap-attacher/configmap-attacher/internal/testutil"
+	"github.com/configmap-attacher/configmap-attacher/internal/workload"
+)
+
+const ns = testutil.Namespace
+
+// fixture is a Deployment "web" reading ConfigMap app-config, its revisions, and what the API server
+// holds of them (the fake clients) and the caches show. Every write the trigger makes to a workload is
+// a server-side apply the fake dynamic client records and plays onto the Deployment.
+type fixture struct {
+	t       *testing.T
+	kube    *kubefake.Clientset
+	dyn     *dynamicfake.FakeDynamicClient
+	cs      *caches.Caches
+	c       *Controller
+	events  *toolsrecord.FakeRecorder
+	metrics *metrics.Metrics
+	now     time.Time
+	rv      int
+
+	deployment *appsv1.Deployment
+	revisions  []*appsv1.ReplicaSet
+	applied    []string // the bodies of the applies on workloads
+	pending    []string // events recorded, not yet expected
+	refuse     bool     // answer applies with a conflict (another manager owns the annotation)
+}
+
+func newFixture(t *testing.T, annotations map[string]string, objs ...*corev1.ConfigMap) *fixture {
+	t.Helper()
+	f := &fixture{t: t, kube: kubefake.NewClientset(), events: toolsrecord.NewFakeRecorder(100), metrics: metrics.New(),
+		now: time.Date(2026, 11, 25, 12, 0, 0, 0, time.UTC)}
+	scheme := runtime.NewScheme()
+	f.dyn = dynamicfake.NewSimpleDynamicClientWithCustomListKinds(scheme, map[schema.GroupVersionResource]string{workload.RolloutGVR: "RolloutList"})
+	f.dyn.PrependReactor("patch", "*", f.apply)
+	var metas []*metav1.PartialObjectMetadata
+	for _, o := range objs {
+		f.rv++
+		o.ResourceVersion = strconv.Itoa(f.rv)
+		if _, err := f.kube.CoreV1().ConfigMaps(ns).Create(context.Background(), o, metav1.CreateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+		metas = append(metas, metaOf(o))
+	}
+	f.deployment = testutil.Deployment("web", "uid-web", testutil.PodSpec([]string{"app-config"}))
+	f.deployment.Annotations = annotations
+	f.cs = caches.NewForTest(nil, metas)
+	f.cs.Pinning = caches.NewPinningForTest(nil, nil)
+	f.putDeployment()
+	f.newRevision()
+	c, err := New(f.cs, f.kube, f.dyn, f.events, f.metrics, Options{Settle: 5 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	c.now = func() time.Time { return f.now }
+	f.c = c
+	return f
+}
+
+func configMap(name string, data string, annotations map[string]string) *corev1.ConfigMap {
+	return &corev1.ConfigMap{TypeMeta: metav1.TypeMeta{APIVersion: "v1", Kind: "ConfigMap"},
+		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: ns, UID: types.UID("uid-" + name), Annotations: annotations},
+		Data:       map[string]string{"config": data}}
+}
+
+func metaOf(cm *corev1.ConfigMap) *metav1.PartialObjectMetadata {
+	return &metav1.PartialObjectMetadata{TypeMeta: metav1.TypeMeta{APIVersion: "v1", Kind: "ConfigMap"}, ObjectMeta: *cm.ObjectMeta.DeepCopy()}
+}
+
+func hashOf(data string) string {
+	h, _ := content.ConfigMap{Data: map[string]string{"config": data}}.Hash()
+	return h
+}
+
+// configHash is the annotation value for app-config holding data.
+func configHash(data string) string {
+	h, _ := content.HashJSON(map[string]string{"ConfigMap/app-config": hashOf(data)})
+	return h
+}
+
+func (f *fixture) store(kind caches.Kind) *caches.Informer[*caches.User] { return f.cs.Users[kind] }
+
+func (f *fixture) putDeployment() {
+	f.t.Helper()
+	u, err := caches.Reduce(f.deployment)
+	if err != nil {
+		f.t.Fatal(err)
+	}
+	_ = f.store(caches.Deployment).Indexers()[0].Update(u)
+	d := f.deployment.DeepCopy()
+	if _, err := f.kube.AppsV1().Deployments(ns).Update(context.Background(), d, metav1.UpdateOptions{}); apierrors.IsNotFound(err) {
+		_, err = f.kube.AppsV1().Deployments(ns).Create(context.Background(), d, metav1.CreateOptions{})
+		if err != nil {
+			f.t.Fatal(err)
+		}
+	}
+}
+
+// newRevision is what the Deployment controller does for the current template: a new ReplicaSet with
+// the next number, or the existing one renumbered.
+func (f *fixture) newRevision() *appsv1.ReplicaSet {
+	f.t.Helper()
+	n := int64(0)
+	for _, rs := range f.revisions {
+		n = max(n, revision.Number(rs.Annotations))
+	}
+	n++
+	for _, rs := range f.revisions {
+		t := rs.Spec.Template.DeepCopy()
+		delete(t.Labels, workload.DeploymentHashLabel)
+		if maps.Equal(t.Annotations, f.deployment.Spec.Template.Annotations) {
+			if revision.Number(rs.Annotations) != n-1 {
+				rs.Annotations[revision.DeploymentAnnotation] = strconv.FormatInt(n, 10)
+				f.putRevision(rs, false)
+			}
+			return rs
+		}
+	}
+	rs := testutil.ReplicaSet(f.deployment, workload.Deployment, fmt.Sprintf("h%d", len(f.revisions)+1), int(n), f.deployment.Spec.Template.Spec)
+	rs.Spec.Template.Annotations = maps.Clone(f.deployment.Spec.Template.Annotations)
+	rs.CreationTimestamp = metav1.NewTime(f.now)
+	f.revisions = append(f.revisions, rs)
+	f.putRevision(rs, true)
+	return rs
+}
+
+func (f *fixture) putRevision(rs *appsv1.ReplicaSet, create bool) {
+	f.t.Helper()
+	u, _ := caches.Reduce(rs)
+	_ = f.store(caches.ReplicaSet).Indexers()[0].Update(u)
+	var err error
+	if create {
+		_, err = f.kube.AppsV1().ReplicaSets(ns).Create(context.Background(), rs.DeepCopy(), metav1.CreateOptions{})
+	} else {
+		_, err = f.kube.AppsV1().ReplicaSets(ns).Update(context.Background(), rs.DeepCopy(), metav1.UpdateOptions{})
+	}
+	if err != nil {
+		f.t.Fatal(err)
+	}
+}
+
+// apply plays a server-side apply of the trigger onto the Deployment's template, as the API server
+// would for the one annotation it names.
+func (f *fixture) apply(action k8stesting.Action) (bool, runtime.Object, error) {
+	p := action.(k8stesting.PatchAction)
+	if p.GetPatchType() != types.ApplyPatchType {
+		f.t.Errorf("a %s patch on a workload: only server-side apply is allowed", p.GetPatchType())
+	}
+	f.applied = append(f.applied, string(p.GetPatch()))
+	if f.refuse {
+		return true, nil, apierrors.NewApplyConflict(nil, "conflict with \"kubectl-edit\"")
+	}
+	var obj map[string]any
+	_ = json.Unmarshal(p.GetPatch(), &obj)
+	v, set, _ := unstructured.NestedString(obj, "spec", "template", "metadata", "annotations", api.ConfigHashAnnotation)
+	if f.deployment.Spec.Template.Annotations == nil {
+		f.deployment.Spec.Template.Annotations = map[string]string{}
+	}
+	if set {
+		f.deployment.Spec.Template.Annotations[api.ConfigHashAnnotation] = v
+	} else {
+		delete(f.deployment.Spec.Template.Annotations, api.ConfigHashAnnotation)
+	}
+	if len(f.deployment.Spec.Template.Annotations) == 0 {
+		f.deployment.Spec.Template.Annotations = nil
+	}
+	f.deployment.Generation++
+	f.putDeployment()
+	out, _ := runtime.DefaultUnstructuredConverter.ToUnstructured(f.deployment)
+	return true, &unstructured.Unstructured{Object: out}, nil
+}
+
+// observe is the Deployment controller catching up: a revision for the template, status observed.
+func (f *fixture) observe() *appsv1.ReplicaSet {
+	rs := f.newRevision()
+	f.deployment.Status.ObservedGeneration = f.deployment.Generation
+	f.putDeployment()
+	return rs
+}
+
+// edit changes a ConfigMap's data, as kubectl edit does, and delivers the watch event.
+func (f *fixture) edit(name, data string) {
+	f.t.Helper()
+	cms := f.kube.CoreV1().ConfigMaps(ns)
+	cm, err := cms.Get(context.Background(), name, metav1.GetOptions{})
+	if err != nil {
+		f.t.Fatal(err)
+	}
+	old := metaOf(cm)
+	cm.Data = map[string]string{"config": data}
+	f.rv++
+	cm.ResourceVersion = strconv.Itoa(f.rv)
+	if _, err := cms.Update(context.Background(), cm, metav1.UpdateOptions{}); err != nil {
+		f.t.Fatal(err)
+	}
+	cur := metaOf(cm)
+	_ = f.cs.AllConfigs[refs.ConfigMap].Indexers()[0].Update(cur)
+	f.c.configHandler(refs.ConfigMap).OnUpdate(old, cur)
+}
+
+// sync syncs the Deployment, then lets the caches see the record it wrote.
+func (f *fixture) sync() time.Duration {
+	f.t.Helper()
+	res, err := f.c.sync(context.Background(), caches.Key(caches.Deployment, ns, "web"))
+	if err != nil {
+		f.t.Fatalf("sync: %v", err)
+	}
+	list, err := f.kube.CoreV1().ConfigMaps(ns).List(context.Background(), metav1.ListOptions{})
+	if err != nil {
+		f.t.Fatal(err)
+	}
+	for i := range list.Items {
+		if list.Items[i].Labels[api.RecordLabel] == api.RecordValue {
+			f.rv++
+			list.Items[i].ResourceVersion = strconv.Itoa(f.rv)
+			_, _ = f.kube.CoreV1().ConfigMaps(ns).Update(context.Background(), &list.Items[i], metav1.UpdateOptions{})
+			_ = f.cs.AllConfigs[refs.ConfigMap].Indexers()[0].Update(metaOf(&list.Items[i]))
+		}
+	}
+	return res.RequeueAfter
+}
+
+func (f *fixture) tick(d time.Duration) { f.now = f.now.Add(d) }
+
+func (f *fixture) templateHash() (string, bool) {
+	v, ok := f.deployment.Spec.Template.Annotations[api.ConfigHashAnnotation]
+	return v, ok
+}
+
+func (f *fixture) expectApplies(n int) {
+	f.t.Helper()
+	if len(f.applied) != n {
+		f.t.Fatalf("%d writes on the workload, want %d: %v", len(f.applied), n, f.applied)
+	}
+}
+
+// recorded returns the events recorded and not yet expected, and forgets them.
+func (f *fixture) recorded() []string {
+	f.drain()
+	out := f.pending
+	f.pending = nil
+	return out
+}
+
+func (f *fixture) drain() {
+	for {
+		select {
+		case e := <-f.events.Events:
+			f.pending = append(f.pending, e)
+		default:
+			return
+		}
+	}
+}
+
+// expectEvent finds (and takes) a recorded event starting with prefix ("Warning Reason").
+func (f *fixture) expectEvent(prefix string) string {
+	f.t.Helper()
+	f.drain()
+	for i, e := range f.pending {
+		if strings.HasPrefix(e, prefix) {
+			f.pending = append(f.pending[:i], f.pending[i+1:]...)
+			return e
+		}
+	}
+	f.t.Fatalf("no event %q among %q", prefix, f.pending)
+	return ""
+}
+
+var auto = map[string]string{api.ReloaderAuto: "true"}
+
+// The write-up's story on a Deployment: opting in starts nothing; an edit starts one revision once
+// settled; a burst is one revision; the revert goes back to the first revision, removing our
+// annotation; an edit to a content seen before goes back to its revision.
+func TestAConfigEditStartsOneRevisionAndARevertGoesBack(t *testing.T) {
+	f := newFixture(t, auto, configMap("app-config", "v1", nil))
+	f.observe()
+	f.sync()
+	f.expectApplies(0)
+	t.Log("opting in starts no revision")
+
+	f.edit("app-config", "v2")
+	if wait := f.sync(); wait != 5*time.Second {
+		t.Fatalf("sync right after the edit asked to wait %s, want the settle window 5s", wait)
+	}
+	f.tick(2 * time.Second)
+	f.edit("app-config", "v2b") // a burst: still settling
+	if wait := f.sync(); wait != 5*time.Second {
+		t.Fatalf("after a second edit: wait %s, want the window again", wait)
+	}
+	f.expectApplies(0)
+	f.tick(5 * time.Second)
+	f.sync()
+	f.expectApplies(1)
+	if v, _ := f.templateHash(); v != configHash("v2b") {
+		t.Fatalf("config-hash %q, want the hash of the settled content %q", v, configHash("v2b"))
+	}
+	if !strings.Contains(f.applied[0], `"annotations":{"configmap-attacher.io/config-hash":"`+configHash("v2b")+`"}`) ||
+		strings.Contains(f.applied[0], "containers") {
+		t.Fatalf("the apply names more than our one annotation: %s", f.applied[0])
+	}
+	f.expectEvent("Normal " + ReasonStarted)
+	f.expectEvent("Warning " + ReasonUnpinned) // app-config is not pinned: the fix is named
+	rs2 := f.observe()
+	f.sync()
+	f.tick(time.Minute)
+	f.sync()
+	f.expectApplies(1)
+	t.Log("one revision for the burst; none again once it runs")
+
+	f.edit("app-config", "v1")
+	f.tick(6 * time.Second)
+	f.sync()
+	f.expectApplies(2)
+	if _, has := f.templateHash(); has {
+		t.Fatal("a revert to the content of the first revision must remove our annotation (its template has none)")
+	}
+	back := f.observe()
+	if back.Name != f.revisions[0].Name || len(f.revisions) != 2 {
+		t.Fatalf("the revert made %s (%d ReplicaSets); want the first revision %s reused", back.Name, len(f.revisions), f.revisions[0].Name)
+	}
+	f.expectEvent("Normal " + ReasonBack)
+	f.sync()
+
+	f.edit("app-config", "v2b")
+	f.tick(6 * time.Second)
+	f.sync()
+	if again := f.observe(); again.Name != rs2.Name || len(f.revisions) != 2 {
+		t.Fatalf("back to v2b made %s; want %s reused; applied %v", again.Name, rs2.Name, f.applied)
+	}
+	f.sync()
+	f.expectApplies(3)
+}
+
+// A deploy that changes config and template together (Helm's checksum annotation) gets no revision
+// from us.
+func TestADeployOfConfigAndTemplateTogetherGetsNoSecondRevision(t *testing.T) {
+	f := newFixture(t, auto, configMap("app-config", "v1", nil))
+	f.observe()
+	f.sync()
+	f.edit("app-config", "v2")
+	f.deployment.Spec.Template.Annotations = map[string]string{"checksum/config": "v2"}
+	f.deployment.Generation++
+	f.putDeployment()
+	f.sync() // not observed yet
+	f.observe()
+	f.sync()
+	f.tick(time.Minute)
+	f.sync()
+	f.expectApplies(0)
+	if len(f.revisions) != 2 {
+		t.Fatalf("%d revisions, want 2", len(f.revisions))
+	}
+}
+
+// Someone reverts our annotation (Argo CD self-heal, kubectl apply of an older manifest): one
+// Warning, one count, no write-back; the next content change writes again.
+func TestNeverFightsOverTheTemplate(t *testing.T) {
+	f := newFixture(t, auto, configMap("app-config", "v1", nil))
+	f.observe()
+	f.sync()
+	f.edit("app-config", "v2")
+	f.tick(6 * time.Second)
+	f.sync()
+	f.observe()
+	f.sync()
+	f.expectApplies(1)
+	f.recorded()
+
+	delete(f.deployment.Spec.Template.Annotations, api.ConfigHashAnnotation) // a tool reverts us
+	f.deployment.Spec.Template.Annotations = nil
+	f.deployment.Generation++
+	f.observe()
+	for range 5 {
+		f.tick(time.Minute)
+		f.sync()
+	}
+	f.expectApplies(1)
+	msg := f.expectEvent("Warning " + ReasonOverruled)
+	if !strings.Contains(msg, "ConfigMap/app-config") {
+		t.Errorf("the warning does not name the object: %s", msg)
+	}
+	if n := testCounter(t, f.metrics, "configmap_attacher_config_overruled_total"); n != 1 {
+		t.Errorf("overruled counted %v times, want 1", n)
+	}
+	f.edit("app-config", "v3")
+	f.tick(6 * time.Second)
+	f.sync()
+	f.expectApplies(2)
+}
+
+// The annotation owned by another field manager: the apply (never forced) is refused; one Warning, no
+// retry until the content changes again.
+func TestAnAnnotationOwnedElsewhereIsNotForced(t *testing.T) {
+	f := newFixture(t, auto, configMap("app-config", "v1", nil))
+	f.observe()
+	f.sync()
+	f.refuse = true
+	f.edit("app-config", "v2")
+	f.tick(6 * time.Second)
+	f.sync()
+	f.expectEvent("Warning " + ReasonOverruled)
+	for range 3 {
+		f.tick(time.Minute)
+		f.sync()
+	}
+	f.expectApplies(1)
+}
+
+// Opting out (the annotation removed) stops all triggering.
+func TestOptingOutStopsTriggering(t *testing.T) {
+	f := newFixture(t, auto, configMap("app-config", "v1", nil))
+	f.observe()
+	f.sync()
+	f.deployment.Annotations = nil
+	f.putDeployment()
+	f.edit("app-config", "v2")
+	f.tick(time.Minute)
+	f.sync()
+	f.expectApplies(0)
+}
+
+// Bad input: a malformed list and a named object that does not exist get a Warning naming the fix,
+// and nothing is written.
+func TestBadInputIsToldNotWritten(t *testing.T) {
+	for _, tc := range []struct {
+		name        string
+		annotations map[string]string
+		want        string
+	}{
+		{"malformed list", map[string]string{api.ReloaderConfigMapReload: "app-config,[broken"}, `entry "[broken" is not a valid regular expression`},
+		{"missing object", map[string]string{api.ReloaderConfigMapReload: "app-config,nope"}, "names ConfigMap nope, which does not exist"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			f := newFixture(t, tc.annotations, configMap("app-config", "v1", nil))
+			f.observe()
+			f.sync()
+			msg := f.expectEvent("Warning " + ReasonInvalid)
+			if !strings.Contains(msg, tc.want) {
+				t.Errorf("warning %q does not say %q", msg, tc.want)
+			}
+			f.sync()
+			if evs := f.recorded(); len(evs) != 0 {
+				t.Errorf("told again at the next sync: %q", evs)
+			}
+			f.expectApplies(0)
+		})
+	}
+}
+
+// A Job carrying Reloader's annotations: we do not revise Jobs; told once, nothing written.
+func TestAJobIsNotRevised(t *testing.T) {
+	f := newFixture(t, nil, configMap("app-config", "v1", nil))
+	job, err := caches.Reduce(&batchv1.Job{ObjectMeta: metav1.ObjectMeta{Name: "once", Namespace: ns, Annotations: auto},
+		Spec: batchv1.JobSpec{Template: corev1.PodTemplateSpec{Spec: testutil.PodSpec([]string{"app-config"})}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	_ = f.store(caches.Job).Indexers()[0].Add(job)
+	f.edit("app-config", "v2")
+	f.tick(time.Minute)
+	for range 2 {
+		if _, err := f.c.sync(context.Background(), job.Key()); err != nil {
+			t.Fatal(err)
+		}
+	}
+	msg := f.expectEvent("Warning " + ReasonInvalid)
+	if !strings.Contains(msg, "not honoured on a Job") {
+		t.Errorf("warning %q does not say Jobs are not revised", msg)
+	}
+	if evs := f.recorded(); len(evs) != 0 {
+		t.Errorf("told twice: %q", evs)
+	}
+	f.expectApplies(0)
+}
+
+func testCounter(t *testing.T, m *metrics.Metrics, name string) float64 {
+	t.Helper()
+	mfs, err := m.Registry.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	total := 0.0
+	for _, mf := range mfs {
+		if mf.GetName() == name {
+			for _, s := range mf.GetMetric() {
+				total += s.GetCounter().GetValue()
+			}
+		}
+	}
+	return total
+}
+
+// snapshot is the pinning controller's snapshot of app-config holding data for rs.
+func (f *fixture) snapshot(rs *appsv1.ReplicaSet, data string) {
+	m := &metav1.PartialObjectMetadata{TypeMeta: metav1.TypeMeta{APIVersion: "v1", Kind: "ConfigMap"},
+		ObjectMeta: metav1.ObjectMeta{Name: content.Name("app-config", hashOf(data)), Namespace: ns,
+			Labels:          map[string]string{api.SnapshotLabel: api.SnapshotValue, api.RevisionedLabel: api.RevisionedValue},
+			Annotations:     map[string]string{api.OriginalNameAnnotation: "app-config"},
+			OwnerReferences: []metav1.OwnerReference{{Kind: "ReplicaSet", Name: rs.Name, UID: rs.UID}}}}
+	_ = f.cs.Pinning.Snapshots[refs.ConfigMap].Indexers()[0].Add(m)
+}
+
+// With pinning, a revision's content is its snapshot: the trigger waits for it rather than guess,
+// records nothing of its own for the pinned object, and a revert finds the old revision by it.
+func TestPinnedRevisionsAreKnownByTheirSnapshots(t *testing.T) {
+	cm := configMap("app-config", "v1", nil)
+	cm.Labels = map[string]string{api.PinLabel: api.PinValue}
+	f := newFixture(t, auto, cm)
+	f.cs.Pinning = caches.NewPinningForTest([]runtime.Object{cm}, nil, ns)
+	f.c.content.pins = f.cs.Pinning
+	rs1 := f.observe()
+	if wait := f.sync(); wait != waitAgain {
+		t.Fatalf("before rs1's snapshot: wait %s, want %s (the pinning controller takes it)", wait, waitAgain)
+	}
+	f.snapshot(rs1, "v1")
+	f.sync()
+	f.edit("app-config", "v2")
+	f.tick(6 * time.Second)
+	f.sync()
+	f.expectApplies(1)
+	f.expectEvent("Normal " + ReasonStarted)
+	if evs := f.recorded(); len(evs) != 0 {
+		t.Errorf("events %q: a pinned object needs no ConfigNotPinned warning", evs)
+	}
+	rs2 := f.observe()
+	f.snapshot(rs2, "v2")
+	f.sync()
+	rec, _, err := f.c.records.load(mustUser(t, f.store(caches.Deployment), "web"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for uid, c := range rec.Revisions {
+		if len(c) > 0 {
+			t.Errorf("the record holds %v for %s: a pinned object's content is in the snapshots", c, uid)
+		}
+	}
+	f.edit("app-config", "v1")
+	f.tick(6 * time.Second)
+	f.sync()
+	if _, has := f.templateHash(); has {
+		t.Fatal("the revert to rs1's snapshot content must remove our annotation")
+	}
+	if back := f.observe(); back.UID != rs1.UID {
+		t.Fatalf("went to %s, want %s back", back.Name, rs1.Name)
+	}
+}
+
+func mustUser(t *testing.T, inf *caches.Informer[*caches.User], name string) *caches.User {
+	t.Helper()
+	u, exists, err := inf.Get(ns, name)
+	if err != nil || !exists {
+		t.Fatalf("%s not cached: %v", name, err)
+	}
+	return u
+}
+
+// A Rollout with workloadRef: its template, and so our annotation, is in the Deployment it names.
+func TestTheHolderOfARolloutWithWorkloadRefIsItsDeployment(t *testing.T) {
+	ro := &caches.User{TypeMeta: metav1.TypeMeta{APIVersion: "argoproj.io/v1alpha1", Kind: "Rollout"},
+		ObjectMeta: metav1.ObjectMeta{Name: "demo", Namespace: ns}, Status: &caches.WorkloadStatus{TemplateRef: "demo-template"}}
+	if h := holderOf(ro); h.String() != "Deployment "+ns+"/demo-template" || h.gvr.Resource != "deployments" {
+		t.Errorf("holder %s (%s), want the Deployment demo-template", h, h.gvr)
+	}
+	ro.Status.TemplateRef = ""
+	if h := holderOf(ro); h.gvr != workload.RolloutGVR || h.name != "demo" {
+		t.Errorf("holder %s (%s), want the Rollout itself", h, h.gvr)
+	}
+}
+
+// The first look at a workload: an edit seen while it already followed the object counts, though the
+// controller had not acknowledged its revision yet (its snapshot was not there); content that changed
+// before the workload opted in does not: opting in never starts a revision.
+func TestTheFirstLookCountsAnEditSeenButNotAnOlderDrift(t *testing.T) {
+	pinnedApp := func() *corev1.ConfigMap {
+		cm := configMap("app-config", "v1", nil)
+		cm.Labels = map[string]string{api.PinLabel: api.PinValue}
+		return cm
+	}
+	for _, tc := range []struct {
+		name       string
+		optedIn    bool // when the edit happens
+		wantWrites int
+	}{
+		{"edited after opting in", true, 1},
+		{"drift from before opting in", false, 0},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			cm := pinnedApp()
+			var annotations map[string]string
+			if tc.optedIn {
+				annotations = auto
+			}
+			f := newFixture(t, annotations, cm)
+			f.cs.Pinning = caches.NewPinningForTest([]runtime.Object{cm}, nil, ns)
+			f.c.content.pins = f.cs.Pinning
+			rs1 := f.observe()
+			f.snapshot(rs1, "v1")
+			f.edit("app-config", "v2") // before the controller's first look at the workload
+			if !tc.optedIn {
+				f.deployment.Annotations = auto
+				f.putDeployment()
+			}
+			f.sync()
+			f.tick(6 * time.Second)
+			f.sync()
+			f.expectApplies(tc.wantWrites)
+		})
+	}
+}
