@@ -61,12 +61,12 @@ func (w *Webhook) ServeHTTP(rw http.ResponseWriter, req *http.Request) {
 	start := time.Now()
 	resp := w.Admit(req.Context(), review.Request)
 	if w.Metrics != nil {
-		outcome := "unchanged"
+		outcome := metrics.OutcomeUnchanged
 		switch {
 		case !resp.Allowed:
-			outcome = "denied"
+			outcome = metrics.OutcomeDenied
 		case resp.Patch != nil:
-			outcome = "pinned"
+			outcome = metrics.OutcomePinned
 		}
 		w.Metrics.Admitted(outcome, time.Since(start))
 	}
