@@ -133,8 +133,8 @@ func (w *Webhook) pin(ctx context.Context, pod *corev1.Pod, dryRun bool) ([]patc
 	done := map[refs.Ref]string{}
 	for _, use := range refs.Uses(&pod.Spec) {
 		pin, ok := p.Pin(pod.Namespace, use.Ref)
-		if !ok {
-			continue
+		if !ok || !use.Path.InVolumesOrEnv() {
+			continue // not pinned, or an imagePullSecret: registry credentials must stay current
 		}
 		name, seen := done[use.Ref]
 		if !seen {
