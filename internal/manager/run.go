@@ -123,6 +123,9 @@ func Run(ctx context.Context, o *Options, clients *kube.Clients) error {
 		return nil
 	}
 	if !o.LeaderElect {
+		// The only replica leads: the alert on finalizers nobody lifts reads this gauge.
+		m.Leading(true)
+		defer m.Leading(false)
 		return run(ctx)
 	}
 	host, _ := os.Hostname()
