@@ -19,6 +19,12 @@ const (
 	OutcomeDenied    = "denied"
 )
 
+// API requests the pinning webhook makes on the pod path: the values of the call label.
+const (
+	CallTakeSnapshot          = "take_snapshot"
+	CallGetControllerRevision = "get_controllerrevision"
+)
+
 // Metrics are the series.
 type Metrics struct {
 	Registry  *prometheus.Registry
@@ -85,6 +91,9 @@ func New() *Metrics {
 	}
 	for _, o := range []string{OutcomePinned, OutcomeUnchanged, OutcomeDenied} {
 		m.admission.WithLabelValues(o)
+	}
+	for _, c := range []string{CallTakeSnapshot, CallGetControllerRevision} {
+		m.apiCalls.WithLabelValues(c)
 	}
 	return m
 }

@@ -170,7 +170,7 @@ func (w *Webhook) snapshot(ctx context.Context, rev *revision.Revision, r refs.R
 		return DryRunName(obj)
 	}
 	logging.FromContext(ctx).Info("the pod came before its revision was pinned: snapshotting now", "revision", rev.String(), "object", r.String())
-	w.apiCall("take_snapshot")
+	w.apiCall(metrics.CallTakeSnapshot)
 	return w.Taker.Take(ctx, rev, r)
 }
 
@@ -218,7 +218,7 @@ func (w *Webhook) controllerRevisionUID(ctx context.Context, ns, name string, ow
 			}
 		}
 	}
-	w.apiCall("get_controllerrevision")
+	w.apiCall(metrics.CallGetControllerRevision)
 	cr, err := w.Taker.Kube.AppsV1().ControllerRevisions(ns).Get(ctx, name, metav1.GetOptions{})
 	if apierrors.IsNotFound(err) {
 		return "", nil
