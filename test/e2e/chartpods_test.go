@@ -119,8 +119,13 @@ func (c *chartPods) sync(ctx context.Context) error {
 		}
 	}
 	for uid, p := range live {
-		if _, ok := c.procs[uid]; ok {
+		if pp, ok := c.procs[uid]; ok && !pp.p.Exited() {
 			continue
+		} else if ok {
+			// A container that exits is restarted (restartPolicy Always), as the kubelet would.
+			c.t.Logf("chart pods: the process of pod %s exited; restarting it:\n%s", pp.pod, pp.p.Logs())
+			c.gone = append(c.gone, pp)
+			delete(c.procs, uid)
 		}
 		if err := holdPod(ctx, c.r.ns, p.Name); err != nil {
 			return err
@@ -171,9 +176,10 @@ func (c *chartPods) start(ctx context.Context, pod corev1.Pod) (*podProcess, err
 	if pp.url != "" {
 		args = append(args, "-webhook-failure-policy="+c.failurePolicy(ctx))
 	}
+	// The process authenticates as the pod's ServiceAccount through a kubeconfig, not the pod's mount.
 	env := []string{"POD_NAMESPACE=" + c.r.ns, "LOG_FORMAT=text"}
 	for _, e := range ctr.Env {
-		if e.ValueFrom == nil && e.Name != "LOG_FORMAT" {
+		if e.ValueFrom == nil && e.Name != "LOG_FORMAT" && e.Name != "IS_IN_CLUSTER" {
 			env = append(env, e.Name+"="+e.Value)
 		}
 	}
