@@ -49,10 +49,10 @@ got=$("$dist/configmap-attacher_linux_amd64" version)
 
 image=$dist/configmap-attacher_${version}_oci-image.tar
 tar -xOf "$image" oci-layout | grep -q imageLayoutVersion || fail "$image has no oci-layout"
-top=$(tar -xOf "$image" index.json)
+top=$(tar -xOf "$image" index.json | tr -d ' \n')
 [[ $top == *"\"digest\":\"$digest\""* && $top == *"\"org.opencontainers.image.ref.name\":\"$version\""* ]] ||
   fail "index.json does not name the image index $digest as $version: $top"
-idx=$(tar -xOf "$image" "blobs/sha256/${digest#sha256:}")
+idx=$(tar -xOf "$image" "blobs/sha256/${digest#sha256:}" | tr -d ' \n')
 for arch in amd64 arm64; do
   [[ $idx == *"\"architecture\":\"$arch\",\"os\":\"linux\""* ]] || fail "the image index lists no linux/$arch: $idx"
 done
