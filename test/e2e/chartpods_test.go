@@ -37,6 +37,7 @@ type chartPods struct {
 	images map[string]string // image -> binary
 	dir    string            // the ServiceAccount kubeconfigs
 	mu     sync.Mutex
+	paused bool // a helm upgrade is applying the chart's webhook configuration as the chart writes it
 	procs  map[types.UID]*podProcess
 	gone   []*podProcess // stopped, for the logs
 	stop   chan struct{}
@@ -119,6 +120,9 @@ func (c *chartPods) sync(ctx context.Context) error {
 		}
 	}
 	for uid, p := range live {
+		if c.paused {
+			break // started once Helm has applied the chart: a new process would register its URL meanwhile
+		}
 		if pp, ok := c.procs[uid]; ok && !pp.p.Exited() {
 			continue
 		} else if ok {
@@ -136,10 +140,40 @@ func (c *chartPods) sync(ctx context.Context) error {
 		}
 		c.procs[uid] = pp
 	}
-	if stopped {
+	if stopped && !c.paused {
 		return c.repoint(ctx)
 	}
 	return nil
+}
+
+// upgrade runs helm upgrade with these values, the chart's webhook configuration first put back as the
+// chart writes it (behind its Service): otherwise Helm's three-way patch adds the Service back beside
+// the URL, which the API server refuses. The upgrade does not wait for the roll; the configuration is
+// pointed at a running process again as soon as Helm has applied the chart (a few seconds during which
+// a pod creation in a pinning namespace may be refused and retried).
+func (c *chartPods) upgrade(chart string, sets ...string) {
+	c.t.Helper()
+	ctx := context.Background()
+	c.mu.Lock()
+	c.paused = true
+	cfg, err := e2e.cluster.Kube.AdmissionregistrationV1().MutatingWebhookConfigurations().Get(ctx, c.r.fullname(), metav1.GetOptions{})
+	if err == nil && cfg.Webhooks[0].ClientConfig.URL != nil {
+		svc := fmt.Sprintf(`{"name":%q,"namespace":%q,"path":"/pin-pods","port":443}`, c.r.fullname()+"-webhook", c.r.ns)
+		patch := `[{"op":"remove","path":"/webhooks/0/clientConfig/url"},{"op":"add","path":"/webhooks/0/clientConfig/service","value":` + svc + `}]`
+		_, err = e2e.cluster.Kube.AdmissionregistrationV1().MutatingWebhookConfigurations().Patch(ctx, c.r.fullname(), types.JSONPatchType, []byte(patch), metav1.PatchOptions{})
+	}
+	c.mu.Unlock()
+	must(c.t, err)
+	args := []string{"upgrade", "--install", c.r.name, chart, "-n", c.r.ns}
+	for _, s := range sets {
+		args = append(args, "--set", s)
+	}
+	helmRun(c.t, c.r.helm, args...)
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.paused = false
+	must(c.t, c.toURL(ctx))
+	must(c.t, c.repoint(ctx))
 }
 
 // start runs the pod's container as a process: the chart's arguments, its listen addresses on free

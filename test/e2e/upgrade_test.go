@@ -352,8 +352,7 @@ func TestUpgradeFromThePreviousReleaseLosesNothing(t *testing.T) {
 	_, err := e2e.cluster.Kube.AppsV1().Deployments(ns).Patch(ctx, r.fullname(), types.MergePatchType, []byte(`{"spec":{"minReadySeconds":30}}`), metav1.PatchOptions{})
 	must(t, err)
 	t.Log("when: helm upgrade to this commit's chart and image")
-	upgraded := make(chan struct{})
-	go func() { defer close(upgraded); r.upgrade(append(sets, "image.tag=e2e-current")...) }()
+	pods.upgrade(chartPath("configmap-attacher"), append(sets, "image.tag=e2e-current")...)
 	must(t, framework.Eventually(ctx, 2*time.Minute, "a new pod beside the old ones", func(context.Context) (bool, string, error) {
 		now := pods.running()
 		mixed := slices.ContainsFunc(now, func(s string) bool { return strings.HasSuffix(s, "="+prev) }) &&
@@ -364,7 +363,6 @@ func TestUpgradeFromThePreviousReleaseLosesNothing(t *testing.T) {
 	pr.spotKill(stable, 2)
 	pr.expectReads(stable, pinV1)
 	pr.expectReads(canary, pinV2)
-	<-upgraded
 	pods.waitRunning(2, current)
 	t.Logf("then: the roll is over: %v", pods.running())
 	pr.spotKill(stable, 2)
