@@ -2,10 +2,11 @@
 SHELL := /usr/bin/env bash
 .SHELLFLAGS := -o pipefail -ec
 GO ?= go
-VERSION ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo devel)
+# SemVer: the tag vX.Y.Z on HEAD, else CHANGELOG.md's coming release as X.Y.Z-dev.<commits>.g<commit>.
+VERSION ?= $(shell hack/release/version.sh 2>/dev/null || echo devel)
 LDFLAGS := -s -w -X github.com/configmap-attacher/configmap-attacher/internal/version.stamped=$(VERSION)
 
-.PHONY: all build helm-plugin image tools cluster-up cluster-down argocd-up argocd-down flux-up flux-down test test-unit test-race test-e2e soak-short demo clean
+.PHONY: all build helm-plugin image release release-check tools cluster-up cluster-down argocd-up argocd-down flux-up flux-down test test-unit test-rules test-race test-e2e soak-short fuzz demo clean
 
 all: build
 
@@ -22,7 +23,18 @@ helm-plugin: build
 image:
 	VERSION='$(VERSION)' LDFLAGS='$(LDFLAGS)' hack/image/build.sh
 
-## tools: build the local control plane (etcd, kube-*, kwok, Argo Rollouts, helm, Argo CD, Flux) into _output/tools.
+## release: dist/ with the binaries (linux, darwin; amd64, arm64), their SBOMs, the multi-platform image as an
+## OCI layout, the packaged charts (image pinned by digest), the dashboard and SHA256SUMS (hack/release/release.sh).
+## RELEASE_VERSION=X.Y.Z overrides the version; hack/release/publish.sh pushes a release.
+release:
+	hack/release/release.sh
+
+## release-check: make release twice from a clean clone of HEAD; checks SHA256SUMS, the binaries' platforms,
+## the image index and that the second build is byte-identical (hack/release/check.sh).
+release-check:
+	hack/release/check.sh
+
+## tools: build the local control plane (etcd, kube-*, kwok, Argo Rollouts, helm, Argo CD, Flux) and promtool into _output/tools.
 tools:
 	hack/tools/build.sh
 
@@ -53,12 +65,22 @@ flux-down:
 demo:
 	$(GO) run ./hack/demo $(if $(DEMO_KUBECONFIG),-kubeconfig $(DEMO_KUBECONFIG)) $(if $(filter 1,$(ARGOCD)),-argocd) $(if $(filter 1,$(FLUX)),-flux)
 
-## test: unit tests, then the e2e tests on a local control plane (or the cluster KUBECONFIG names), then a short soak.
-test: test-unit test-e2e soak-short
+## test: unit tests (with the fuzz targets' seed corpora), the alert rules, then the e2e tests on a local control
+## plane (or the cluster KUBECONFIG names), then a short soak.
+test: test-unit test-rules test-e2e soak-short
 
 test-unit:
 	$(GO) vet ./...
 	$(GO) test ./...
+
+## test-rules: promtool test rules test/rules/configmap-attacher.test.yaml on the chart's PrometheusRule.
+test-rules: tools
+	hack/test-rules.sh
+
+## fuzz: each fuzz target for FUZZTIME (default 1m), one after the other; findings land in testdata/fuzz.
+FUZZTIME ?= 1m
+fuzz:
+	hack/fuzz.sh $(FUZZTIME)
 
 ## test-race: the unit tests under the race detector (slow on a cold cache: client-go is rebuilt).
 test-race:

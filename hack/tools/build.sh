@@ -16,12 +16,14 @@
 #   argo-cd            argocd, and argocd-* names linked to it (+ CRDs in _output/tools/crds/argo-cd)
 #   helm-argocd        helm-argocd (the Helm Argo CD ships; its repo server and plugins run it as helm)
 #   flux               source-controller helm-controller (+ CRDs in _output/tools/crds/flux)
+#   prometheus         promtool (make test-rules)
 # Built only when named (not part of `make tools`, so CI does not pay for them):
 #   peers          configmap-attacher-original configmap-rs-operator reloader (test/bench's peers)
+#   release        cyclonedx-gomod release-tool crane (make release builds it; publish.sh pushes with crane)
 # A binary name selects its tool (e.g. `build.sh kubectl`).
 #
 # A tool is rebuilt only when one of its inputs changed: its versions.env entries, its module files
-# (go.mod, go.sum, *.go), the Go toolchain, or its build function below. The hash of those inputs is
+# (go.mod, go.sum, *.go and */*.go), the Go toolchain, or its build function below. The hash of those inputs is
 # kept in _output/tools/stamps/<tool>; a warm run only hashes files. Set TOOLS_FORCE=1 to rebuild.
 #
 # Environment: TOOLS_OUT (default <repo>/_output/tools), TOOLS_FORCE, and the usual Go variables
@@ -43,9 +45,9 @@ if ! command -v go >/dev/null; then
   export PATH=/usr/local/go/bin:$PATH
 fi
 
-ALL_TOOLS=(kubernetes etcd kubernetes-compat etcd-compat kwok argo-rollouts helm helm3 argo-cd helm-argocd flux)
+ALL_TOOLS=(kubernetes etcd kubernetes-compat etcd-compat kwok argo-rollouts helm helm3 argo-cd helm-argocd flux prometheus)
 # Built only when named on the command line.
-OPTIONAL_TOOLS=(peers)
+OPTIONAL_TOOLS=(peers release)
 
 # The compatibility control plane's directory under $OUT, named for its minor (k8s-1.35).
 COMPAT_DIR=k8s-$(cut -d. -f1,2 <<<"${KUBERNETES_COMPAT_VERSION#v}")
@@ -83,6 +85,10 @@ COMPAT_DIR=k8s-$(cut -d. -f1,2 <<<"${KUBERNETES_COMPAT_VERSION#v}")
   vars_argo_cd=(ARGOCD_VERSION ARGOCD_GITOPS_ENGINE_VERSION)
   binaries_flux=(source-controller helm-controller)
   vars_flux=(FLUX_VERSION FLUX_SOURCE_CONTROLLER_VERSION FLUX_HELM_CONTROLLER_VERSION)
+  binaries_prometheus=(promtool)
+  vars_prometheus=(PROMETHEUS_VERSION)
+  binaries_release=(cyclonedx-gomod release-tool crane)
+  vars_release=(CYCLONEDX_GOMOD_VERSION GO_CONTAINERREGISTRY_VERSION)
   binaries_peers=(configmap-attacher-original configmap-rs-operator reloader)
   vars_peers=(ORIGINAL_ATTACHER_COMMIT CONFIGMAP_RS_OPERATOR_COMMIT RELOADER_VERSION RELOADER_COMMIT)
 }
@@ -143,7 +149,7 @@ inputs_hash() {
     for v in "${_vars[@]}"; do echo "$v=${!v}"; done
     (cd "$TOOLS_SRC/$tool" && go_for "$tool" env GOVERSION GOOS GOARCH)
     declare -f "build_$id"
-    for f in "$TOOLS_SRC/$tool"/go.mod "$TOOLS_SRC/$tool"/go.sum "$TOOLS_SRC/$src"/*.go; do
+    for f in "$TOOLS_SRC/$tool"/go.mod "$TOOLS_SRC/$tool"/go.sum "$TOOLS_SRC/$src"/*.go "$TOOLS_SRC/$tool"/*/*.go; do
       [[ -f $f ]] || continue
       echo "file=${f#"$ROOT"/}"
       cat "$f"
@@ -315,6 +321,27 @@ build_flux() {
   mkdir -p "$OUT/crds/flux"
   cp "$(module_dir flux "$sc")"/config/crd/bases/*.yaml "$(module_dir flux "$hc")"/config/crd/bases/*.yaml "$OUT/crds/flux/"
   chmod u+w "$OUT"/crds/flux/*.yaml
+}
+
+# promtool without service discovery (rule tests need none: -tags remove_all_sd drops every SD
+# plugin and its cloud SDKs), stamped as Prometheus' own build stamps it (v0.3XX.Y is 3.XX.Y).
+build_prometheus() {
+  local mod=github.com/prometheus/prometheus v minor
+  check_pin prometheus "$mod" "$PROMETHEUS_VERSION"
+  minor=${PROMETHEUS_VERSION#v0.}
+  v="${minor:0:1}.$((10#${minor:1:2})).${minor#*.}"
+  go_build prometheus -tags remove_all_sd \
+    -ldflags "-s -w -X github.com/prometheus/common/version.Version=$v -X github.com/prometheus/common/version.Branch=HEAD" \
+    "$mod/cmd/promtool"
+}
+
+# The release tools: release-tool from our module, cyclonedx-gomod as `go install module@version` (so
+# the SBOMs it writes name its real version; the checksum database verifies the module).
+build_release() {
+  check_pin release github.com/google/go-containerregistry "$GO_CONTAINERREGISTRY_VERSION"
+  go_build release -ldflags "-s -w" ./release-tool github.com/google/go-containerregistry/cmd/crane
+  (cd "$TOOLS_SRC/release" && GOBIN=$BIN GOFLAGS=-buildvcs=false GOTOOLCHAIN=local \
+    go install -trimpath -ldflags "-s -w" "github.com/CycloneDX/cyclonedx-gomod/cmd/cyclonedx-gomod@$CYCLONEDX_GOMOD_VERSION")
 }
 
 # peer_source extracts a GitHub repository at a commit into $OUT/src/peers/<name> (`git archive`: the

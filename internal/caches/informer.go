@@ -353,3 +353,17 @@ func (c *Caches) UsersOf(namespace string, r refs.Ref, owners ...types.UID) ([]*
 	}
 	return out, errors.Join(errs...)
 }
+
+// CountConfigs counts the cached opted-in objects of every kind that match: what the metrics of
+// protection read at each scrape.
+func (c *Caches) CountConfigs(match func(*metav1.PartialObjectMetadata) bool) int {
+	n := 0
+	for _, inf := range c.Configs {
+		for _, m := range inf.List() {
+			if match(m) {
+				n++
+			}
+		}
+	}
+	return n
+}

@@ -63,7 +63,7 @@ func New(c *caches.Caches, writer *attach.Writer, m *metrics.Metrics, o Options)
 		o.ReplicaSetSelector = labels.Everything()
 	}
 	ctl := &Controller{caches: c, writer: writer, metrics: m, opts: o, pending: newExpectations(expectationsTTL)}
-	ctl.loop = &reconcile.Loop{Name: Name, Queue: reconcile.NewQueue(Name), Sync: ctl.sync, Metrics: m,
+	ctl.loop = &reconcile.Loop{Name: Name, Queue: reconcile.NewQueue(Name, m), Sync: ctl.sync, Metrics: m,
 		Permanent: func(err error) bool { return errors.Is(err, attach.ErrInvalid) }}
 	for _, kind := range RevisionKinds() {
 		if inf, ok := c.Users[kind]; ok {

@@ -13,11 +13,13 @@ import (
 
 	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/util/uuid"
 	"k8s.io/client-go/tools/leaderelection"
 	"k8s.io/client-go/tools/leaderelection/resourcelock"
 
+	"github.com/configmap-attacher/configmap-attacher/internal/api"
 	"github.com/configmap-attacher/configmap-attacher/internal/attach"
 	"github.com/configmap-attacher/configmap-attacher/internal/caches"
 	"github.com/configmap-attacher/configmap-attacher/internal/controller"
@@ -66,6 +68,12 @@ func Run(ctx context.Context, o *Options, clients *kube.Clients) error {
 		}
 	}
 	m := metrics.New()
+	// Every replica reports it from its caches, the standby too: the alert on finalizers nobody will lift
+	// (no leader while objects carry ours) reads it.
+	m.Gauge("configmap_attacher_protected_objects", "Opted-in objects carrying the in-use protection finalizer, which only a running controller lifts.",
+		func() float64 {
+			return float64(cs.CountConfigs(func(o *metav1.PartialObjectMetadata) bool { return api.HasFinalizer(o.Finalizers, api.InUseFinalizer) }))
+		})
 	events, stopEvents := attach.NewRecorderEvents(ctx, clients.Kube)
 	defer stopEvents()
 	writer := &attach.Writer{Client: clients.Metadata, Events: events}
@@ -116,6 +124,9 @@ func Run(ctx context.Context, o *Options, clients *kube.Clients) error {
 		return nil
 	}
 	if !o.LeaderElect {
+		// The only replica leads: the alert on finalizers nobody lifts reads this gauge.
+		m.Leading(true)
+		defer m.Leading(false)
 		return run(ctx)
 	}
 	host, _ := os.Hostname()
@@ -195,6 +206,7 @@ func serveWebhook(ctx context.Context, o *Options, clients *kube.Clients, cs *ca
 	if err := certs.Ensure(ctx); err != nil {
 		return err
 	}
+	certs.Report(m)
 	hook := &pinning.Webhook{Caches: cs, Taker: &pinning.Taker{Kube: clients.Kube, Writer: writer}, Log: logging.FromContext(ctx), Metrics: m}
 	mux := http.NewServeMux()
 	mux.Handle(pinning.Path, hook)

@@ -7,8 +7,22 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
+	"k8s.io/client-go/util/workqueue"
 
 	"github.com/configmap-attacher/configmap-attacher/internal/refs"
+)
+
+// Admission outcomes of the pinning webhook: the values of the outcome label.
+const (
+	OutcomePinned    = "pinned"
+	OutcomeUnchanged = "unchanged"
+	OutcomeDenied    = "denied"
+)
+
+// API requests the pinning webhook makes on the pod path: the values of the call label.
+const (
+	CallTakeSnapshot          = "take_snapshot"
+	CallGetControllerRevision = "get_controllerrevision"
 )
 
 // Metrics are the series.
@@ -23,6 +37,9 @@ type Metrics struct {
 	apiCalls  *prometheus.CounterVec
 	started   *prometheus.CounterVec
 	overruled *prometheus.CounterVec
+	queueWait *prometheus.HistogramVec
+	longest   *prometheus.GaugeVec
+	retries   *prometheus.CounterVec
 }
 
 // New registers the series plus the Go and process collectors (process_resident_memory_bytes is what
@@ -49,7 +66,7 @@ func New() *Metrics {
 			Name: "configmap_attacher_leader", Help: "1 while this replica holds the leader Lease.",
 		}),
 		admission: prometheus.NewHistogramVec(prometheus.HistogramOpts{
-			Name: "configmap_attacher_webhook_admission_duration_seconds", Help: "Time to decide one pod admission, by outcome (pinned, unchanged, denied).",
+			Name: "configmap_attacher_webhook_admission_duration_seconds", Help: "Time to decide one pod admission, by outcome (pinned, unchanged, denied: the pod is refused).",
 			Buckets: prometheus.ExponentialBuckets(0.0001, 2, 16),
 		}, []string{"outcome"}),
 		apiCalls: prometheus.NewCounterVec(prometheus.CounterOpts{
@@ -63,10 +80,76 @@ func New() *Metrics {
 			Name: "configmap_attacher_config_overruled_total",
 			Help: "Times someone else changed a triggered workload's template back (a tool or user reverting the config-hash annotation, a rollback) or owned the annotation, by workload kind: the trigger then waits for the next content change.",
 		}, []string{"kind"}),
+		queueWait: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Name: "configmap_attacher_queue_wait_seconds", Help: "Time a key waited in a controller's queue before a worker took it, by controller.",
+			Buckets: prometheus.ExponentialBuckets(0.001, 4, 10),
+		}, []string{"controller"}),
+		longest: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "configmap_attacher_queue_longest_running_sync_seconds", Help: "How long the oldest sync still running has been running, by controller (a stuck worker grows it).",
+		}, []string{"controller"}),
+		retries: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "configmap_attacher_queue_retries_total", Help: "Keys put back into a controller's queue to be retried with backoff, by controller.",
+		}, []string{"controller"}),
 	}
 	reg.MustRegister(m.attaches, m.errors, m.reconcile, m.attachAge, m.isLeader, m.admission, m.apiCalls, m.started, m.overruled,
+		m.queueWait, m.longest, m.retries,
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	// Series an alert divides or compares exist from the start, at zero: a rate over a series that
+	// appears only with its first error is no rate at all, and an alert on it never fires.
+	for _, k := range refs.Kinds() {
+		m.attaches.WithLabelValues(string(k))
+	}
+	for _, o := range []string{OutcomePinned, OutcomeUnchanged, OutcomeDenied} {
+		m.admission.WithLabelValues(o)
+	}
+	for _, c := range []string{CallTakeSnapshot, CallGetControllerRevision} {
+		m.apiCalls.WithLabelValues(c)
+	}
 	return m
+}
+
+// Controller makes a controller's series exist at zero before its first sync, error or retry (see New).
+func (m *Metrics) Controller(name string) {
+	m.reconcile.WithLabelValues(name)
+	for _, retry := range []string{"true", "false"} {
+		m.errors.WithLabelValues(name, retry)
+	}
+	m.retries.WithLabelValues(name)
+	m.queueWait.WithLabelValues(name)
+	m.longest.WithLabelValues(name)
+}
+
+// Queues returns the provider of a controller queue's metrics (client-go's workqueue calls it with the
+// queue's name, which is the controller's): how long keys wait, the longest sync still running, and
+// retries. Depth has gauges of its own.
+func (m *Metrics) Queues() workqueue.MetricsProvider { return queueMetrics{m} }
+
+type queueMetrics struct{ m *Metrics }
+
+type noop struct{}
+
+func (noop) Inc()            {}
+func (noop) Dec()            {}
+func (noop) Set(float64)     {}
+func (noop) Observe(float64) {}
+
+func (q queueMetrics) NewDepthMetric(string) workqueue.GaugeMetric            { return noop{} }
+func (q queueMetrics) NewAddsMetric(string) workqueue.CounterMetric           { return noop{} }
+func (q queueMetrics) NewWorkDurationMetric(string) workqueue.HistogramMetric { return noop{} }
+func (q queueMetrics) NewUnfinishedWorkSecondsMetric(string) workqueue.SettableGaugeMetric {
+	return noop{}
+}
+
+func (q queueMetrics) NewLatencyMetric(name string) workqueue.HistogramMetric {
+	return q.m.queueWait.WithLabelValues(name)
+}
+
+func (q queueMetrics) NewLongestRunningProcessorSecondsMetric(name string) workqueue.SettableGaugeMetric {
+	return q.m.longest.WithLabelValues(name)
+}
+
+func (q queueMetrics) NewRetriesMetric(name string) workqueue.CounterMetric {
+	return q.m.retries.WithLabelValues(name)
 }
 
 // Gauge registers a gauge read from value at scrape time (queue depths, held objects).

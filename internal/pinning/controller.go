@@ -58,7 +58,7 @@ func New(c *caches.Caches, taker *Taker, events record.EventRecorder, m *metrics
 		return nil, errors.New("pinning caches missing")
 	}
 	ctl := &Controller{caches: c, taker: taker, events: events}
-	ctl.loop = &reconcile.Loop{Name: Name, Queue: reconcile.NewQueue(Name), Sync: ctl.sync, Metrics: m}
+	ctl.loop = &reconcile.Loop{Name: Name, Queue: reconcile.NewQueue(Name, m), Sync: ctl.sync, Metrics: m}
 	for _, kind := range revisionKinds() {
 		if inf, ok := c.Users[kind]; ok {
 			if err := inf.AddEventHandler(ctl.revisionHandler()); err != nil {

@@ -20,6 +20,7 @@ import (
 
 	"github.com/configmap-attacher/configmap-attacher/internal/api"
 	"github.com/configmap-attacher/configmap-attacher/internal/logging"
+	"github.com/configmap-attacher/configmap-attacher/internal/metrics"
 )
 
 // renewBefore is how long before it expires a serving certificate is replaced (they last a year).
@@ -101,6 +102,22 @@ func (c *Certs) GetCertificate(*tls.ClientHelloInfo) (*tls.Certificate, error) {
 		return cur, nil
 	}
 	return nil, fmt.Errorf("no webhook certificate yet")
+}
+
+// NotAfter is when the certificate served now expires; zero before Ensure.
+func (c *Certs) NotAfter() time.Time {
+	if cur := c.current.Load(); cur != nil && cur.Leaf != nil {
+		return cur.Leaf.NotAfter
+	}
+	return time.Time{}
+}
+
+// Report exports the served certificate's expiry: Renew replaces it 30 days ahead, so an alert on
+// fewer days left means renewal has been failing. Call it after Ensure.
+func (c *Certs) Report(m *metrics.Metrics) {
+	m.Gauge("configmap_attacher_webhook_certificate_expiry_timestamp_seconds",
+		"When the pinning webhook's serving certificate expires (Unix seconds); renewed 30 days ahead.",
+		func() float64 { return float64(c.NotAfter().Unix()) })
 }
 
 // CA is the PEM of the CA that signed the serving certificate: the webhook configuration's caBundle.

@@ -61,12 +61,12 @@ func (w *Webhook) ServeHTTP(rw http.ResponseWriter, req *http.Request) {
 	start := time.Now()
 	resp := w.Admit(req.Context(), review.Request)
 	if w.Metrics != nil {
-		outcome := "unchanged"
+		outcome := metrics.OutcomeUnchanged
 		switch {
 		case !resp.Allowed:
-			outcome = "denied"
+			outcome = metrics.OutcomeDenied
 		case resp.Patch != nil:
-			outcome = "pinned"
+			outcome = metrics.OutcomePinned
 		}
 		w.Metrics.Admitted(outcome, time.Since(start))
 	}
@@ -141,6 +141,9 @@ func (w *Webhook) pin(ctx context.Context, pod *corev1.Pod, dryRun bool) ([]patc
 		if !labelled && len(p.SnapshotsOf(pod.Namespace, use.Ref)) == 0 {
 			continue
 		}
+		if !use.Path.InVolumesOrEnv() {
+			continue // an imagePullSecret: registry credentials must stay current
+		}
 		name, seen := done[use.Ref]
 		if !seen {
 			if rev == nil {
@@ -183,7 +186,7 @@ func (w *Webhook) snapshot(ctx context.Context, rev *revision.Revision, r refs.R
 		return DryRunName(obj)
 	}
 	logging.FromContext(ctx).Info("the pod came before its revision was pinned: snapshotting now", "revision", rev.String(), "object", r.String())
-	w.apiCall("take_snapshot")
+	w.apiCall(metrics.CallTakeSnapshot)
 	return w.Taker.Take(ctx, rev, r)
 }
 
@@ -231,7 +234,7 @@ func (w *Webhook) controllerRevisionUID(ctx context.Context, ns, name string, ow
 			}
 		}
 	}
-	w.apiCall("get_controllerrevision")
+	w.apiCall(metrics.CallGetControllerRevision)
 	cr, err := w.Taker.Kube.AppsV1().ControllerRevisions(ns).Get(ctx, name, metav1.GetOptions{})
 	if apierrors.IsNotFound(err) {
 		return "", nil

@@ -58,7 +58,7 @@ type Controller struct {
 // be nil.
 func New(c *caches.Caches, writer *attach.Writer, live UserLister, kube kubernetes.Interface, events record.EventRecorder, m *metrics.Metrics) (*Controller, error) {
 	ctl := &Controller{caches: c, finalizers: Finalizers{Client: writer.Client}, writer: writer, live: live, kube: kube, events: events}
-	ctl.loop = &reconcile.Loop{Name: Name, Queue: reconcile.NewQueue(Name), Sync: ctl.sync, Metrics: m}
+	ctl.loop = &reconcile.Loop{Name: Name, Queue: reconcile.NewQueue(Name, m), Sync: ctl.sync, Metrics: m}
 	for kind, inf := range c.Configs {
 		if err := inf.AddEventHandler(ctl.configHandler(kind)); err != nil {
 			return nil, err

@@ -42,10 +42,16 @@ type Loop struct {
 	Permanent func(error) bool
 }
 
-// NewQueue makes the rate-limited queue a Loop uses.
-func NewQueue(name string) workqueue.TypedRateLimitingInterface[string] {
-	return workqueue.NewTypedRateLimitingQueueWithConfig(workqueue.DefaultTypedControllerRateLimiter[string](),
-		workqueue.TypedRateLimitingQueueConfig[string]{Name: name})
+// NewQueue makes the rate-limited queue a Loop uses. With m, the queue reports how long keys wait,
+// the longest sync running and retries under the controller's name, and the controller's series
+// exist at zero from the start.
+func NewQueue(name string, m *metrics.Metrics) workqueue.TypedRateLimitingInterface[string] {
+	cfg := workqueue.TypedRateLimitingQueueConfig[string]{Name: name}
+	if m != nil {
+		m.Controller(name)
+		cfg.MetricsProvider = m.Queues()
+	}
+	return workqueue.NewTypedRateLimitingQueueWithConfig(workqueue.DefaultTypedControllerRateLimiter[string](), cfg)
 }
 
 // Run runs workers until ctx ends, then shuts the queue down and waits for them.

@@ -77,6 +77,19 @@ func (p Path) In(v any) any {
 	return v
 }
 
+// InVolumesOrEnv reports whether a path from a pod spec lies in its volumes or in a container's env
+// or envFrom: where a pod reads config, and all the pinning webhook rewrites (imagePullSecrets are
+// the kubelet's registry credentials, which must stay current).
+func (p Path) InVolumesOrEnv() bool {
+	switch {
+	case len(p) >= 3 && p[0] == "volumes":
+		return true
+	case len(p) >= 4 && (p[0] == "containers" || p[0] == "initContainers"):
+		return p[2] == "env" || p[2] == "envFrom"
+	}
+	return false
+}
+
 func (p Path) String() string {
 	var b strings.Builder
 	for _, s := range p {

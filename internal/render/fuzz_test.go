@@ -7,7 +7,10 @@ import (
 	"path/filepath"
 	"testing"
 
+	"k8s.io/apimachinery/pkg/util/validation"
+
 	"github.com/configmap-attacher/configmap-attacher/internal/refs"
+	"github.com/configmap-attacher/configmap-attacher/internal/testutil"
 )
 
 // fuzzOptions derives flags from a byte, so the fuzzer explores them with the input; chart is a chart
@@ -37,6 +40,12 @@ func FuzzRender(f *testing.F) {
 	if err != nil || len(fixtures) == 0 {
 		f.Fatalf("no fixtures: %v", err)
 	}
+	// The public charts (and the e2e tests' charts) as helm template rendered them.
+	rendered, err := filepath.Glob(filepath.Join("testdata", "charts", "*.yaml"))
+	if err != nil || len(rendered) == 0 {
+		f.Fatalf("no rendered charts: %v", err)
+	}
+	fixtures = append(fixtures, rendered...)
 	for _, p := range fixtures {
 		b, err := os.ReadFile(p)
 		if err != nil {
@@ -71,6 +80,7 @@ func FuzzRender(f *testing.F) {
 		}
 
 		out := parseOutput(t, res.out)
+		checkKubectlWouldTake(t, input, out)
 		ns := func(o *object) string {
 			if o.namespace == "" {
 				return opts.Namespace
@@ -133,6 +143,38 @@ func FuzzRender(f *testing.F) {
 			t.Fatalf("rendering the output again changed it:\n%s\n---- became ----\n%s", res.out, again.out)
 		}
 	})
+}
+
+// checkKubectlWouldTake fails when the input would pass `kubectl apply --dry-run=client` (its strict
+// decoding into the typed objects, config objects with valid names) and the output would not: every
+// output object of a kind client-go knows must decode strictly, and every ConfigMap or Secret must
+// keep a valid name after its rename. (Custom resources' schemas live in the cluster: not checked.)
+func checkKubectlWouldTake(t *testing.T, input []byte, out []*object) {
+	t.Helper()
+	docs, err := parseStream("input", bytes.NewReader(input))
+	if err != nil {
+		return
+	}
+	for _, d := range docs {
+		for _, o := range d.objects {
+			if known, err := testutil.StrictDecode(o.raw); known && err != nil {
+				return
+			}
+			if _, ok := configKind(o); ok && len(validation.IsDNS1123Subdomain(o.name)) > 0 {
+				return
+			}
+		}
+	}
+	for _, o := range out {
+		if known, err := testutil.StrictDecode(o.raw); known && err != nil {
+			t.Fatalf("the input decodes strictly, output %s does not: %v", o, err)
+		}
+		if _, ok := configKind(o); ok {
+			if msgs := validation.IsDNS1123Subdomain(o.name); len(msgs) > 0 {
+				t.Fatalf("output %s: the renamed object's name is invalid: %v", o, msgs)
+			}
+		}
+	}
 }
 
 // sameDocuments reports whether two outputs hold the same documents as Kubernetes reads them.

@@ -94,7 +94,7 @@ func New(c *caches.Caches, kube kubernetes.Interface, dyn dynamic.Interface, eve
 	ctl := &Controller{caches: c, kube: kube, dynamic: dyn, events: events, metrics: m, opts: o,
 		content: newContents(kube, c.Pinning), records: records{kube: kube, configs: c.AllConfigs[refs.ConfigMap]},
 		now: time.Now, changed: map[string]time.Time{}, told: map[string]string{}}
-	ctl.loop = &reconcile.Loop{Name: Name, Queue: reconcile.NewQueue(Name), Sync: ctl.sync, Metrics: m}
+	ctl.loop = &reconcile.Loop{Name: Name, Queue: reconcile.NewQueue(Name, m), Sync: ctl.sync, Metrics: m}
 	for _, kind := range workloadKinds() {
 		if inf, ok := c.Users[kind]; ok {
 			if err := inf.AddEventHandler(ctl.workloadHandler()); err != nil {

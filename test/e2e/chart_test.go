@@ -4,6 +4,7 @@ package e2e
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"slices"
 	"strings"
@@ -15,12 +16,12 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/clientcmd"
 
-	"github.com/configmap-attacher/configmap-attacher/internal/api"
 	"github.com/configmap-attacher/configmap-attacher/internal/refs"
 	"github.com/configmap-attacher/configmap-attacher/test/framework"
 )
@@ -40,6 +41,7 @@ func TestChartsLint(t *testing.T) {
 		{"configmap-attacher", nil},
 		{"configmap-attacher", []string{"watchNamespaces={a,b}", "jobRBAC.enabled=true", "replicas=2", "podDisruptionBudget.enabled=true", "metrics.service.enabled=true"}},
 		{"configmap-attacher", []string{"controller.enabled=false", "jobRBAC.enabled=true", "rbac.ownerReferencesPermissionEnforcement=true"}},
+		{"configmap-attacher", []string{"metrics.serviceMonitor.enabled=true", "metrics.prometheusRule.enabled=true", "metrics.dashboard.enabled=true", "pinning.enabled=true"}},
 		{"base-app", nil},
 		{"base-app", []string{"configmaps.cm.kv_data.k=v", "attacher=job"}},
 		{"base-app", []string{"configmaps.cm.kv_data.k=v", "attacher=controller", "strategy=manual-canary-20-pct"}},
@@ -54,7 +56,8 @@ func TestChartsLint(t *testing.T) {
 		}
 	}
 	// The schema refuses what the templates could not use.
-	for _, set := range []string{"replicas=-1", "logLevel=verbose", "watchNamespaces={Bad_NS}", "unknownValue=1", "leaderElection.leaseDuration=15"} {
+	for _, set := range []string{"replicas=-1", "logLevel=verbose", "watchNamespaces={Bad_NS}", "unknownValue=1", "leaderElection.leaseDuration=15",
+		"metrics.prometheusRule.deletionHeldSeconds=10", "metrics.serviceMonitor.interval=30"} {
 		if out, err := h.Run(context.Background(), "lint", chartPath("configmap-attacher"), "--set", set); err == nil {
 			t.Errorf("helm lint --set %s: want a schema error, got:\n%s", set, out)
 		}
@@ -63,6 +66,66 @@ func TestChartsLint(t *testing.T) {
 		!strings.Contains(err.Error(), "leaderElection") {
 		t.Errorf("replicas 2 without leader election: want a refusal naming leaderElection, got %v", err)
 	}
+}
+
+// Observability is off by default and one value turns on each piece: the ServiceMonitor (with the
+// metrics Service it scrapes), the PrometheusRule, the dashboard ConfigMap with the Grafana sidecar's
+// label.
+func TestChartObservabilityIsOffByDefaultOneValueEach(t *testing.T) {
+	t.Parallel()
+	h := helmCLI(t)
+	kinds := func(sets ...string) map[string]*unstructured.Unstructured {
+		args := []string{"template", "cma", chartPath("configmap-attacher"), "-n", "kube-system"}
+		for _, s := range sets {
+			args = append(args, "--set", s)
+		}
+		objs, err := framework.ParseManifests(helmRun(t, h, args...))
+		must(t, err)
+		out := map[string]*unstructured.Unstructured{}
+		for _, o := range objs {
+			out[o.GetKind()+"/"+o.GetName()] = o
+		}
+		return out
+	}
+	none := kinds()
+	for _, k := range []string{"ServiceMonitor/cma-configmap-attacher", "PrometheusRule/cma-configmap-attacher", "ConfigMap/cma-configmap-attacher-dashboard", "Service/cma-configmap-attacher-metrics"} {
+		if none[k] != nil {
+			t.Errorf("%s rendered by default", k)
+		}
+	}
+	for set, want := range map[string][]string{
+		"metrics.serviceMonitor.enabled=true": {"ServiceMonitor/cma-configmap-attacher", "Service/cma-configmap-attacher-metrics"},
+		"metrics.prometheusRule.enabled=true": {"PrometheusRule/cma-configmap-attacher"},
+		"metrics.dashboard.enabled=true":      {"ConfigMap/cma-configmap-attacher-dashboard"},
+	} {
+		got := kinds(set)
+		for _, k := range want {
+			if got[k] == nil {
+				t.Errorf("--set %s: no %s", set, k)
+			}
+		}
+		if len(got) != len(none)+len(want) {
+			t.Errorf("--set %s rendered %d objects; want the %d of the default and %v", set, len(got), len(none), want)
+		}
+	}
+	dash := kinds("metrics.dashboard.enabled=true")["ConfigMap/cma-configmap-attacher-dashboard"]
+	if dash.GetLabels()["grafana_dashboard"] != "1" {
+		t.Errorf("the dashboard ConfigMap's labels %v lack grafana_dashboard: \"1\"", dash.GetLabels())
+	}
+	data, _, _ := unstructured.NestedString(dash.Object, "data", "configmap-attacher.json")
+	var parsed map[string]any
+	if err := json.Unmarshal([]byte(data), &parsed); err != nil || parsed["uid"] != "configmap-attacher" {
+		t.Errorf("the dashboard ConfigMap holds no dashboard JSON: %v", err)
+	}
+	sm := kinds("metrics.serviceMonitor.enabled=true")
+	svcLabels := sm["Service/cma-configmap-attacher-metrics"].GetLabels()
+	sel, _, _ := unstructured.NestedStringMap(sm["ServiceMonitor/cma-configmap-attacher"].Object, "spec", "selector", "matchLabels")
+	for k, v := range sel {
+		if svcLabels[k] != v {
+			t.Errorf("the ServiceMonitor selects %s=%s, which the metrics Service lacks (%v)", k, v, svcLabels)
+		}
+	}
+	t.Log("then: none by default; each value renders its object alone; the dashboard carries grafana_dashboard: \"1\"; the ServiceMonitor selects the metrics Service")
 }
 
 // chartRelease is one install of charts/configmap-attacher.
@@ -419,25 +482,16 @@ func serviceAccountClient(t *testing.T, ns, sa string) kubernetes.Interface {
 	return kc
 }
 
-// Uninstalling the chart leaves no finalizer behind: its pre-delete hook stops the controller and runs
-// `configmap-attacher release`. kwok would mark the hook's pod done without running it, so the test
+// runReleaseHook runs the chart's pre-delete hook as `helm uninstall` would, had kwok run its pod: it
 // creates the hook's own ServiceAccount and RBAC (from `helm get hooks`) and runs the real binary with
-// the hook Job's arguments as that ServiceAccount, stopping the local controller process the moment
-// the hook scales the controller's Deployment to zero (what the kubelet would do to its pod).
-func TestChartUninstallLeavesNoFinalizer(t *testing.T) {
-	t.Parallel()
+// the hook Job's arguments as that ServiceAccount, stopping the local controller process p the moment
+// the hook scales the controller's Deployment to zero (what the kubelet would do to its pod). It fails
+// the test unless the hook exits 0.
+func (r *chartRelease) runReleaseHook(p *framework.Process) framework.Result {
+	t := r.t
+	t.Helper()
 	ctx := context.Background()
-	ns := givenNamespace(t, "e2e-chart-uninstall")
-	appNS := givenNamespace(t, "e2e-chart-uninstall-app")
-	r := installChart(t, "cma-uninstall", ns, "watchNamespaces={"+appNS+"}", "rbac.ownerReferencesPermissionEnforcement=true")
-	d := r.deployment()
-	p := r.runController(d)
-	r.expectLeader(p)
-	cm, rs := givenConfiguredRollout(t, appNS, "demo", true, nil)
-	must(t, e2e.cluster.WaitAttached(ctx, attachWithin, appNS, refs.ConfigMap, cm, rs))
-	must(t, e2e.cluster.WaitProtected(ctx, attachWithin, appNS, refs.ConfigMap, cm))
-	t.Logf("given: the chart's controller runs and %s/%s carries the in-use protection finalizer", appNS, cm)
-
+	ns := r.ns
 	hooks, err := r.helm.Run(ctx, "get", "hooks", r.name, "-n", ns)
 	must(t, err)
 	objs, err := framework.ParseManifests(hooks)
@@ -467,35 +521,34 @@ func TestChartUninstallLeavesNoFinalizer(t *testing.T) {
 		t.Fatal("the chart has no pre-delete hook Job")
 	}
 	pod := hookJob.Spec.Template.Spec
+	// The controller's pod stays until the process p, which plays it, has stopped: the hook waits for
+	// the pod to be gone, as for a real one whose container the kubelet stops.
+	d := r.deployment()
+	ctlPods, err := e2e.cluster.Kube.CoreV1().Pods(ns).List(ctx, metav1.ListOptions{LabelSelector: metav1.FormatLabelSelector(d.Spec.Selector)})
+	must(t, err)
+	for _, cp := range ctlPods.Items {
+		must(t, holdPod(ctx, ns, cp.Name))
+	}
 	t.Logf("when: the pre-delete hook runs as ServiceAccount %s: configmap-attacher %s", pod.ServiceAccountName, strings.Join(pod.Containers[0].Args, " "))
 	stopped := make(chan struct{})
 	go func() {
 		defer close(stopped)
 		_ = framework.Eventually(ctx, 2*time.Minute, "the controller scaled to 0", func(ctx context.Context) (bool, string, error) {
-			cur, err := e2e.cluster.Kube.AppsV1().Deployments(ns).Get(ctx, d.Name, metav1.GetOptions{})
+			cur, err := e2e.cluster.Kube.AppsV1().Deployments(ns).Get(ctx, r.fullname(), metav1.GetOptions{})
 			return err == nil && cur.Spec.Replicas != nil && *cur.Spec.Replicas == 0, "still scaled up", nil
 		})
 		_ = p.Stop()
+		for _, cp := range ctlPods.Items {
+			_ = letPodGo(ctx, ns, cp.Name)
+		}
 	}()
 	res := framework.Binary{Path: e2e.bin.Path, Kubeconfig: serviceAccountKubeconfig(t, ns, pod.ServiceAccountName)}.
 		Run(ctx, nil, pod.Containers[0].Args...)
 	<-stopped
-	if res.Code != 0 || !strings.Contains(res.Stdout, "released ConfigMap "+appNS+"/"+cm) {
+	if res.Code != 0 {
 		t.Fatalf("the hook: %s", res)
 	}
-	helmRun(t, r.helm, "uninstall", r.name, "-n", ns, "--no-hooks", "--wait")
-
-	t.Log("then: no object in the watched namespace carries our finalizer, and the config is untouched otherwise")
-	list, err := e2e.cluster.Kube.CoreV1().ConfigMaps(appNS).List(ctx, metav1.ListOptions{})
-	must(t, err)
-	for _, o := range list.Items {
-		if slices.Contains(o.Finalizers, api.InUseFinalizer) {
-			t.Errorf("ConfigMap %s still carries %s after uninstall", o.Name, api.InUseFinalizer)
-		}
-	}
-	if owners := configOwners(t, appNS, cm); len(owners) != 1 {
-		t.Errorf("owners of %s after uninstall: %v; want its ReplicaSet's reference kept", cm, owners)
-	}
+	return res
 }
 
 // pinning.enabled: the chart's RBAC suffices for zero-touch pinning (namespaces, the webhook

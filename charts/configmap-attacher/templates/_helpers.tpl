@@ -154,3 +154,13 @@ created while no replica answers the webhook. */}}
 {{- define "configmap-attacher.webhookService" -}}
 {{- printf "%s-webhook" (include "configmap-attacher.fullname" .) | trunc 63 | trimSuffix "-" }}
 {{- end }}
+
+{{- define "configmap-attacher.metricsService" -}}
+{{- printf "%s-metrics" (include "configmap-attacher.fullname" .) | trunc 63 | trimSuffix "-" }}
+{{- end }}
+
+{{/* The series selector of this release's controller in the alert rules: what a scrape through the
+ServiceMonitor labels them with, unless metrics.prometheusRule.selector says otherwise. */}}
+{{- define "configmap-attacher.ruleSelector" -}}
+{{- default (printf "namespace=%q, job=%q" .Release.Namespace (include "configmap-attacher.metricsService" .)) .Values.metrics.prometheusRule.selector }}
+{{- end }}
