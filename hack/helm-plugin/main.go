@@ -16,8 +16,9 @@ func main() {
 	src := flag.String("plugin", "deploy/helm-plugin", "the plugin's source directory (plugin.yaml)")
 	bin := flag.String("binary", "bin/configmap-attacher", "the configmap-attacher binary to pack (built for the platform it will run on)")
 	out := flag.String("out", "_output/helm-plugin", "where to write the package")
+	ver := flag.String("version", "", "the binary's version, as it was stamped; empty: run the binary to ask it (a binary built for another platform cannot be asked: make release passes it)")
 	flag.Parse()
-	path, err := helmplugin.Pack(context.Background(), *src, *bin, *out)
+	path, err := helmplugin.Pack(context.Background(), *src, *bin, *ver, *out)
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "helm-plugin:", err)
 		os.Exit(1)

@@ -106,14 +106,18 @@ var versionLine = regexp.MustCompile(`(?m)^version:.*$`)
 
 // Pack writes <outDir>/configmap-attacher-<version>.tgz, the plugin Helm 4 installs with
 // `helm plugin install <file> --verify=false`: the directory configmap-attacher/ holding srcDir's
-// plugin.yaml, its version set to the binary's (Semver of `<binary> version`), and the binary. The
+// plugin.yaml, its version set to the binary's (Semver of binaryVersion, or of `<binary> version` when
+// that is empty), and the binary. The
 // archive is reproducible: fixed owners, modes and times, files in a fixed order.
-func Pack(ctx context.Context, srcDir, binary, outDir string) (string, error) {
-	out, err := exec.CommandContext(ctx, binary, "version").Output()
-	if err != nil {
-		return "", fmt.Errorf("%s version: %w", binary, err)
+func Pack(ctx context.Context, srcDir, binary, binaryVersion, outDir string) (string, error) {
+	if binaryVersion == "" {
+		out, err := exec.CommandContext(ctx, binary, "version").Output()
+		if err != nil {
+			return "", fmt.Errorf("%s version: %w", binary, err)
+		}
+		binaryVersion = strings.TrimSpace(string(out))
 	}
-	v := version.Semver(strings.TrimSpace(string(out)))
+	v := version.Semver(binaryVersion)
 	yml, err := os.ReadFile(filepath.Join(srcDir, "plugin.yaml"))
 	if err != nil {
 		return "", err

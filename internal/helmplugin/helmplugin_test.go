@@ -74,7 +74,7 @@ func TestPack(t *testing.T) {
 	src := writePlugin(t, "apiVersion: v1\ntype: postrenderer/v1\nname: configmap-attacher\n# set by Pack\nversion: 0.0.0\nruntime: subprocess\n")
 	bin := fakeBinary(t, "v1.4.0")
 	out := t.TempDir()
-	path, err := Pack(ctx, src, bin, out)
+	path, err := Pack(ctx, src, bin, "", out)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -105,7 +105,7 @@ func TestPack(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	if _, err := Pack(ctx, src, bin, out); err != nil {
+	if _, err := Pack(ctx, src, bin, "", out); err != nil {
 		t.Fatal(err)
 	}
 	again, err := os.ReadFile(path)
@@ -119,8 +119,33 @@ func TestPack(t *testing.T) {
 
 func TestPackRefusesAnotherPlugin(t *testing.T) {
 	src := writePlugin(t, "apiVersion: v1\nname: other\nversion: 0.0.0\n")
-	if _, err := Pack(context.Background(), src, fakeBinary(t, "v1.0.0"), t.TempDir()); err == nil {
+	if _, err := Pack(context.Background(), src, fakeBinary(t, "v1.0.0"), "", t.TempDir()); err == nil {
 		t.Fatal("packed a plugin.yaml of another name")
+	}
+}
+
+// make release packs binaries built for other platforms, which cannot be run: the version it was
+// stamped with is given instead, and the binary is not asked.
+func TestPackWithAGivenVersionDoesNotRunTheBinary(t *testing.T) {
+	src := writePlugin(t, "apiVersion: v1\ntype: postrenderer/v1\nname: configmap-attacher\nversion: 0.0.0\nruntime: subprocess\n")
+	bin := filepath.Join(t.TempDir(), "configmap-attacher")
+	if err := os.WriteFile(bin, []byte("not an executable of this platform"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	out := t.TempDir()
+	path, err := Pack(context.Background(), src, bin, "0.1.0-dev.3.gabcdef0", out)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := filepath.Join(out, "configmap-attacher-0.1.0-dev.3.gabcdef0.tgz"); path != want {
+		t.Fatalf("packed %s, want %s", path, want)
+	}
+	data, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := untar(t, data)["configmap-attacher/plugin.yaml"].data; !strings.Contains(got, "\nversion: 0.1.0-dev.3.gabcdef0\n") {
+		t.Fatalf("plugin.yaml:\n%s", got)
 	}
 }
 

@@ -80,7 +80,7 @@ func (h Helm) RunOutput(ctx context.Context, args ...string) (stdout, stderr str
 // installs it as docs/helm.md says, `helm plugin install <package> --verify=false`, into h's data
 // directory. It returns the plugins directory, for HELM_PLUGINS.
 func InstallHelmPlugin(ctx context.Context, h Helm, repoRoot, bin string) (string, error) {
-	pkg, err := helmplugin.Pack(ctx, filepath.Join(repoRoot, "deploy/helm-plugin"), bin, filepath.Join(h.Home, "package"))
+	pkg, err := helmplugin.Pack(ctx, filepath.Join(repoRoot, "deploy/helm-plugin"), bin, "", filepath.Join(h.Home, "package"))
 	if err != nil {
 		return "", err
 	}
