@@ -1,6 +1,8 @@
 package caches
 
 import (
+	"maps"
+
 	"strings"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -127,10 +129,10 @@ func (c *Caches) widen() {
 }
 
 // allConfigIndexers are the indexes of the widened config informers: those of the opted-in ones,
-// and the snapshots' ByPin, since the pinning snapshots are a view of them too.
+// and the snapshots' (ByPin, ByCopied), since the pinning snapshots are a view of them too.
 func allConfigIndexers(kind refs.Kind) cache.Indexers {
 	ix := ConfigIndexers()
-	ix[ByPin] = indexByPin(kind)
+	maps.Copy(ix, snapshotIndexers(kind))
 	return ix
 }
 

@@ -112,3 +112,18 @@ func TestCountConfigsCountsEveryKind(t *testing.T) {
 		t.Fatalf("protected objects: %d; want 2 (a ConfigMap and a Secret)", n)
 	}
 }
+
+// With the widened config informers the pinning snapshots are a view of them: every index the
+// snapshot readers use (the webhook's ByPin, the PinRemoved check's ByCopied) must be there too.
+func TestWidenedConfigInformersCarryTheSnapshotIndexes(t *testing.T) {
+	for _, kind := range refs.Kinds() {
+		all := allConfigIndexers(kind)
+		for _, want := range []cache.Indexers{ConfigIndexers(), snapshotIndexers(kind)} {
+			for name := range want {
+				if _, ok := all[name]; !ok {
+					t.Errorf("%s: the widened informer lacks index %s", kind, name)
+				}
+			}
+		}
+	}
+}
