@@ -70,8 +70,10 @@ func (p *pausedCanary) spotReplace(when string) {
 		if err != nil {
 			return false, "", err
 		}
+		// A pod that was not there before: creation timestamps have whole seconds, and on an idle
+		// cluster the replacement can come within the second the taken pod was created in.
 		fresh := slices.ContainsFunc(now, func(q corev1.Pod) bool {
-			return q.Name != pods[0].Name && q.CreationTimestamp.After(pods[0].CreationTimestamp.Time)
+			return !slices.ContainsFunc(pods, func(o corev1.Pod) bool { return o.UID == q.UID })
 		})
 		return fresh && framework.ReadyPods(now) == 2, fmt.Sprintf("%d ready", framework.ReadyPods(now)), nil
 	}))
