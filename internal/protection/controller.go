@@ -21,6 +21,7 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
+	utilruntime "k8s.io/apimachinery/pkg/util/runtime"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/client-go/tools/record"
@@ -99,34 +100,63 @@ func (c *Controller) configHandler(kind refs.Kind) cache.ResourceEventHandler {
 	}
 }
 
-// userHandler re-examines the objects being deleted that a user referenced, when the user goes away
-// or stops being live or referencing them.
+// userHandler re-examines the held objects a user could have been holding, when the user goes away
+// or stops being live or referencing them (heldBy).
 func (c *Controller) userHandler() cache.ResourceEventHandler {
-	recheck := func(u *caches.User) {
-		for _, r := range u.Refs {
-			inf, ok := c.caches.Configs[r.Kind]
-			if !ok {
-				continue
-			}
-			if m, exists, _ := inf.Get(u.Namespace, r.Name); exists && m.DeletionTimestamp != nil {
-				c.loop.Queue.Add(configKey(r.Kind, u.Namespace, r.Name))
-			}
+	requeue := func(u *caches.User) {
+		for _, key := range c.heldBy(u) {
+			c.loop.Queue.Add(key)
 		}
 	}
 	return cache.ResourceEventHandlerFuncs{
 		UpdateFunc: func(old, cur any) {
 			if o, ok := caches.UserOf(old); ok && o.Live() {
 				if n, ok := caches.UserOf(cur); !ok || !n.Live() || !slices.Equal(n.Refs, o.Refs) {
-					recheck(o)
+					requeue(o)
 				}
 			}
 		},
 		DeleteFunc: func(obj any) {
 			if u, ok := caches.UserOf(obj); ok {
-				recheck(u)
+				requeue(u)
 			}
 		},
 	}
+}
+
+// heldBy returns the keys of the held objects u could be holding: those it references by name, and
+// those that name it as an owner. A pinning snapshot's revisions are its users though their templates
+// name the original object, not the snapshot; when the garbage collector's deletion of a pruned
+// revision's snapshot reached us before the revision's own deletion, the snapshot was held for the
+// revision and only the revision's deletion can let it go.
+func (c *Controller) heldBy(u *caches.User) []string {
+	var keys []string
+	add := func(kind refs.Kind, m *metav1.PartialObjectMetadata) {
+		if isHeld(m) {
+			keys = append(keys, configKey(kind, m.Namespace, m.Name))
+		}
+	}
+	for _, r := range u.Refs {
+		if inf, ok := c.caches.Configs[r.Kind]; ok {
+			if m, exists, _ := inf.Get(u.Namespace, r.Name); exists {
+				add(r.Kind, m)
+			}
+		}
+	}
+	for _, kind := range refs.Kinds() {
+		inf, ok := c.caches.Configs[kind]
+		if !ok {
+			continue
+		}
+		owned, err := inf.ByIndex(caches.ByOwner, string(u.UID))
+		if err != nil {
+			utilruntime.HandleError(err)
+		}
+		for _, m := range owned {
+			add(kind, m)
+		}
+	}
+	return keys
 }
 
 func (c *Controller) sync(ctx context.Context, key string) (reconcile.Result, error) {
@@ -152,7 +182,7 @@ func (c *Controller) sync(ctx context.Context, key string) (reconcile.Result, er
 			return reconcile.Result{}, nil
 		}
 		return reconcile.Result{}, ignoreGone(c.finalizers.Add(ctx, kind, ns, name, m.ResourceVersion))
-	case !api.HasFinalizer(m.Finalizers, api.InUseFinalizer):
+	case !isHeld(m):
 		return reconcile.Result{}, nil // being deleted, and not ours to hold
 	}
 	return reconcile.Result{}, c.syncDeleting(ctx, kind, m)
@@ -264,12 +294,17 @@ func (c *Controller) namespaceTerminating(ctx context.Context, ns string) (bool,
 	return n.DeletionTimestamp != nil || n.Status.Phase == corev1.NamespaceTerminating, nil
 }
 
+// isHeld: being deleted, and our finalizer holds it.
+func isHeld(m *metav1.PartialObjectMetadata) bool {
+	return m.DeletionTimestamp != nil && api.HasFinalizer(m.Finalizers, api.InUseFinalizer)
+}
+
 // held counts the cached objects being deleted that our finalizer holds.
 func (c *Controller) held() int {
 	n := 0
 	for _, inf := range c.caches.Configs {
 		for _, m := range inf.List() {
-			if m.DeletionTimestamp != nil && api.HasFinalizer(m.Finalizers, api.InUseFinalizer) {
+			if isHeld(m) {
 				n++
 			}
 		}
