@@ -16,6 +16,7 @@ import (
 	"slices"
 	"sort"
 	"strings"
+	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -53,13 +54,16 @@ type Controller struct {
 	kube       kubernetes.Interface // namespaces: is this one terminating?
 	events     record.EventRecorder
 	loop       *reconcile.Loop
+	now        func() time.Time // the clock of the oldest hold's age
 }
 
 // New wires the controller to its caches. live double-checks a cache that says "unused"; events may
-// be nil.
-func New(c *caches.Caches, writer *attach.Writer, live UserLister, kube kubernetes.Interface, events record.EventRecorder, m *metrics.Metrics) (*Controller, error) {
-	ctl := &Controller{caches: c, finalizers: Finalizers{Client: writer.Client}, writer: writer, live: live, kube: kube, events: events}
-	ctl.loop = &reconcile.Loop{Name: Name, Queue: reconcile.NewQueue(Name), Sync: ctl.sync, Metrics: m}
+// be nil. Every heldResync (0: never) every held object is examined again, whatever events came.
+func New(c *caches.Caches, writer *attach.Writer, live UserLister, kube kubernetes.Interface, events record.EventRecorder, m *metrics.Metrics,
+	heldResync time.Duration) (*Controller, error) {
+	ctl := &Controller{caches: c, finalizers: Finalizers{Client: writer.Client}, writer: writer, live: live, kube: kube, events: events, now: time.Now}
+	ctl.loop = &reconcile.Loop{Name: Name, Queue: reconcile.NewQueue(Name), Sync: ctl.sync, Metrics: m,
+		Resync: ctl.resyncHeld, ResyncPeriod: heldResync}
 	for kind, inf := range c.Configs {
 		if err := inf.AddEventHandler(ctl.configHandler(kind)); err != nil {
 			return nil, err
@@ -73,7 +77,12 @@ func New(c *caches.Caches, writer *attach.Writer, live UserLister, kube kubernet
 		}
 	}
 	if m != nil {
-		m.Gauge("configmap_attacher_held_objects", "Opted-in objects being deleted but held by in-use protection.", func() float64 { return float64(ctl.held()) })
+		m.Gauge("configmap_attacher_held_objects", "Opted-in objects being deleted but held by in-use protection.", func() float64 {
+			n, _ := ctl.holds()
+			return float64(n)
+		})
+		m.Gauge("configmap_attacher_held_oldest_age_seconds", "Age of the oldest deletion in-use protection holds (since its deletionTimestamp); 0 when none.",
+			func() float64 { return ctl.oldestHoldAge().Seconds() })
 		m.Gauge("configmap_attacher_protection_queue_depth", "Config keys waiting for the protection controller.", func() float64 { return float64(ctl.loop.Queue.Len()) })
 	}
 	return ctl, nil
@@ -157,6 +166,18 @@ func (c *Controller) heldBy(u *caches.User) []string {
 		}
 	}
 	return keys
+}
+
+// resyncHeld queues every held object: the backstop for a deletion a missed event would hold forever.
+func (c *Controller) resyncHeld(ctx context.Context) {
+	n := 0
+	c.eachHeld(func(kind refs.Kind, m *metav1.PartialObjectMetadata) {
+		c.loop.Queue.Add(configKey(kind, m.Namespace, m.Name))
+		n++
+	})
+	if n > 0 {
+		logging.FromContext(ctx).Info("re-examining held deletions", "controller", Name, "held", n)
+	}
 }
 
 func (c *Controller) sync(ctx context.Context, key string) (reconcile.Result, error) {
@@ -299,17 +320,40 @@ func isHeld(m *metav1.PartialObjectMetadata) bool {
 	return m.DeletionTimestamp != nil && api.HasFinalizer(m.Finalizers, api.InUseFinalizer)
 }
 
-// held counts the cached objects being deleted that our finalizer holds.
-func (c *Controller) held() int {
-	n := 0
-	for _, inf := range c.caches.Configs {
+// eachHeld calls fn for every cached object our finalizer holds.
+func (c *Controller) eachHeld(fn func(refs.Kind, *metav1.PartialObjectMetadata)) {
+	for kind, inf := range c.caches.Configs {
 		for _, m := range inf.List() {
 			if isHeld(m) {
-				n++
+				fn(kind, m)
 			}
 		}
 	}
-	return n
+}
+
+// holds counts the cached objects our finalizer holds, and returns the earliest deletionTimestamp
+// among them (zero when none).
+func (c *Controller) holds() (int, time.Time) {
+	n := 0
+	var oldest time.Time
+	c.eachHeld(func(_ refs.Kind, m *metav1.PartialObjectMetadata) {
+		n++
+		if t := m.DeletionTimestamp.Time; oldest.IsZero() || t.Before(oldest) {
+			oldest = t
+		}
+	})
+	return n, oldest
+}
+
+// oldestHoldAge is how long the oldest held deletion has waited; 0 when none does. A deletion held
+// for long is either in use for long (a revision kept by revisionHistoryLimit) or missed: the alert
+// on it tells an operator to look (configmap-attacher history, the DeletionHeld events).
+func (c *Controller) oldestHoldAge() time.Duration {
+	_, oldest := c.holds()
+	if oldest.IsZero() {
+		return 0
+	}
+	return max(c.now().Sub(oldest), 0)
 }
 
 func (c *Controller) event(obj *corev1.ObjectReference, typ, reason, msg string) {

@@ -58,7 +58,7 @@ func newFixture(t *testing.T, cached, onAPIServer []*caches.User, configs []*met
 	}
 	f := &fixture{t: t, meta: testutil.FakeMetadata(objs...), events: record.NewFakeRecorder(10)}
 	cs := caches.NewForTest(cached, configs)
-	c, err := New(cs, &attach.Writer{Client: f.meta}, liveUsers(append(cached, onAPIServer...)), kubefake.NewClientset(namespaces...), f.events, nil)
+	c, err := New(cs, &attach.Writer{Client: f.meta}, liveUsers(append(cached, onAPIServer...)), kubefake.NewClientset(namespaces...), f.events, nil, 0)
 	if err != nil {
 		t.Fatal(err)
 	}

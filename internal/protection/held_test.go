@@ -1,8 +1,10 @@
 package protection
 
 import (
+	"context"
 	"slices"
 	"testing"
+	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -115,3 +117,55 @@ func TestASnapshotHeldForItsRevisionGoesWithTheRevision(t *testing.T) {
 	}
 }
 
+// The backstop: every held object is queued again, whatever events came; nothing else is.
+func TestResyncQueuesEveryHeldObjectAndNothingElse(t *testing.T) {
+	f := newFixture(t, nil, nil, requeueConfigs())
+	f.c.resyncHeld(context.Background())
+	want := []string{cmKey("app-config"), cmKey("app-config-1f2e"), cmKey("app-config-3a4b"), cmKey("app-config-7e8f"), cmKey("unrelated")}
+	if got := f.queued(); !slices.Equal(got, want) {
+		t.Errorf("resync queued %v, want every held object %v", got, want)
+	}
+
+	empty := newFixture(t, nil, nil, []*metav1.PartialObjectMetadata{config("in-use", true, false, true), config("not-opted-in", false, true, true)})
+	empty.c.resyncHeld(context.Background())
+	if got := empty.queued(); len(got) != 0 {
+		t.Errorf("resync with nothing held queued %v", got)
+	}
+}
+
+// The oldest hold's age is the alert's input: from the earliest deletionTimestamp among held objects
+// only, 0 when nothing is held.
+func TestOldestHoldAge(t *testing.T) {
+	now := time.Date(2026, 11, 25, 12, 0, 0, 0, time.UTC)
+	at := func(m *metav1.PartialObjectMetadata, ago time.Duration) *metav1.PartialObjectMetadata {
+		m.DeletionTimestamp = &metav1.Time{Time: now.Add(-ago)}
+		return m
+	}
+	notOurs := at(config("not-ours", true, true, false), 48*time.Hour)
+	tests := []struct {
+		name    string
+		configs []*metav1.PartialObjectMetadata
+		want    time.Duration
+		wantN   int
+	}{
+		{name: "nothing held", configs: []*metav1.PartialObjectMetadata{config("a", true, false, true), notOurs}},
+		{name: "one held", configs: []*metav1.PartialObjectMetadata{at(config("a", true, true, true), 90*time.Second), notOurs},
+			want: 90 * time.Second, wantN: 1},
+		{name: "the oldest of several", configs: []*metav1.PartialObjectMetadata{at(config("a", true, true, true), time.Minute),
+			at(snapshot("b", true, "web-1"), 3*time.Hour), at(config("c", true, true, true), time.Hour)}, want: 3 * time.Hour, wantN: 3},
+		{name: "a clock behind the API server's: not negative", configs: []*metav1.PartialObjectMetadata{at(config("a", true, true, true), -time.Second)},
+			wantN: 1},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			f := newFixture(t, nil, nil, tt.configs)
+			f.c.now = func() time.Time { return now }
+			if got := f.c.oldestHoldAge(); got != tt.want {
+				t.Errorf("oldest hold age %s, want %s", got, tt.want)
+			}
+			if n, _ := f.c.holds(); n != tt.wantN {
+				t.Errorf("%d held, want %d", n, tt.wantN)
+			}
+		})
+	}
+}
