@@ -47,7 +47,7 @@ func New() *Metrics {
 			Name: "configmap_attacher_leader", Help: "1 while this replica holds the leader Lease.",
 		}),
 		admission: prometheus.NewHistogramVec(prometheus.HistogramOpts{
-			Name: "configmap_attacher_webhook_admission_duration_seconds", Help: "Time to decide one pod admission, by outcome (pinned, unchanged, denied).",
+			Name: "configmap_attacher_webhook_admission_duration_seconds", Help: "Time to decide one pod admission, by outcome (pinned, unchanged, error: undecided, the failurePolicy applies).",
 			Buckets: prometheus.ExponentialBuckets(0.0001, 2, 16),
 		}, []string{"outcome"}),
 		apiCalls: prometheus.NewCounterVec(prometheus.CounterOpts{
