@@ -273,6 +273,85 @@ func TestPinningASnapshotHeldForItsRevisionGoesWithTheRevision(t *testing.T) {
 	t.Logf("then: %s goes with its revision", snap)
 }
 
+// An image-only deploy: the new revision is created with the same content, so it shares the previous
+// revision's snapshot, owned by both. The attach controller, re-examining the revisions (here because
+// an opted-in ConfigMap they name appears; a controller restart does the same), must not take that
+// ownerReference back as "no longer used": it is the pin. Had it, the revision it took it from would
+// have been pinned again to what app-config holds by then (changed in place since), or read it on
+// its next pod.
+func TestPinningARevisionSharingItsSnapshotKeepsIt(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	ns := givenNamespace(t, "pin-shared-snapshot")
+	startPinningController(t, "Fail", ns)
+	must(t, e2e.cluster.PutPinnedConfigMap(ctx, ns, "app-config", pinV1))
+	d, err := e2e.cluster.CreateDeployment(ctx, ns, "web", framework.PinnedTemplate("web", []string{"app-config", "web-extra"}, pinV1), nil)
+	must(t, err)
+	rs1 := deploymentReplicaSet(t, ns, d)
+	must(t, e2e.cluster.WaitPods(ctx, 60*time.Second, rs1, 1))
+	s1, err := e2e.cluster.SnapshotOf(ctx, ns, "app-config", rs1.UID)
+	must(t, err)
+	t.Logf("given: Deployment web (revision %s) reads app-config through %s, and names web-extra, an opted-in ConfigMap not created yet", rs1.Name, s1.Name)
+
+	t.Log("when: an image-only deploy")
+	_, err = e2e.cluster.Kube.AppsV1().Deployments(ns).Patch(ctx, "web", types.StrategicMergePatchType,
+		[]byte(`{"spec":{"template":{"spec":{"containers":[{"name":"app","image":"nginx:1.28"}]}}}}`), metav1.PatchOptions{})
+	must(t, err)
+	var rs2 *appsv1.ReplicaSet
+	must(t, framework.Eventually(ctx, 90*time.Second, "the image-only revision running, pinned", func(ctx context.Context) (bool, string, error) {
+		res, err := e2e.cluster.ResolveWorkload(ctx, workload.Ref{Kind: workload.Deployment, Namespace: ns, Name: "web"})
+		if err != nil {
+			return false, err.Error(), nil
+		}
+		if rs2, err = res.Current(); err != nil || rs2.UID == rs1.UID {
+			return false, "no new revision yet", nil
+		}
+		pods, err := e2e.cluster.PodsOf(ctx, rs2)
+		if err != nil || len(pods) != 1 || framework.ReadyPods(pods) != 1 {
+			return false, "pods: " + framework.DescribePods(pods), err
+		}
+		return slices.Equal(framework.ReadsConfigMaps(&pods[0]), []string{s1.Name, "web-extra"}), "pods: " + framework.DescribePods(pods), nil
+	}))
+	ownedByBoth := func() error {
+		owners := ownersOf(t, ns, refs.ConfigMap, s1.Name)
+		for _, rs := range []*appsv1.ReplicaSet{rs1, rs2} {
+			if !slices.ContainsFunc(owners, func(o metav1.OwnerReference) bool { return o.UID == rs.UID }) {
+				return fmt.Errorf("snapshot %s owned by %s, not by %s: that revision lost its pin", s1.Name, describe(owners), rs.Name)
+			}
+		}
+		return nil
+	}
+	must(t, ownedByBoth())
+	t.Logf("then: %s's pod reads the same snapshot %s, owned by both revisions", rs2.Name, s1.Name)
+
+	t.Log("when: app-config is changed in place without a template change (drift), and web-extra appears: both revisions are synced again")
+	must(t, e2e.cluster.PutPinnedConfigMap(ctx, ns, "app-config", pinV2))
+	configRevisionLabelled(t, ns, "web-extra", true)
+	for _, rs := range []*appsv1.ReplicaSet{rs1, rs2} {
+		must(t, e2e.cluster.WaitAttached(ctx, attachWithin, ns, refs.ConfigMap, "web-extra", rs))
+	}
+	must(t, ownedByBoth())
+	snaps, err := e2e.cluster.Snapshots(ctx, ns, "app-config")
+	must(t, err)
+	if len(snaps) != 1 {
+		var names []string
+		for _, s := range snaps {
+			names = append(names, s.Name+" (owners "+describe(s.OwnerReferences)+")")
+		}
+		t.Fatalf("snapshots of app-config: %v; want only %s: a revision was pinned again to the changed content", names, s1.Name)
+	}
+	t.Logf("then: web-extra attached to both, and %s still pins both revisions", s1.Name)
+
+	t.Logf("when: a spot node takes %s's pod", rs2.Name)
+	pinnedRollout{t: t, ns: ns}.spotKill(rs2, 1)
+	pods, err := e2e.cluster.PodsOf(ctx, rs2)
+	must(t, err)
+	if got := framework.ReadsConfigMaps(&pods[0]); !slices.Equal(got, []string{s1.Name, "web-extra"}) {
+		t.Fatalf("the replacement reads %v; want %s (v1), not app-config's changed content", got, s1.Name)
+	}
+	t.Logf("then: its replacement reads %s, the content its revision was created with", s1.Name)
+}
+
 // A Deployment: kubectl rollout undo copies annotations between ReplicaSets and the Deployment; the pin
 // is not an annotation, so it stays right. And exactly one ReplicaSet per revision, over many deploys:
 // pods are mutated, templates never.
