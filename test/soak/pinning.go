@@ -90,6 +90,9 @@ type pinningState struct {
 	revisions         map[types.UID]*pinnedRevision
 	toggles, switches int
 	changes           int
+	// allowed are the pods seen reading a pinned object by its own name as they may: created with
+	// pinning off, or while the webhook could not answer under Ignore (failing open).
+	allowed map[string]bool
 }
 
 // pinnedRevision is a revision of a pinned workload as the soak first saw it.
@@ -101,7 +104,7 @@ type pinnedRevision struct {
 
 func newPinningState() *pinningState {
 	p := &pinningState{objects: map[string]map[string]string{}, on: map[string]bool{}, off: map[string]*windows{},
-		policy: "Fail", revisions: map[types.UID]*pinnedRevision{}}
+		policy: "Fail", revisions: map[types.UID]*pinnedRevision{}, allowed: map[string]bool{}}
 	for _, ns := range namespaces {
 		p.off[ns] = &windows{}
 	}
@@ -467,7 +470,9 @@ func (s *soak) pinningIn(snap *snapshot) []violation {
 	for _, u := range snap.pinUses {
 		rev := s.pin.revisions[u.ownerUID]
 		if u.read == u.pinKey[strings.LastIndex(u.pinKey, "/")+1:] {
-			if _, ns, _ := splitKey(u.pinKey); !s.pin.unpinnedAllowed(ns, u.created) {
+			if _, ns, _ := splitKey(u.pinKey); s.pin.unpinnedAllowed(ns, u.created) {
+				s.pin.allowed[u.podUID] = true
+			} else {
 				out = append(out, violation{kind: "unpinned", key: "Pod/" + u.pod, id: u.podUID,
 					detail: fmt.Sprintf("reads %s by its own name; created %s with pinning on and the webhook answering (owner %s)",
 						u.pinKey, u.created.Format(time.TimeOnly), u.owner)})

@@ -641,7 +641,7 @@ func (s *soak) summary(took time.Duration) {
 	}
 	fmt.Printf("\nfaults: %s; unattached (not counted below): %d; retained by a CronJob (by design, not counted below): %d; controller replicas that exited on their own: %d; cluster components restarted: %d; Job mode failures: %d; step errors: %d; took %s; logs in %s\n",
 		strings.Join(faults, " "), s.unattachedN, s.retained, s.crashes, s.planeRestarts, s.jobFailures, s.errors, took.Round(time.Second), s.o.workDir)
-	fmt.Printf("pinning: steps drawn %s, promote/abort/undo/history of pinned workloads %d; revisions of pinned workloads %d judged, %d best effort (created with pinning off); pinned content changes %d; webhook failurePolicy now %s\n",
-		strings.Join(pinning, " "), s.pinnedOps, judged, bestEffort, s.pin.changes, s.pin.policy)
+	fmt.Printf("pinning: steps drawn %s, promote/abort/undo/history of pinned workloads %d; revisions of pinned workloads %d judged, %d best effort (created with pinning off); pinned content changes %d; pods reading a pinned object by its own name as allowed (pinning off, or the webhook down under Ignore) %d; webhook failurePolicy now %s\n",
+		strings.Join(pinning, " "), s.pinnedOps, judged, bestEffort, s.pin.changes, len(s.pin.allowed), s.pin.policy)
 	fmt.Printf("steps=%d faults=%d lost=%d leaked=%d unpinned=%d wrong=%d refused=%d seed=%d\n", s.step, total, s.lost, s.leaked, s.unpinned, s.wrong, s.refused, s.o.seed)
 }
