@@ -88,6 +88,8 @@ type pinningState struct {
 	ignore, switching windows
 	policy            string
 	revisions         map[types.UID]*pinnedRevision
+	offNS             string // the namespace pin-toggle turned pinning off in, until step onAt
+	onAt              int
 	toggles, switches int
 	changes           int
 	// allowed are the pods seen reading a pinned object by its own name as they may: created with
@@ -386,17 +388,28 @@ func (s *soak) canaryKill(ctx context.Context, w *app, pick uint64) (string, err
 	return fmt.Sprintf("deleted %s of the %s ReplicaSet %s", p.Name, what, target.Name), nil
 }
 
-// pinToggle turns pinning off in a namespace that has it, on in one that has not.
-func (s *soak) pinToggle(ctx context.Context, ns string) (string, error) {
-	on := !s.pin.on[ns]
-	if err := s.setPinning(ctx, ns, on); err != nil {
+// pinToggle turns pinning off in a namespace until step onAt (pinBackOn turns it on again).
+func (s *soak) pinToggle(ctx context.Context, ns string, onAt int) (string, error) {
+	if err := s.setPinning(ctx, ns, false); err != nil {
 		return "", err
 	}
+	s.pin.offNS, s.pin.onAt = ns, onAt
 	s.pin.toggles++
-	if on {
-		return "pinning enabled in " + ns, nil
+	return fmt.Sprintf("pinning disabled in %s; enabled again at step %d", ns, onAt), nil
+}
+
+// pinBackOn turns pinning on again in the namespace pin-toggle turned it off in, once its time came.
+func (s *soak) pinBackOn(ctx context.Context) string {
+	if s.pin.offNS == "" || s.step < s.pin.onAt {
+		return ""
 	}
-	return "pinning disabled in " + ns, nil
+	ns := s.pin.offNS
+	s.pin.offNS = ""
+	if err := s.setPinning(ctx, ns, true); err != nil {
+		s.errors++
+		return "enabling pinning again in " + ns + ": " + err.Error()
+	}
+	return "pinning enabled again in " + ns
 }
 
 // webhookPolicy switches the webhook's failurePolicy (Fail <-> Ignore) by a rolling restart of the

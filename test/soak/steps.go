@@ -43,7 +43,7 @@ const (
 	actCanaryKill    action = "canary-kill"    // a pod of the pinned Rollout deleted at once, a stable one mid-canary
 	actWebhookKill   action = "webhook-kill"   // kill -9 of the replica serving the registered webhook
 	actWebhookPolicy action = "webhook-policy" // failurePolicy Fail <-> Ignore, by a rolling restart
-	actPinToggle     action = "pin-toggle"     // a namespace's pinning label removed or put back
+	actPinToggle     action = "pin-toggle"     // a namespace's pinning label removed for 1–4 steps
 )
 
 // faultActions are counted as faults.
@@ -79,7 +79,7 @@ type plan struct {
 	limit   int32    // history
 	reuse   bool     // recreate: with the config it had
 	picks   []uint64 // spot-kill, canary-kill: which pods; config-delete: which object
-	downFor int      // ctl-kill: steps until it comes back
+	downFor int      // ctl-kill, pin-toggle: steps until it comes back
 	ns      string   // pin-toggle
 }
 
@@ -128,7 +128,7 @@ func (s *soak) possible(a action) bool {
 	case actCtlKill, actLeaderKill, actWebhookKill, actWebhookPolicy:
 		return !s.ctl.down
 	case actPinToggle:
-		return true
+		return s.pin.offNS == "" // one namespace at a time
 	case actAPIServer:
 		return s.localCluster
 	}
@@ -185,6 +185,7 @@ func (s *soak) choose() plan {
 		p.downFor = 1 + s.rnd.intn(3)
 	case actPinToggle:
 		p.ns = namespaces[s.rnd.intn(len(namespaces))]
+		p.downFor = 1 + s.rnd.intn(4)
 	}
 	return p
 }
@@ -201,6 +202,9 @@ func (s *soak) plan(out io.Writer) {
 		if s.ctl.down && s.step >= s.ctl.upAt {
 			s.ctl.down = false
 		}
+		if s.pin.offNS != "" && s.step >= s.pin.onAt {
+			s.pin.offNS = ""
+		}
 		p := s.choose()
 		s.drawn[p.a]++
 		target := "-"
@@ -214,6 +218,8 @@ func (s *soak) plan(out io.Writer) {
 			p.w.exists = true
 		case actCtlKill:
 			s.ctl.down, s.ctl.upAt = true, s.step+p.downFor
+		case actPinToggle:
+			s.pin.offNS, s.pin.onAt = p.ns, s.step+p.downFor
 		}
 		fmt.Fprintf(out, "step %3d  %-17s %s\n", s.step, p.a, target)
 		if s.step%s.o.settleEvery == 0 {
@@ -240,6 +246,9 @@ func (s *soak) loop(ctx context.Context) error {
 			notes = append(notes, s.bringBack(ctx))
 		}
 		notes = append(notes, s.ctl.supervise(ctx)...)
+		if n := s.pinBackOn(ctx); n != "" {
+			notes = append(notes, n)
+		}
 		for _, n := range notes {
 			fmt.Printf("      note: %s\n", n)
 		}
@@ -385,7 +394,7 @@ func (s *soak) execute(ctx context.Context, p plan) (string, error) {
 	case actCanaryKill:
 		return s.canaryKill(ctx, w, p.picks[0])
 	case actPinToggle:
-		return s.pinToggle(ctx, p.ns)
+		return s.pinToggle(ctx, p.ns, s.step+p.downFor)
 	case actWebhookPolicy:
 		return s.webhookPolicy(ctx)
 	case actWebhookKill:
