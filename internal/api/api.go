@@ -66,10 +66,23 @@ const (
 // Pinned reports whether an object carries the pin label.
 func Pinned(labels map[string]string) bool { return labels[PinLabel] == PinValue }
 
+// BetterPin reports whether snapshot a, rather than b, is the pin of a revision that owns both; the
+// webhook, the controller and `history` all pick the same one. One not being deleted comes first: a
+// snapshot deleted by hand while its revision lives is held by in-use protection, and the webhook gives
+// new pods another pin if the revision has one. Without one, the revision keeps reading the held
+// snapshot (its deletion then waits for the revision, as in-use protection has any deletion wait)
+// rather than get a new snapshot of whatever the object holds now. Then EarlierPin.
+func BetterPin(a, b metav1.Object) bool {
+	if da, db := a.GetDeletionTimestamp() != nil, b.GetDeletionTimestamp() != nil; da != db {
+		return db
+	}
+	return EarlierPin(a, b)
+}
+
 // EarlierPin reports whether snapshot a, rather than b, is the pin of a revision that owns both: the
 // older one, taken when the revision was created; by name when both were created in the same second.
 // The takers check the API before they snapshot, so two are left only by two takers racing while the
-// object changed; the webhook, the controller and `history` then all pick the same one.
+// object changed.
 func EarlierPin(a, b metav1.Object) bool {
 	ta, tb := a.GetCreationTimestamp(), b.GetCreationTimestamp()
 	if !ta.Equal(&tb) {

@@ -282,7 +282,9 @@ func UserOf(obj any) (*User, bool) {
 
 // NewUserInformerForTest is a User informer that is never started: tests add objects to it directly.
 func NewUserInformerForTest(users ...*User) *Informer[*User] {
-	inf := cache.NewSharedIndexInformer(nil, &User{}, 0, UserIndexers())
+	indexers := UserIndexers()
+	indexers[cache.NamespaceIndex] = cache.MetaNamespaceIndexFunc // as the informer factories add it
+	inf := cache.NewSharedIndexInformer(nil, &User{}, 0, indexers)
 	for _, u := range users {
 		_ = inf.GetIndexer().Add(u)
 	}

@@ -148,16 +148,16 @@ func (p *Pinning) Snapshot(namespace, revision string, r refs.Ref) (string, bool
 	return PinAmong(snaps, namespace, revision, r)
 }
 
-// PinAmong finds a revision's pin for r among snapshots: one that copies r, is owned by the revision and
-// is not being deleted; the earliest (api.EarlierPin) if a race left several.
+// PinAmong finds a revision's pin for r among snapshots: one that copies r and is owned by the
+// revision; api.BetterPin's choice if there are several.
 func PinAmong(snaps []*metav1.PartialObjectMetadata, namespace, revision string, r refs.Ref) (string, bool) {
 	var pin *metav1.PartialObjectMetadata
 	for _, s := range snaps {
-		if s.Namespace != namespace || s.DeletionTimestamp != nil || s.Annotations[api.OriginalNameAnnotation] != r.Name ||
+		if s.Namespace != namespace || s.Annotations[api.OriginalNameAnnotation] != r.Name ||
 			!slices.ContainsFunc(s.OwnerReferences, func(o metav1.OwnerReference) bool { return string(o.UID) == revision }) {
 			continue
 		}
-		if pin == nil || api.EarlierPin(s, pin) {
+		if pin == nil || api.BetterPin(s, pin) {
 			pin = s
 		}
 	}

@@ -92,7 +92,11 @@ func (c *Controller) detachUnused(ctx context.Context, u *caches.User) error {
 			continue
 		}
 		for _, m := range owned {
-			if u.Uses(refs.Ref{Kind: kind, Name: m.Name}) {
+			// A pinning snapshot is owned by the revisions pinned to it, whose templates name the
+			// original object: that ownership is the pin (internal/pinning), not a use to take back.
+			// Detaching it (a revision sharing its snapshot with the one before, an image-only deploy)
+			// unpinned the revision, and the pinning controller pinned it again, without end.
+			if u.Uses(refs.Ref{Kind: kind, Name: m.Name}) || m.Labels[api.SnapshotLabel] == api.SnapshotValue {
 				continue
 			}
 			if _, err := c.writer.DetachUnlessLast(ctx, kind, m.Namespace, m.Name, u.UID); err != nil {

@@ -2,8 +2,10 @@ package controller
 
 import (
 	"context"
+	"fmt"
 	"slices"
 	"sort"
+	"strings"
 	"testing"
 	"time"
 
@@ -247,5 +249,56 @@ func TestSyncRewritesAStrippedReferenceAtOnceWhenTheEventBeatTheWrite(t *testing
 	}
 	if got := f.patched(); !slices.Equal(got, []string{"configmaps/demo-cm-2"}) {
 		t.Fatalf("after the strip, patched %v; want the reference written again at once", got)
+	}
+}
+
+// The reference a revision no longer uses is taken back, unless it is the object's last; a pinning
+// snapshot's references are the pins, never taken back: its revisions' templates name the original.
+func TestSyncTakesBackUnusedReferencesButNotPins(t *testing.T) {
+	ro := testutil.Rollout("demo", "ro-uid", "bbb")
+	rs := testutil.ReplicaSet(ro, workload.Rollout, "bbb", 2, testutil.PodSpec([]string{"demo-cm-2", "app-config"}))
+	no := false
+	owner := func(uid types.UID) metav1.OwnerReference {
+		return metav1.OwnerReference{APIVersion: "apps/v1", Kind: "ReplicaSet", Name: "rs-" + string(uid), UID: uid, Controller: &no}
+	}
+	ours := func(m *metav1.PartialObjectMetadata) *metav1.PartialObjectMetadata {
+		var uids []string
+		for _, o := range m.OwnerReferences {
+			uids = append(uids, fmt.Sprintf(`"k:{\"uid\":\"%s\"}":{}`, o.UID))
+		}
+		m.ManagedFields = []metav1.ManagedFieldsEntry{{Manager: api.FieldManager, Operation: metav1.ManagedFieldsOperationUpdate, APIVersion: "v1",
+			FieldsType: "FieldsV1", FieldsV1: &metav1.FieldsV1{Raw: []byte(`{"f:metadata":{"f:ownerReferences":{` + strings.Join(uids, ",") + `}}}`)}}}
+		return m
+	}
+	snapshot := func(name string, owners ...metav1.OwnerReference) *metav1.PartialObjectMetadata {
+		m := testutil.ConfigMeta(refs.ConfigMap, name, true, owners...)
+		m.Labels[api.SnapshotLabel] = api.SnapshotValue
+		return ours(m)
+	}
+	tests := []struct {
+		name   string
+		config *metav1.PartialObjectMetadata
+		want   []string
+	}{
+		{name: "no longer used, another owner left: taken back", config: ours(testutil.ConfigMeta(refs.ConfigMap, "demo-cm-1", true, owner(rs.UID), owner("older"))),
+			want: []string{"configmaps/demo-cm-1"}},
+		{name: "no longer used, its last owner: kept", config: ours(testutil.ConfigMeta(refs.ConfigMap, "demo-cm-1", true, owner(rs.UID)))},
+		{name: "the revision's pin, shared with the revision before (an image-only deploy): kept",
+			config: snapshot("app-config-1f2e3d4c5b", owner("older"), owner(rs.UID))},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			f := newFixture(t, []*caches.User{user(rs)}, append(configMaps(true, "demo-cm-2"), tt.config))
+			f.sync(key(rs))
+			var got []string
+			for _, p := range f.patched() {
+				if p != "configmaps/demo-cm-2" { // attached: what the template uses
+					got = append(got, p)
+				}
+			}
+			if !slices.Equal(got, tt.want) {
+				t.Errorf("patched %v, want %v", got, tt.want)
+			}
+		})
 	}
 }

@@ -158,7 +158,7 @@ type pinKey struct {
 }
 
 // indexSnapshots maps each pin to its snapshot. A revision normally owns one snapshot per object; should
-// a race have left it two, the one the webhook reads wins (api.EarlierPin).
+// a race (or a deletion by hand) have left it two, the one the webhook reads wins (api.BetterPin).
 func indexSnapshots(objs Objects) map[pinKey]string {
 	pins := map[pinKey]*metav1.ObjectMeta{}
 	for _, o := range objs {
@@ -168,7 +168,7 @@ func indexSnapshots(objs Objects) map[pinKey]string {
 		}
 		for _, owner := range o.Meta.OwnerReferences {
 			k := pinKey{owner.UID, refs.Ref{Kind: o.Ref.Kind, Name: orig}}
-			if prev, ok := pins[k]; !ok || api.EarlierPin(&o.Meta, prev) {
+			if prev, ok := pins[k]; !ok || api.BetterPin(&o.Meta, prev) {
 				pins[k] = &o.Meta
 			}
 		}

@@ -9,6 +9,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
+	"github.com/configmap-attacher/configmap-attacher/internal/api"
 	"github.com/configmap-attacher/configmap-attacher/internal/history"
 	"github.com/configmap-attacher/configmap-attacher/internal/history/historytest"
 	"github.com/configmap-attacher/configmap-attacher/internal/refs"
@@ -207,6 +208,32 @@ func TestPinnedRevisionsReadTheirSnapshots(t *testing.T) {
 	}
 	if got := history.SnapshotRefs(&h.Revisions[0], &h.Revisions[1]); len(got) != 3 {
 		t.Errorf("SnapshotRefs = %v, want the two app-config snapshots and the shared app-env one", got)
+	}
+}
+
+// A snapshot being deleted (held while its pods run) is not a revision's pin when the revision has
+// another: the webhook gives new pods that one (caches.PinAmong), so history names it too.
+func TestAPinBeingDeletedIsNotTheRevisionsPin(t *testing.T) {
+	f := historytest.Pinned()
+	rs2 := f.Res.Owned[1]
+	no := false
+	// The fixture's snapshots carry no creation time: this one would win api.EarlierPin by its name.
+	older := metav1.ObjectMeta{Name: "app-config-0000000000", Namespace: rs2.Namespace, DeletionTimestamp: &metav1.Time{Time: historytest.Now},
+		Labels:          map[string]string{api.RevisionedLabel: api.RevisionedValue, api.SnapshotLabel: api.SnapshotValue},
+		Annotations:     map[string]string{api.OriginalNameAnnotation: "app-config"},
+		Finalizers:      []string{api.InUseFinalizer},
+		OwnerReferences: []metav1.OwnerReference{{APIVersion: "apps/v1", Kind: "ReplicaSet", Name: rs2.Name, UID: rs2.UID, Controller: &no}}}
+	f.Objs.Add(historytest.ConfigMap(older, historytest.AppConfigFaulty))
+	want := historytest.SnapshotName(pinnedConfigMap(historytest.AppConfigV1))
+	for _, r := range f.History().Revisions {
+		if r.Revision != 2 {
+			continue
+		}
+		for _, c := range r.Config {
+			if c.Name == "app-config" && c.Snapshot != want {
+				t.Errorf("revision 2 reads %q, want %s (the pin not being deleted)", c.Snapshot, want)
+			}
+		}
 	}
 }
 

@@ -31,8 +31,11 @@ type Options struct {
 	// AttachAllNamespaces are where an administrator allows the attach-all annotation ("*": all).
 	AttachAllNamespaces []string
 	// Secrets follows Secrets as well as ConfigMaps. Off, the controller needs no access to Secrets.
-	Secrets        bool
-	Workers        int
+	Secrets bool
+	Workers int
+	// HeldResync is how often every deletion in-use protection holds is examined again, whatever
+	// events came (0: never): the backstop against a missed event holding a deletion forever.
+	HeldResync     time.Duration
 	MetricsAddr    string
 	ProbeAddr      string
 	LeaderElect    bool
@@ -85,6 +88,7 @@ func NewOptions(lookup func(string) (string, bool)) *Options {
 	return &Options{
 		Secrets:     true,
 		Workers:     8,
+		HeldResync:  5 * time.Minute,
 		MetricsAddr: ":8080",
 		ProbeAddr:   ":8081",
 		LeaderElect: true,
@@ -122,6 +126,7 @@ func (o *Options) AddFlags(fs *flag.FlagSet) {
 	})
 	fs.BoolVar(&o.Secrets, "secrets", o.Secrets, "follow opted-in Secrets too (needs get/list/watch/patch on secrets); -secrets=false follows ConfigMaps only")
 	fs.IntVar(&o.Workers, "workers", o.Workers, "revisions synced in parallel")
+	fs.DurationVar(&o.HeldResync, "held-resync", o.HeldResync, "how often every deletion held by in-use protection is examined again, as a backstop for a missed event (0 disables)")
 	fs.StringVar(&o.MetricsAddr, "metrics-bind-address", o.MetricsAddr, "address serving /metrics (empty disables)")
 	fs.StringVar(&o.ProbeAddr, "health-probe-bind-address", o.ProbeAddr, "address serving /healthz and /readyz (empty disables)")
 	fs.BoolVar(&o.LeaderElect, "leader-elect", o.LeaderElect, "elect a leader through a Lease so several replicas are safe")
@@ -172,6 +177,9 @@ func (o *Options) Validate() error {
 	}
 	if o.Workers < 1 {
 		errs = append(errs, "-workers must be at least 1")
+	}
+	if o.HeldResync < 0 {
+		errs = append(errs, fmt.Sprintf("-held-resync %s is negative: give a period such as 5m, or 0 to disable the resync", o.HeldResync))
 	}
 	errs = append(errs, o.Pinning.validate()...)
 	if o.LeaderElect {

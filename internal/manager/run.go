@@ -161,7 +161,7 @@ func controllers(cs *caches.Caches, writer *attach.Writer, m *metrics.Metrics, e
 		return nil, err
 	}
 	protector, err := protection.New(cs, writer, protection.APIUsers{Kube: clients.Kube, Dynamic: clients.Dynamic, Rollouts: withRollouts},
-		clients.Kube, events.Recorder, m)
+		clients.Kube, events.Recorder, m, o.HeldResync)
 	if err != nil {
 		return nil, err
 	}

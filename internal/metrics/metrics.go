@@ -16,13 +16,14 @@ import (
 const (
 	OutcomePinned    = "pinned"
 	OutcomeUnchanged = "unchanged"
-	OutcomeDenied    = "denied"
+	OutcomeError     = "error"
 )
 
 // API requests the pinning webhook makes on the pod path: the values of the call label.
 const (
 	CallTakeSnapshot          = "take_snapshot"
 	CallGetControllerRevision = "get_controllerrevision"
+	CallGetNamespace          = "get_namespace"
 )
 
 // Metrics are the series.
@@ -66,7 +67,7 @@ func New() *Metrics {
 			Name: "configmap_attacher_leader", Help: "1 while this replica holds the leader Lease.",
 		}),
 		admission: prometheus.NewHistogramVec(prometheus.HistogramOpts{
-			Name: "configmap_attacher_webhook_admission_duration_seconds", Help: "Time to decide one pod admission, by outcome (pinned, unchanged, denied: the pod is refused).",
+			Name: "configmap_attacher_webhook_admission_duration_seconds", Help: "Time to decide one pod admission, by outcome (pinned, unchanged, error: undecided, the failurePolicy applies).",
 			Buckets: prometheus.ExponentialBuckets(0.0001, 2, 16),
 		}, []string{"outcome"}),
 		apiCalls: prometheus.NewCounterVec(prometheus.CounterOpts{
@@ -99,10 +100,10 @@ func New() *Metrics {
 	for _, k := range refs.Kinds() {
 		m.attaches.WithLabelValues(string(k))
 	}
-	for _, o := range []string{OutcomePinned, OutcomeUnchanged, OutcomeDenied} {
+	for _, o := range []string{OutcomePinned, OutcomeUnchanged, OutcomeError} {
 		m.admission.WithLabelValues(o)
 	}
-	for _, c := range []string{CallTakeSnapshot, CallGetControllerRevision} {
+	for _, c := range []string{CallTakeSnapshot, CallGetControllerRevision, CallGetNamespace} {
 		m.apiCalls.WithLabelValues(c)
 	}
 	return m

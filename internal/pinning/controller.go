@@ -121,7 +121,10 @@ func (c *Controller) pinHandler(kind refs.Kind) cache.ResourceEventHandler {
 	}
 }
 
-// namespaceHandler pins every revision of a namespace that turns pinning on.
+// namespaceHandler pins every revision of a namespace that turns pinning on, or that the cache shows
+// labelled for the first time: a revision whose event came before its namespace's was skipped as "not
+// enabled", and would otherwise wait for a pod to be pinned, by the webhook, from whatever the object
+// holds by then.
 func (c *Controller) namespaceHandler() cache.ResourceEventHandler {
 	enqueue := func(ns string) {
 		for _, kind := range revisionKinds() {
@@ -134,6 +137,11 @@ func (c *Controller) namespaceHandler() cache.ResourceEventHandler {
 		}
 	}
 	return cache.ResourceEventHandlerFuncs{
+		AddFunc: func(obj any) {
+			if n, ok := caches.MetaOf(obj); ok && n.Labels[api.PinningNamespaceLabel] == api.PinningEnabled {
+				enqueue(n.Name)
+			}
+		},
 		UpdateFunc: func(old, cur any) {
 			o, okO := caches.MetaOf(old)
 			n, okN := caches.MetaOf(cur)

@@ -11,8 +11,10 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/tools/cache"
 	"k8s.io/client-go/tools/record"
 
+	"github.com/configmap-attacher/configmap-attacher/internal/api"
 	"github.com/configmap-attacher/configmap-attacher/internal/caches"
 	"github.com/configmap-attacher/configmap-attacher/internal/refs"
 	"github.com/configmap-attacher/configmap-attacher/internal/revision"
@@ -137,5 +139,53 @@ func TestControllerReportsARevisionReadingAnObjectThatLostItsPinLabel(t *testing
 		}
 	default:
 		t.Fatal("no event: the revision reads app-config unpinned without a word")
+	}
+}
+
+// The race "revision event before its namespace's": the revision was skipped (pinning not enabled as
+// far as the cache knew); the namespace's arrival, labelled, brings every revision of it back, as a
+// label added later does. Other namespaces' revisions, and unlabelled namespaces, bring nothing.
+func TestControllerPinsRevisionsOfANamespaceSeenLate(t *testing.T) {
+	rs := replicaSet(t, "web-5d8f", "rs-new")
+	elsewhere := replicaSet(t, "api-7c9a", "rs-other")
+	elsewhere.Namespace = "other"
+	labelled := func(name string, on bool) *metav1.PartialObjectMetadata {
+		m := &metav1.PartialObjectMetadata{ObjectMeta: metav1.ObjectMeta{Name: name}}
+		if on {
+			m.Labels = map[string]string{api.PinningNamespaceLabel: api.PinningEnabled}
+		}
+		return m
+	}
+	for _, tt := range []struct {
+		name  string
+		event func(cache.ResourceEventHandler)
+		want  []string
+	}{
+		{name: "the namespace arrives labelled", event: func(h cache.ResourceEventHandler) { h.OnAdd(labelled(ns, true), false) }, want: []string{rs.Key()}},
+		{name: "the namespace arrives unlabelled", event: func(h cache.ResourceEventHandler) { h.OnAdd(labelled(ns, false), false) }},
+		{name: "the label is added", event: func(h cache.ResourceEventHandler) { h.OnUpdate(labelled(ns, false), labelled(ns, true)) }, want: []string{rs.Key()}},
+		{name: "another label changes", event: func(h cache.ResourceEventHandler) { h.OnUpdate(labelled(ns, true), labelled(ns, true)) }},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			f := newFixture(t, []*caches.User{rs, elsewhere}, nil)
+			c, err := New(f.hook.Caches, f.hook.Taker, nil, nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			for c.loop.Queue.Len() > 0 { // what New's handlers queued: nothing is started here
+				k, _ := c.loop.Queue.Get()
+				c.loop.Queue.Done(k)
+			}
+			tt.event(c.namespaceHandler())
+			var got []string
+			for c.loop.Queue.Len() > 0 {
+				k, _ := c.loop.Queue.Get()
+				c.loop.Queue.Done(k)
+				got = append(got, k)
+			}
+			if !slices.Equal(got, tt.want) {
+				t.Errorf("queued %v, want %v", got, tt.want)
+			}
+		})
 	}
 }

@@ -3,6 +3,7 @@ package pinning
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"log/slog"
@@ -19,6 +20,7 @@ import (
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/types"
 
+	"github.com/configmap-attacher/configmap-attacher/internal/api"
 	"github.com/configmap-attacher/configmap-attacher/internal/caches"
 	"github.com/configmap-attacher/configmap-attacher/internal/logging"
 	"github.com/configmap-attacher/configmap-attacher/internal/metrics"
@@ -59,50 +61,66 @@ func (w *Webhook) ServeHTTP(rw http.ResponseWriter, req *http.Request) {
 		return
 	}
 	start := time.Now()
-	resp := w.Admit(req.Context(), review.Request)
-	if w.Metrics != nil {
-		outcome := metrics.OutcomeUnchanged
-		switch {
-		case !resp.Allowed:
-			outcome = metrics.OutcomeDenied
-		case resp.Patch != nil:
-			outcome = metrics.OutcomePinned
-		}
-		w.Metrics.Admitted(outcome, time.Since(start))
+	resp, err := w.Admit(req.Context(), review.Request)
+	if err != nil {
+		// Not a denial: an answer the API server cannot use, so the configuration's failurePolicy
+		// decides, as for a webhook that is down. Fail refuses the pod; Ignore admits it unpinned
+		// (the audit reports it). A denial would refuse it under Ignore too.
+		w.admitted(metrics.OutcomeError, start)
+		writeError(rw, err)
+		return
 	}
+	outcome := metrics.OutcomeUnchanged
+	if resp.Patch != nil {
+		outcome = metrics.OutcomePinned
+	}
+	w.admitted(outcome, start)
 	resp.UID = review.Request.UID
 	review.Response, review.Request = resp, nil
 	rw.Header().Set("Content-Type", "application/json")
 	_ = json.NewEncoder(rw).Encode(&review)
 }
 
-// Admit decides one admission request.
-func (w *Webhook) Admit(ctx context.Context, req *admissionv1.AdmissionRequest) *admissionv1.AdmissionResponse {
+func (w *Webhook) admitted(outcome string, start time.Time) {
+	if w.Metrics != nil {
+		w.Metrics.Admitted(outcome, time.Since(start))
+	}
+}
+
+// writeError answers 500 with a Status the API server quotes in its own error.
+func writeError(rw http.ResponseWriter, err error) {
+	status := metav1.Status{TypeMeta: metav1.TypeMeta{APIVersion: "v1", Kind: "Status"}, Status: metav1.StatusFailure,
+		Code: http.StatusInternalServerError, Reason: metav1.StatusReasonInternalError, Message: "configmap-attacher pinning: " + err.Error()}
+	rw.Header().Set("Content-Type", "application/json")
+	rw.WriteHeader(http.StatusInternalServerError)
+	_ = json.NewEncoder(rw).Encode(&status)
+}
+
+// Admit decides one admission request. An error means it could not decide (the pinned object or the
+// API server could not be read, say): the caller answers so that the failurePolicy applies.
+func (w *Webhook) Admit(ctx context.Context, req *admissionv1.AdmissionRequest) (*admissionv1.AdmissionResponse, error) {
 	allow := &admissionv1.AdmissionResponse{Allowed: true}
 	if req.Resource != podResource || req.Operation != admissionv1.Create || req.SubResource != "" {
-		return allow
+		return allow, nil
 	}
 	var pod corev1.Pod
 	if err := json.Unmarshal(req.Object.Raw, &pod); err != nil {
-		return deny(fmt.Errorf("decoding the pod: %w", err))
+		return nil, fmt.Errorf("decoding the pod: %w", err)
 	}
 	pod.Namespace = req.Namespace // unset in the request's object when the client left it out
 	dryRun := req.DryRun != nil && *req.DryRun
 	patch, pinned, err := w.pin(w.ctx(ctx), &pod, dryRun)
-	if err != nil {
-		return deny(err)
-	}
-	if len(patch) == 0 {
-		return allow
+	if err != nil || len(patch) == 0 {
+		return allow, err
 	}
 	body, err := json.Marshal(patch)
 	if err != nil {
-		return deny(err)
+		return nil, err
 	}
 	jsonPatch := admissionv1.PatchTypeJSONPatch
 	allow.Patch, allow.PatchType = body, &jsonPatch
 	allow.AuditAnnotations = map[string]string{"pinned": strings.Join(pinned, ",")}
-	return allow
+	return allow, nil
 }
 
 func (w *Webhook) ctx(ctx context.Context) context.Context {
@@ -129,8 +147,11 @@ type patchOp struct {
 // without a snapshot read the object itself (the controller reports them: ReasonPinRemoved).
 func (w *Webhook) pin(ctx context.Context, pod *corev1.Pod, dryRun bool) ([]patchOp, []string, error) {
 	p := w.Caches.Pinning
-	if p == nil || !p.Enabled(pod.Namespace) {
+	if p == nil {
 		return nil, nil, nil
+	}
+	if on, err := w.enabled(ctx, pod.Namespace); err != nil || !on {
+		return nil, nil, err
 	}
 	var rev *revision.Revision
 	var patch []patchOp
@@ -172,8 +193,28 @@ func (w *Webhook) pin(ctx context.Context, pod *corev1.Pod, dryRun bool) ([]patc
 	return patch, pinned, nil
 }
 
+// enabled reports whether the namespace has pinning on. The API server calls the webhook only for
+// namespaces its own view shows labelled; when our cache disagrees, it has not seen the label yet (a
+// namespace labelled a moment ago), so the namespace is read: pods created right after pinning is
+// turned on are pinned too.
+func (w *Webhook) enabled(ctx context.Context, namespace string) (bool, error) {
+	if w.Caches.Pinning.Enabled(namespace) {
+		return true, nil
+	}
+	w.apiCall(metrics.CallGetNamespace)
+	n, err := w.Taker.Kube.CoreV1().Namespaces().Get(ctx, namespace, metav1.GetOptions{})
+	if apierrors.IsNotFound(err) {
+		return false, nil
+	}
+	if err != nil {
+		return false, fmt.Errorf("reading namespace %s: %w", namespace, err)
+	}
+	return n.Labels[api.PinningNamespaceLabel] == api.PinningEnabled, nil
+}
+
 // snapshot finds the revision's pin for r, or takes it: the controller normally has (it sees a new
-// ReplicaSet within milliseconds), but the first pod can be faster.
+// ReplicaSet within milliseconds), but the first pod can be faster. "" means r is not pinned after all:
+// our cache still showed it labelled, or still showed it, when the pod came.
 func (w *Webhook) snapshot(ctx context.Context, rev *revision.Revision, r refs.Ref, cached any, dryRun bool) (string, error) {
 	if name, ok := w.Caches.Pinning.Snapshot(rev.Namespace, string(rev.UID), r); ok {
 		return name, nil
@@ -187,7 +228,12 @@ func (w *Webhook) snapshot(ctx context.Context, rev *revision.Revision, r refs.R
 	}
 	logging.FromContext(ctx).Info("the pod came before its revision was pinned: snapshotting now", "revision", rev.String(), "object", r.String())
 	w.apiCall(metrics.CallTakeSnapshot)
-	return w.Taker.Take(ctx, rev, r)
+	name, err := w.Taker.Take(ctx, rev, r)
+	if errors.Is(err, ErrNotPinned) || apierrors.IsNotFound(err) {
+		logging.FromContext(ctx).Info("no longer pinned, or gone: the pod keeps its reference", "revision", rev.String(), "object", r.String(), "reason", err)
+		return "", nil
+	}
+	return name, err
 }
 
 // revisionOf names the revision a pod is made from: its controlling ReplicaSet (known by uid even
@@ -267,11 +313,4 @@ func pointer(p refs.Path) string {
 		}
 	}
 	return b.String()
-}
-
-func deny(err error) *admissionv1.AdmissionResponse {
-	return &admissionv1.AdmissionResponse{Allowed: false, Result: &metav1.Status{
-		Status: metav1.StatusFailure, Code: http.StatusInternalServerError, Reason: metav1.StatusReasonInternalError,
-		Message: "configmap-attacher pinning: " + err.Error(),
-	}}
 }

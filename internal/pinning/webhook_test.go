@@ -1,9 +1,12 @@
 package pinning
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"maps"
+	"net/http"
+	"net/http/httptest"
 	"reflect"
 	"slices"
 	"strings"
@@ -12,11 +15,13 @@ import (
 	admissionv1 "k8s.io/api/admission/v1"
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
 	kubefake "k8s.io/client-go/kubernetes/fake"
 	metafake "k8s.io/client-go/metadata/fake"
+	k8stesting "k8s.io/client-go/testing"
 
 	"github.com/configmap-attacher/configmap-attacher/internal/api"
 	"github.com/configmap-attacher/configmap-attacher/internal/attach"
@@ -114,7 +119,10 @@ func (f *fixture) admit(t *testing.T, p *corev1.Pod, dryRun bool) (*admissionv1.
 	}
 	req := &admissionv1.AdmissionRequest{UID: "req", Namespace: p.Namespace, Operation: admissionv1.Create,
 		Resource: metav1.GroupVersionResource{Version: "v1", Resource: "pods"}, Object: runtime.RawExtension{Raw: raw}, DryRun: &dryRun}
-	resp := f.hook.Admit(context.Background(), req)
+	resp, err := f.hook.Admit(context.Background(), req)
+	if err != nil {
+		t.Fatalf("admit: %v", err)
+	}
 	got := map[string]string{}
 	if resp.Patch != nil {
 		var ops []patchOp
@@ -334,5 +342,85 @@ func TestWebhookKeepsARevisionsSnapshotWhenThePinLabelIsGone(t *testing.T) {
 	}
 	if got := creates(f); len(got) != 0 {
 		t.Errorf("created %v: an object without the pin label is never snapshotted", got)
+	}
+}
+
+// The race "pod CREATE before our cache saw the namespace labelled": the API server calls the webhook
+// only for namespaces it shows labelled, so a cache saying otherwise is behind; the namespace is read
+// and the pod pinned. A namespace really without the label (the API server's view lagged the other
+// way) gets nothing.
+func TestWebhookPinsPodsOfANamespaceLabelledAMomentAgo(t *testing.T) {
+	snaps := []*metav1.PartialObjectMetadata{
+		snapshot(refs.ConfigMap, "app-config-bbbbbbbbbb", "app-config", "rs-new"),
+		snapshot(refs.Secret, "app-env-cccccccccc", "app-env", "rs-new"),
+	}
+	for _, tt := range []struct {
+		name   string
+		labels map[string]string
+		want   map[string]string
+	}{
+		{name: "labelled on the API server, not yet in the cache", labels: map[string]string{api.PinningNamespaceLabel: api.PinningEnabled},
+			want: wantPinnedTo("app-config-bbbbbbbbbb", "app-env-cccccccccc")},
+		{name: "the label just removed", labels: nil, want: map[string]string{}},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			f := newLaggingFixture(t, nil, snaps, snaps, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns, Labels: tt.labels}})
+			f.hook.Caches.Pinning = caches.NewPinningForTest([]runtime.Object{appConfig("v1"), appSecret()}, snaps) // no namespace enabled
+			resp, got := f.admit(t, pod(controlledBy("ReplicaSet", "web-new", "rs-new"), nil), false)
+			if !resp.Allowed || !maps.Equal(got, tt.want) {
+				t.Errorf("allowed %v, patch %v; want %v", resp.Allowed, got, tt.want)
+			}
+		})
+	}
+}
+
+// The race "pin label removed (or the object deleted) before our cache saw it": the pod comes first
+// for its revision, the webhook goes to take the snapshot and finds the object no longer pinned or
+// gone. That reference is left as it is (the Secret is still pinned); the pod is not refused.
+func TestWebhookLeavesAReferenceNoLongerPinned(t *testing.T) {
+	unlabelled := appConfig("v2")
+	unlabelled.Labels = nil
+	sec, _ := SnapshotName(appSecret())
+	onlySecret := map[string]string{"/spec/volumes/1/secret/secretName": sec}
+	for name, live := range map[string][]runtime.Object{
+		"the pin label removed": {unlabelled, appSecret()},
+		"the object deleted":    {appSecret()},
+	} {
+		t.Run(name, func(t *testing.T) {
+			f := newFixture(t, nil, nil, live...)
+			resp, got := f.admit(t, pod(controlledBy("ReplicaSet", "web-5d8f", "rs-uid"), nil), false)
+			if !resp.Allowed || !maps.Equal(got, onlySecret) {
+				t.Errorf("allowed %v, patch %v; want only the Secret pinned %v", resp.Allowed, got, onlySecret)
+			}
+		})
+	}
+}
+
+// When the webhook cannot decide (here the API server refuses the snapshot), it does not deny: it
+// answers an error, so that the configuration's failurePolicy decides. Ignore then admits the pod
+// (unpinned, and audited), as for a webhook that is down; a denial would refuse it even so.
+func TestWebhookErrorsLeaveTheDecisionToTheFailurePolicy(t *testing.T) {
+	f := newFixture(t, nil, nil, appConfig("v2"), appSecret())
+	f.kube.PrependReactor("create", "configmaps", func(k8stesting.Action) (bool, runtime.Object, error) {
+		return true, nil, apierrors.NewServiceUnavailable("etcd is away")
+	})
+	raw, err := json.Marshal(pod(controlledBy("ReplicaSet", "web-5d8f", "rs-uid"), nil))
+	if err != nil {
+		t.Fatal(err)
+	}
+	review, _ := json.Marshal(admissionv1.AdmissionReview{TypeMeta: metav1.TypeMeta{APIVersion: "admission.k8s.io/v1", Kind: "AdmissionReview"},
+		Request: &admissionv1.AdmissionRequest{UID: "req", Namespace: ns, Operation: admissionv1.Create,
+			Resource: metav1.GroupVersionResource{Version: "v1", Resource: "pods"}, Object: runtime.RawExtension{Raw: raw}}})
+	rec := httptest.NewRecorder()
+	f.hook.ServeHTTP(rec, httptest.NewRequest(http.MethodPost, Path, bytes.NewReader(review)))
+	if rec.Code != http.StatusInternalServerError {
+		t.Fatalf("status %d, body %s; want 500 so that the failurePolicy applies", rec.Code, rec.Body)
+	}
+	var status metav1.Status
+	if err := json.Unmarshal(rec.Body.Bytes(), &status); err != nil || !strings.Contains(status.Message, "etcd is away") {
+		t.Errorf("body %s (%v): want a Status naming the cause", rec.Body, err)
+	}
+	if strings.Contains(rec.Body.String(), `"allowed"`) {
+		t.Errorf("body %s: an AdmissionReview answer is a decision; want none", rec.Body)
 	}
 }

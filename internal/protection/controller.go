@@ -16,11 +16,13 @@ import (
 	"slices"
 	"sort"
 	"strings"
+	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
+	utilruntime "k8s.io/apimachinery/pkg/util/runtime"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/client-go/tools/record"
@@ -52,13 +54,16 @@ type Controller struct {
 	kube       kubernetes.Interface // namespaces: is this one terminating?
 	events     record.EventRecorder
 	loop       *reconcile.Loop
+	now        func() time.Time // the clock of the oldest hold's age
 }
 
 // New wires the controller to its caches. live double-checks a cache that says "unused"; events may
-// be nil.
-func New(c *caches.Caches, writer *attach.Writer, live UserLister, kube kubernetes.Interface, events record.EventRecorder, m *metrics.Metrics) (*Controller, error) {
-	ctl := &Controller{caches: c, finalizers: Finalizers{Client: writer.Client}, writer: writer, live: live, kube: kube, events: events}
-	ctl.loop = &reconcile.Loop{Name: Name, Queue: reconcile.NewQueue(Name, m), Sync: ctl.sync, Metrics: m}
+// be nil. Every heldResync (0: never) every held object is examined again, whatever events came.
+func New(c *caches.Caches, writer *attach.Writer, live UserLister, kube kubernetes.Interface, events record.EventRecorder, m *metrics.Metrics,
+	heldResync time.Duration) (*Controller, error) {
+	ctl := &Controller{caches: c, finalizers: Finalizers{Client: writer.Client}, writer: writer, live: live, kube: kube, events: events, now: time.Now}
+	ctl.loop = &reconcile.Loop{Name: Name, Queue: reconcile.NewQueue(Name, m), Sync: ctl.sync, Metrics: m,
+		Resync: ctl.resyncHeld, ResyncPeriod: heldResync}
 	for kind, inf := range c.Configs {
 		if err := inf.AddEventHandler(ctl.configHandler(kind)); err != nil {
 			return nil, err
@@ -72,7 +77,12 @@ func New(c *caches.Caches, writer *attach.Writer, live UserLister, kube kubernet
 		}
 	}
 	if m != nil {
-		m.Gauge("configmap_attacher_held_objects", "Opted-in objects being deleted but held by in-use protection.", func() float64 { return float64(ctl.held()) })
+		m.Gauge("configmap_attacher_held_objects", "Opted-in objects being deleted but held by in-use protection.", func() float64 {
+			n, _ := ctl.holds()
+			return float64(n)
+		})
+		m.Gauge("configmap_attacher_held_oldest_age_seconds", "Age of the oldest deletion in-use protection holds (since its deletionTimestamp); 0 when none.",
+			func() float64 { return ctl.oldestHoldAge().Seconds() })
 		m.Gauge("configmap_attacher_protection_queue_depth", "Config keys waiting for the protection controller.", func() float64 { return float64(ctl.loop.Queue.Len()) })
 	}
 	return ctl, nil
@@ -99,33 +109,74 @@ func (c *Controller) configHandler(kind refs.Kind) cache.ResourceEventHandler {
 	}
 }
 
-// userHandler re-examines the objects being deleted that a user referenced, when the user goes away
-// or stops being live or referencing them.
+// userHandler re-examines the held objects a user could have been holding, when the user goes away
+// or stops being live or referencing them (heldBy).
 func (c *Controller) userHandler() cache.ResourceEventHandler {
-	recheck := func(u *caches.User) {
-		for _, r := range u.Refs {
-			inf, ok := c.caches.Configs[r.Kind]
-			if !ok {
-				continue
-			}
-			if m, exists, _ := inf.Get(u.Namespace, r.Name); exists && m.DeletionTimestamp != nil {
-				c.loop.Queue.Add(configKey(r.Kind, u.Namespace, r.Name))
-			}
+	requeue := func(u *caches.User) {
+		for _, key := range c.heldBy(u) {
+			c.loop.Queue.Add(key)
 		}
 	}
 	return cache.ResourceEventHandlerFuncs{
 		UpdateFunc: func(old, cur any) {
 			if o, ok := caches.UserOf(old); ok && o.Live() {
 				if n, ok := caches.UserOf(cur); !ok || !n.Live() || !slices.Equal(n.Refs, o.Refs) {
-					recheck(o)
+					requeue(o)
 				}
 			}
 		},
 		DeleteFunc: func(obj any) {
 			if u, ok := caches.UserOf(obj); ok {
-				recheck(u)
+				requeue(u)
 			}
 		},
+	}
+}
+
+// heldBy returns the keys of the held objects u could be holding: those it references by name, and
+// those that name it as an owner. A pinning snapshot's revisions are its users though their templates
+// name the original object, not the snapshot; when the garbage collector's deletion of a pruned
+// revision's snapshot reached us before the revision's own deletion, the snapshot was held for the
+// revision and only the revision's deletion can let it go.
+func (c *Controller) heldBy(u *caches.User) []string {
+	var keys []string
+	add := func(kind refs.Kind, m *metav1.PartialObjectMetadata) {
+		if isHeld(m) {
+			keys = append(keys, configKey(kind, m.Namespace, m.Name))
+		}
+	}
+	for _, r := range u.Refs {
+		if inf, ok := c.caches.Configs[r.Kind]; ok {
+			if m, exists, _ := inf.Get(u.Namespace, r.Name); exists {
+				add(r.Kind, m)
+			}
+		}
+	}
+	for _, kind := range refs.Kinds() {
+		inf, ok := c.caches.Configs[kind]
+		if !ok {
+			continue
+		}
+		owned, err := inf.ByIndex(caches.ByOwner, string(u.UID))
+		if err != nil {
+			utilruntime.HandleError(err)
+		}
+		for _, m := range owned {
+			add(kind, m)
+		}
+	}
+	return keys
+}
+
+// resyncHeld queues every held object: the backstop for a deletion a missed event would hold forever.
+func (c *Controller) resyncHeld(ctx context.Context) {
+	n := 0
+	c.eachHeld(func(kind refs.Kind, m *metav1.PartialObjectMetadata) {
+		c.loop.Queue.Add(configKey(kind, m.Namespace, m.Name))
+		n++
+	})
+	if n > 0 {
+		logging.FromContext(ctx).Info("re-examining held deletions", "controller", Name, "held", n)
 	}
 }
 
@@ -152,7 +203,7 @@ func (c *Controller) sync(ctx context.Context, key string) (reconcile.Result, er
 			return reconcile.Result{}, nil
 		}
 		return reconcile.Result{}, ignoreGone(c.finalizers.Add(ctx, kind, ns, name, m.ResourceVersion))
-	case !api.HasFinalizer(m.Finalizers, api.InUseFinalizer):
+	case !isHeld(m):
 		return reconcile.Result{}, nil // being deleted, and not ours to hold
 	}
 	return reconcile.Result{}, c.syncDeleting(ctx, kind, m)
@@ -264,17 +315,45 @@ func (c *Controller) namespaceTerminating(ctx context.Context, ns string) (bool,
 	return n.DeletionTimestamp != nil || n.Status.Phase == corev1.NamespaceTerminating, nil
 }
 
-// held counts the cached objects being deleted that our finalizer holds.
-func (c *Controller) held() int {
-	n := 0
-	for _, inf := range c.caches.Configs {
+// isHeld: being deleted, and our finalizer holds it.
+func isHeld(m *metav1.PartialObjectMetadata) bool {
+	return m.DeletionTimestamp != nil && api.HasFinalizer(m.Finalizers, api.InUseFinalizer)
+}
+
+// eachHeld calls fn for every cached object our finalizer holds.
+func (c *Controller) eachHeld(fn func(refs.Kind, *metav1.PartialObjectMetadata)) {
+	for kind, inf := range c.caches.Configs {
 		for _, m := range inf.List() {
-			if m.DeletionTimestamp != nil && api.HasFinalizer(m.Finalizers, api.InUseFinalizer) {
-				n++
+			if isHeld(m) {
+				fn(kind, m)
 			}
 		}
 	}
-	return n
+}
+
+// holds counts the cached objects our finalizer holds, and returns the earliest deletionTimestamp
+// among them (zero when none).
+func (c *Controller) holds() (int, time.Time) {
+	n := 0
+	var oldest time.Time
+	c.eachHeld(func(_ refs.Kind, m *metav1.PartialObjectMetadata) {
+		n++
+		if t := m.DeletionTimestamp.Time; oldest.IsZero() || t.Before(oldest) {
+			oldest = t
+		}
+	})
+	return n, oldest
+}
+
+// oldestHoldAge is how long the oldest held deletion has waited; 0 when none does. A deletion held
+// for long is either in use for long (a revision kept by revisionHistoryLimit) or missed: the alert
+// on it tells an operator to look (configmap-attacher history, the DeletionHeld events).
+func (c *Controller) oldestHoldAge() time.Duration {
+	_, oldest := c.holds()
+	if oldest.IsZero() {
+		return 0
+	}
+	return max(c.now().Sub(oldest), 0)
 }
 
 func (c *Controller) event(obj *corev1.ObjectReference, typ, reason, msg string) {

@@ -58,7 +58,7 @@ func newFixture(t *testing.T, cached, onAPIServer []*caches.User, configs []*met
 	}
 	f := &fixture{t: t, meta: testutil.FakeMetadata(objs...), events: record.NewFakeRecorder(10)}
 	cs := caches.NewForTest(cached, configs)
-	c, err := New(cs, &attach.Writer{Client: f.meta}, liveUsers(append(cached, onAPIServer...)), kubefake.NewClientset(namespaces...), f.events, nil)
+	c, err := New(cs, &attach.Writer{Client: f.meta}, liveUsers(append(cached, onAPIServer...)), kubefake.NewClientset(namespaces...), f.events, nil, 0)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -132,6 +132,25 @@ func replicaSet(name string, cms []string) *caches.User {
 	return u
 }
 
+// snapshot is a pinning snapshot's metadata (opted in, our finalizer) owned by the ReplicaSets named,
+// whose uids replicaSet gives them.
+func snapshot(name string, deleting bool, owners ...string) *metav1.PartialObjectMetadata {
+	m := config(name, true, deleting, true)
+	m.Labels[api.SnapshotLabel] = api.SnapshotValue
+	no := false
+	for _, o := range owners {
+		m.OwnerReferences = append(m.OwnerReferences, metav1.OwnerReference{APIVersion: "apps/v1", Kind: "ReplicaSet", Name: o, UID: types.UID("uid-" + o), Controller: &no})
+	}
+	return m
+}
+
+// deleting marks a cached user as being deleted (a ReplicaSet a propagation policy keeps a moment).
+func deleting(u *caches.User) *caches.User {
+	u = u.DeepCopyObject().(*caches.User)
+	u.DeletionTimestamp = &metav1.Time{Time: time.Now()}
+	return u
+}
+
 func TestProtection(t *testing.T) {
 	terminating := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: testutil.Namespace, DeletionTimestamp: &metav1.Time{Time: time.Now()}},
 		Status: corev1.NamespaceStatus{Phase: corev1.NamespaceTerminating}}
@@ -160,6 +179,12 @@ func TestProtection(t *testing.T) {
 		{name: "deleting in a namespace being deleted: released although used", cm: config("cm", true, true, true),
 			cached: []*caches.User{pod("web-1", []string{"cm"}, corev1.PodRunning)}, namespace: terminating, wantPatches: 1},
 		{name: "deleting without our finalizer: not ours to hold", cm: config("cm", true, true, false), cached: []*caches.User{pod("web-1", []string{"cm"}, corev1.PodRunning)}},
+		{name: "a deleting snapshot whose revision lives (its template names the original): held", cm: snapshot("cm", true, "web-5d8f"),
+			cached: []*caches.User{replicaSet("web-5d8f", []string{"app-config"})}, wantHeld: true, wantEvent: "DeletionHeld in use by replicaset/web-5d8f"},
+		{name: "a deleting snapshot whose revisions are gone: released", cm: snapshot("cm", true, "web-5d8f", "web-7c9a"),
+			cached: []*caches.User{replicaSet("web-6b1e", []string{"app-config"})}, wantPatches: 1, wantEvent: "DeletionReleased"},
+		{name: "a deleting snapshot whose revision is being deleted: released", cm: snapshot("cm", true, "web-5d8f"),
+			cached: []*caches.User{deleting(replicaSet("web-5d8f", []string{"app-config"}))}, wantPatches: 1, wantEvent: "DeletionReleased"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

@@ -40,6 +40,11 @@ type Loop struct {
 	Metrics *metrics.Metrics
 	// Permanent reports errors not worth retrying, besides ErrPermanent (optional).
 	Permanent func(error) bool
+	// Resync, when set with a ResyncPeriod > 0, runs every ResyncPeriod while the workers run: a
+	// controller's backstop against an event it missed or mishandled, which would otherwise leave a key
+	// unsynced until something else touches its object. It should only queue keys.
+	Resync       func(ctx context.Context)
+	ResyncPeriod time.Duration
 }
 
 // NewQueue makes the rate-limited queue a Loop uses. With m, the queue reports how long keys wait,
@@ -68,9 +73,28 @@ func (l *Loop) Run(ctx context.Context, workers int) {
 			}, time.Second)
 		}()
 	}
+	if l.Resync != nil && l.ResyncPeriod > 0 {
+		wg.Add(1)
+		go func() { defer wg.Done(); l.resync(ctx) }()
+	}
 	<-ctx.Done()
 	l.Queue.ShutDown()
 	wg.Wait()
+}
+
+// resync calls Resync every ResyncPeriod until ctx ends; not at once: the informers' initial list has
+// just queued every key.
+func (l *Loop) resync(ctx context.Context) {
+	t := time.NewTicker(l.ResyncPeriod)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+			l.Resync(ctx)
+		}
+	}
 }
 
 // ProcessNext syncs one key; false once the queue is shut down.

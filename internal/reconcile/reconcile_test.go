@@ -1,8 +1,13 @@
 package reconcile
 
 import (
+	"context"
 	"errors"
+	"fmt"
+	"sync/atomic"
 	"testing"
+	"testing/synctest"
+	"time"
 )
 
 func TestSplitKey(t *testing.T) {
@@ -28,5 +33,41 @@ func TestSplitKey(t *testing.T) {
 		if err != nil || kind != tt.kind || ns != tt.ns || name != tt.name {
 			t.Errorf("SplitKey(%q) = %q, %q, %q, %v", tt.key, kind, ns, name, err)
 		}
+	}
+}
+
+// Resync runs every ResyncPeriod while the loop runs (not at once: the initial list queued everything),
+// never with a period of 0, and stops with the loop.
+func TestLoopResync(t *testing.T) {
+	for _, tt := range []struct {
+		period time.Duration
+		after  time.Duration
+		want   int32
+	}{
+		{period: 5 * time.Minute, after: 4 * time.Minute, want: 0},
+		{period: 5 * time.Minute, after: 16 * time.Minute, want: 3},
+		{period: 0, after: time.Hour, want: 0},
+	} {
+		t.Run(fmt.Sprintf("every %s, after %s", tt.period, tt.after), func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				var calls atomic.Int32
+				l := &Loop{Name: "test", Queue: NewQueue("test", nil), Sync: func(context.Context, string) (Result, error) { return Result{}, nil },
+					Resync: func(context.Context) { calls.Add(1) }, ResyncPeriod: tt.period}
+				ctx, cancel := context.WithCancel(t.Context())
+				done := make(chan struct{})
+				go func() { l.Run(ctx, 1); close(done) }()
+				time.Sleep(tt.after)
+				synctest.Wait()
+				if got := calls.Load(); got != tt.want {
+					t.Errorf("%d resyncs, want %d", got, tt.want)
+				}
+				cancel()
+				<-done
+				time.Sleep(tt.period + time.Second)
+				if got := calls.Load(); got != tt.want {
+					t.Errorf("%d resyncs after the loop stopped, want %d", got, tt.want)
+				}
+			})
+		})
 	}
 }

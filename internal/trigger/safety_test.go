@@ -72,7 +72,7 @@ func TestNoObjectThatIsNotOptedInGetsAFinalizerOrAnOwnerReference(t *testing.T) 
 	}
 	writer := &attach.Writer{Client: meta}
 	kube := kubefake.NewClientset(&corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}})
-	prot, err := protection.New(cs, writer, noLiveUsers{}, kube, record.NewFakeRecorder(100), nil)
+	prot, err := protection.New(cs, writer, noLiveUsers{}, kube, record.NewFakeRecorder(100), nil, 0)
 	if err != nil {
 		t.Fatal(err)
 	}

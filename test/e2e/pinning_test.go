@@ -32,6 +32,12 @@ import (
 // configuration and certificate Secret go when the test ends.
 func startPinningController(t *testing.T, failurePolicy string, namespaces ...string) *framework.Process {
 	t.Helper()
+	return startPinningControllerWith(t, failurePolicy, nil, namespaces...)
+}
+
+// startPinningControllerWith is startPinningController with more controller flags.
+func startPinningControllerWith(t *testing.T, failurePolicy string, extraArgs []string, namespaces ...string) *framework.Process {
+	t.Helper()
 	ctx := context.Background()
 	for _, ns := range namespaces {
 		must(t, e2e.cluster.EnablePinning(ctx, ns))
@@ -43,8 +49,8 @@ func startPinningController(t *testing.T, failurePolicy string, namespaces ...st
 	})
 	port, err := framework.FreeLoopbackPort()
 	must(t, err)
-	p := startController(t, []string{"-pinning", fmt.Sprintf("-webhook-url=https://127.0.0.1:%d", port),
-		"-webhook-configuration-name=" + name, "-webhook-failure-policy=" + failurePolicy}, namespaces...)
+	p := startController(t, append([]string{"-pinning", fmt.Sprintf("-webhook-url=https://127.0.0.1:%d", port),
+		"-webhook-configuration-name=" + name, "-webhook-failure-policy=" + failurePolicy}, extraArgs...), namespaces...)
 	must(t, framework.Eventually(ctx, 30*time.Second, "the webhook registered", func(ctx context.Context) (bool, string, error) {
 		if p.Exited() {
 			return false, "", fmt.Errorf("the controller exited:\n%s", p.Logs())
@@ -220,6 +226,141 @@ func TestPinningTheWalkthroughWithAStaticConfigMap(t *testing.T) {
 	}
 	r.expectReads(rs3, pinV3)
 	r.expectAppConfigHasNoOwners()
+}
+
+// Issue 20: the garbage collector's deletion of a pruned revision's snapshot can reach the controller
+// before the revision's own deletion does; the snapshot is then held for that revision, and must go
+// with it. The order is forced here: the snapshot is deleted while its ReplicaSet (no pods left, no
+// Deployment to recreate it) still exists, so it is held for that ReplicaSet alone; then the
+// ReplicaSet is deleted. The backstop resync is off (-held-resync=0): only the ReplicaSet's deletion
+// can free the snapshot.
+func TestPinningASnapshotHeldForItsRevisionGoesWithTheRevision(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	ns := givenNamespace(t, "pin-held-snapshot")
+	startPinningControllerWith(t, "Fail", []string{"-held-resync=0"}, ns)
+	must(t, e2e.cluster.PutPinnedConfigMap(ctx, ns, "app-config", pinV1))
+	d, err := e2e.cluster.CreateDeployment(ctx, ns, "web", framework.PinnedTemplate("web", []string{"app-config"}, pinV1), nil)
+	must(t, err)
+	rs := deploymentReplicaSet(t, ns, d)
+	must(t, e2e.cluster.WaitPods(ctx, 60*time.Second, rs, 1))
+	snap := pinnedRollout{t: t, ns: ns}.expectReads(rs, pinV1)
+	must(t, e2e.cluster.WaitProtected(ctx, attachWithin, ns, refs.ConfigMap, snap))
+
+	t.Logf("given: Deployment web scaled to 0 and deleted with orphan propagation: %s stays, with no pods and nothing to recreate it", rs.Name)
+	_, err = e2e.cluster.Kube.AppsV1().Deployments(ns).Patch(ctx, "web", types.MergePatchType, []byte(`{"spec":{"replicas":0}}`), metav1.PatchOptions{})
+	must(t, err)
+	must(t, framework.Eventually(ctx, 60*time.Second, "every pod of "+rs.Name+" gone", func(ctx context.Context) (bool, string, error) {
+		pods, err := e2e.cluster.Kube.CoreV1().Pods(ns).List(ctx, metav1.ListOptions{})
+		if err != nil {
+			return false, "", err
+		}
+		return len(pods.Items) == 0, framework.DescribePods(pods.Items), nil
+	}))
+	orphan := metav1.DeletePropagationOrphan
+	must(t, e2e.cluster.Kube.AppsV1().Deployments(ns).Delete(ctx, "web", metav1.DeleteOptions{PropagationPolicy: &orphan}))
+	must(t, framework.Eventually(ctx, 60*time.Second, rs.Name+" orphaned", func(ctx context.Context) (bool, string, error) {
+		got, err := e2e.cluster.Kube.AppsV1().ReplicaSets(ns).Get(ctx, rs.Name, metav1.GetOptions{})
+		if err != nil {
+			return false, "", err
+		}
+		_, err = e2e.cluster.Kube.AppsV1().Deployments(ns).Get(ctx, "web", metav1.GetOptions{})
+		return metav1.GetControllerOf(got) == nil && apierrors.IsNotFound(err), "still owned, or the Deployment still there", nil
+	}))
+
+	t.Logf("when: snapshot %s is deleted while %s, which owns it, still exists", snap, rs.Name)
+	must(t, e2e.cluster.Kube.CoreV1().ConfigMaps(ns).Delete(ctx, snap, metav1.DeleteOptions{}))
+	want := "in use by replicaset/" + rs.Name + ": deletion waits until nothing uses it"
+	must(t, framework.Eventually(ctx, attachWithin, "the DeletionHeld event: "+want, func(ctx context.Context) (bool, string, error) {
+		msgs, err := e2e.cluster.Events(ctx, ns, refs.ConfigMap, snap, "DeletionHeld")
+		return slices.Contains(msgs, want), strings.Join(msgs, "; "), err
+	}))
+	t.Logf("then: it is held for %s alone (%q)", rs.Name, want)
+
+	t.Logf("when: %s is deleted: the snapshot's deletion was seen before its revision's", rs.Name)
+	deleteBackground(ctx, t, e2e.cluster.Kube.AppsV1().ReplicaSets(ns).Delete, rs.Name)
+	must(t, e2e.cluster.WaitReplicaSetGone(ctx, 60*time.Second, ns, rs.Name))
+	must(t, e2e.cluster.WaitGone(ctx, freedWithin, ns, refs.ConfigMap, snap))
+	t.Logf("then: %s goes with its revision", snap)
+}
+
+// An image-only deploy: the new revision is created with the same content, so it shares the previous
+// revision's snapshot, owned by both. The attach controller, re-examining the revisions (here because
+// an opted-in ConfigMap they name appears; a controller restart does the same), must not take that
+// ownerReference back as "no longer used": it is the pin. Had it, the revision it took it from would
+// have been pinned again to what app-config holds by then (changed in place since), or read it on
+// its next pod.
+func TestPinningARevisionSharingItsSnapshotKeepsIt(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	ns := givenNamespace(t, "pin-shared-snapshot")
+	startPinningController(t, "Fail", ns)
+	must(t, e2e.cluster.PutPinnedConfigMap(ctx, ns, "app-config", pinV1))
+	d, err := e2e.cluster.CreateDeployment(ctx, ns, "web", framework.PinnedTemplate("web", []string{"app-config", "web-extra"}, pinV1), nil)
+	must(t, err)
+	rs1 := deploymentReplicaSet(t, ns, d)
+	must(t, e2e.cluster.WaitPods(ctx, 60*time.Second, rs1, 1))
+	s1, err := e2e.cluster.SnapshotOf(ctx, ns, "app-config", rs1.UID)
+	must(t, err)
+	t.Logf("given: Deployment web (revision %s) reads app-config through %s, and names web-extra, an opted-in ConfigMap not created yet", rs1.Name, s1.Name)
+
+	t.Log("when: an image-only deploy")
+	_, err = e2e.cluster.Kube.AppsV1().Deployments(ns).Patch(ctx, "web", types.StrategicMergePatchType,
+		[]byte(`{"spec":{"template":{"spec":{"containers":[{"name":"app","image":"nginx:1.28"}]}}}}`), metav1.PatchOptions{})
+	must(t, err)
+	var rs2 *appsv1.ReplicaSet
+	must(t, framework.Eventually(ctx, 90*time.Second, "the image-only revision running, pinned", func(ctx context.Context) (bool, string, error) {
+		res, err := e2e.cluster.ResolveWorkload(ctx, workload.Ref{Kind: workload.Deployment, Namespace: ns, Name: "web"})
+		if err != nil {
+			return false, err.Error(), nil
+		}
+		if rs2, err = res.Current(); err != nil || rs2.UID == rs1.UID {
+			return false, "no new revision yet", nil
+		}
+		pods, err := e2e.cluster.PodsOf(ctx, rs2)
+		if err != nil || len(pods) != 1 || framework.ReadyPods(pods) != 1 {
+			return false, "pods: " + framework.DescribePods(pods), err
+		}
+		return slices.Equal(framework.ReadsConfigMaps(&pods[0]), []string{s1.Name, "web-extra"}), "pods: " + framework.DescribePods(pods), nil
+	}))
+	ownedByBoth := func() error {
+		owners := ownersOf(t, ns, refs.ConfigMap, s1.Name)
+		for _, rs := range []*appsv1.ReplicaSet{rs1, rs2} {
+			if !slices.ContainsFunc(owners, func(o metav1.OwnerReference) bool { return o.UID == rs.UID }) {
+				return fmt.Errorf("snapshot %s owned by %s, not by %s: that revision lost its pin", s1.Name, describe(owners), rs.Name)
+			}
+		}
+		return nil
+	}
+	must(t, ownedByBoth())
+	t.Logf("then: %s's pod reads the same snapshot %s, owned by both revisions", rs2.Name, s1.Name)
+
+	t.Log("when: app-config is changed in place without a template change (drift), and web-extra appears: both revisions are synced again")
+	must(t, e2e.cluster.PutPinnedConfigMap(ctx, ns, "app-config", pinV2))
+	configRevisionLabelled(t, ns, "web-extra", true)
+	for _, rs := range []*appsv1.ReplicaSet{rs1, rs2} {
+		must(t, e2e.cluster.WaitAttached(ctx, attachWithin, ns, refs.ConfigMap, "web-extra", rs))
+	}
+	must(t, ownedByBoth())
+	snaps, err := e2e.cluster.Snapshots(ctx, ns, "app-config")
+	must(t, err)
+	if len(snaps) != 1 {
+		var names []string
+		for _, s := range snaps {
+			names = append(names, s.Name+" (owners "+describe(s.OwnerReferences)+")")
+		}
+		t.Fatalf("snapshots of app-config: %v; want only %s: a revision was pinned again to the changed content", names, s1.Name)
+	}
+	t.Logf("then: web-extra attached to both, and %s still pins both revisions", s1.Name)
+
+	t.Logf("when: a spot node takes %s's pod", rs2.Name)
+	pinnedRollout{t: t, ns: ns}.spotKill(rs2, 1)
+	pods, err := e2e.cluster.PodsOf(ctx, rs2)
+	must(t, err)
+	if got := framework.ReadsConfigMaps(&pods[0]); !slices.Equal(got, []string{s1.Name, "web-extra"}) {
+		t.Fatalf("the replacement reads %v; want %s (v1), not app-config's changed content", got, s1.Name)
+	}
+	t.Logf("then: its replacement reads %s, the content its revision was created with", s1.Name)
 }
 
 // A Deployment: kubectl rollout undo copies annotations between ReplicaSets and the Deployment; the pin

@@ -158,8 +158,20 @@ func (c *Cluster) RestartAPIServer(ctx context.Context, progress io.Writer) erro
 	for syscall.Kill(pid, 0) == nil {
 		time.Sleep(50 * time.Millisecond)
 	}
+	// kube-controller-manager and kube-scheduler exit a few seconds after an API server outage (their
+	// Lease lost), after kwokctl restarted the API server: its readiness wait, which wants every
+	// component running, would then wait its full WAIT_TIMEOUT for nothing. A short one first; up.sh's
+	// own checks follow it, and RestartComponents brings the others back.
+	if err := c.up(ctx, progress, "WAIT_TIMEOUT=30"); err == nil {
+		return nil
+	}
+	return c.up(ctx, progress)
+}
+
+// up runs hack/cluster/up.sh again on the cluster we started: it restarts stopped components.
+func (c *Cluster) up(ctx context.Context, progress io.Writer, env ...string) error {
 	cmd := exec.CommandContext(ctx, filepath.Join(c.root, "hack/cluster/up.sh"))
-	cmd.Env = append(os.Environ(), "CLUSTER_NAME="+c.name, "SKIP_TOOLS_BUILD=1")
+	cmd.Env = append(append(os.Environ(), "CLUSTER_NAME="+c.name, "SKIP_TOOLS_BUILD=1"), env...)
 	cmd.Stdout, cmd.Stderr = io.Discard, progress
 	return cmd.Run()
 }

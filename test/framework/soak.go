@@ -89,8 +89,5 @@ func (c *Cluster) RestartComponents(ctx context.Context, progress io.Writer) err
 	if !c.owned {
 		return fmt.Errorf("restarting components needs a cluster we started")
 	}
-	cmd := exec.CommandContext(ctx, filepath.Join(c.root, "hack/cluster/up.sh"))
-	cmd.Env = append(os.Environ(), "CLUSTER_NAME="+c.name, "SKIP_TOOLS_BUILD=1")
-	cmd.Stdout, cmd.Stderr = io.Discard, progress
-	return cmd.Run()
+	return c.up(ctx, progress)
 }

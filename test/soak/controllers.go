@@ -28,6 +28,7 @@ type replica struct {
 	killed   bool  // by the soak, on purpose
 	identity string
 	probes   string
+	port     int // its pinning webhook's, on 127.0.0.1
 }
 
 type controllers struct {
@@ -36,18 +37,25 @@ type controllers struct {
 	down     bool // killed by a controller-kill step, not yet restarted
 	upAt     int  // the step at which a killed controller comes back
 	starts   int
+	policy   string // the webhook's failurePolicy the replicas start with
+	// lastAllReady is when every replica was last seen ready (pinning.go's disrupted windows).
+	lastAllReady time.Time
 }
 
 func newControllers(s *soak) *controllers {
-	c := &controllers{s: s}
+	c := &controllers{s: s, policy: "Fail", lastAllReady: time.Now()}
 	for i := range c.replicas {
 		c.replicas[i] = &replica{i: i, log: filepath.Join(s.o.workDir, fmt.Sprintf("controller-%d.log", i))}
 	}
 	return c
 }
 
-func (c *controllers) args() []string {
+// args are the controller's flags: as the chart's, with pinning served at the replica's own port and
+// registered by URL (the last replica to start is the one the API server calls).
+func (c *controllers) args(r *replica) []string {
 	return []string{"controller",
+		"-pinning", fmt.Sprintf("-webhook-url=https://127.0.0.1:%d", r.port),
+		"-webhook-configuration-name", webhookConfiguration, "-webhook-failure-policy", c.policy,
 		"-namespaces", strings.Join(namespaces, ","),
 		// The Job mode attaches these workloads' ReplicaSets; protection still covers them.
 		"-replicaset-selector", attachLabel + "!=job",
@@ -61,8 +69,14 @@ func (c *controllers) start(ctx context.Context, r *replica) error {
 		r.offset = fi.Size()
 	}
 	c.starts++
+	port, err := framework.FreeLoopbackPort()
+	if err != nil {
+		return err
+	}
+	r.port = port
+	args := c.args(r)
 	p, err := c.s.bin.StartLogged(ctx, []string{"LOG_LEVEL=info", "VERSION=soak", "POD_NAMESPACE=" + leaseNamespace}, r.log,
-		fmt.Sprintf("start %d of replica %d at step %d: %s", c.starts, r.i, c.s.step, strings.Join(c.args(), " ")), c.args()...)
+		fmt.Sprintf("start %d of replica %d at step %d: %s", c.starts, r.i, c.s.step, strings.Join(args, " ")), args...)
 	if err != nil {
 		return err
 	}
@@ -143,6 +157,79 @@ func (c *controllers) waitReady(ctx context.Context, timeout time.Duration) erro
 		// Once it logged "became leader", /readyz answers for its caches (before, for a standby).
 		return resp.StatusCode == http.StatusOK && strings.Contains(l.logs(), "became leader"), "leader not synced yet", nil
 	})
+}
+
+// ready reports whether the replica runs and its /readyz answers 200: caches synced and, with
+// pinning, the webhook served and registered.
+func (r *replica) ready() bool {
+	r.learn()
+	if !r.running() || r.probes == "" {
+		return false
+	}
+	resp, err := http.Get("http://" + r.probes + "/readyz")
+	if err != nil {
+		return false
+	}
+	resp.Body.Close()
+	return resp.StatusCode == http.StatusOK
+}
+
+// allReady reports whether every replica is ready.
+func (c *controllers) allReady(context.Context) bool {
+	for _, r := range c.replicas {
+		if !r.ready() {
+			return false
+		}
+	}
+	return true
+}
+
+// registered returns the replica whose URL the webhook configuration names: the one the API server
+// calls. nil when none (or the configuration is unreadable).
+func (c *controllers) registered(ctx context.Context) *replica {
+	cfg, err := c.s.c.Kube.AdmissionregistrationV1().MutatingWebhookConfigurations().Get(ctx, webhookConfiguration, metav1.GetOptions{})
+	if err != nil || len(cfg.Webhooks) == 0 || cfg.Webhooks[0].ClientConfig.URL == nil {
+		return nil
+	}
+	for _, r := range c.replicas {
+		if r.running() && strings.HasPrefix(*cfg.Webhooks[0].ClientConfig.URL, fmt.Sprintf("https://127.0.0.1:%d/", r.port)) {
+			return r
+		}
+	}
+	return nil
+}
+
+// killRegistered kill -9s the replica serving the registered webhook and starts it again at once; nil
+// when no running replica is registered.
+func (c *controllers) killRegistered(ctx context.Context) (*replica, error) {
+	r := c.registered(ctx)
+	if r == nil {
+		return nil, nil
+	}
+	r.killed = true
+	r.p.Kill()
+	return r, c.start(ctx, r)
+}
+
+// rollingRestart restarts the replicas one after the other with the webhook's failurePolicy, each
+// gracefully stopped and waited for, as a Deployment's rolling update does.
+func (c *controllers) rollingRestart(ctx context.Context, policy string) error {
+	c.policy = policy
+	for _, r := range c.replicas {
+		if r.running() {
+			r.killed = true
+			_ = r.p.Stop()
+		}
+		if err := c.start(ctx, r); err != nil {
+			return err
+		}
+		if err := framework.Eventually(ctx, 2*time.Minute, fmt.Sprintf("replica %d ready", r.i), func(context.Context) (bool, string, error) {
+			return r.ready(), "not ready", nil
+		}); err != nil {
+			return err
+		}
+	}
+	return c.waitReady(ctx, 2*time.Minute)
 }
 
 // supervise restarts replicas that exited without the soak killing them, as a Deployment would, and

@@ -9,6 +9,7 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 
 	"github.com/configmap-attacher/configmap-attacher/internal/api"
 	"github.com/configmap-attacher/configmap-attacher/internal/workload"
@@ -89,6 +90,7 @@ type configObject struct {
 	key        string // "Kind/ns/name"
 	uid        string
 	optedIn    bool
+	snapshot   bool // a pinning snapshot: needed while a revision owning it lives
 	deleting   bool
 	finalizers []string
 	owners     []metav1.OwnerReference
@@ -103,10 +105,31 @@ type snapshot struct {
 	live    map[string]bool          // uids of live workloads and revisions (for describing owners)
 	// revisions the controller follows, with what they reference
 	revisions []revisionUse
+	// Pinning (pinning.go): the content of every snapshot by "Kind/ns/name", the ReplicaSets, every
+	// pod's reading of a pinned object, and the pod creations the pinning webhook made fail.
+	data        map[string]map[string]string
+	replicaSets []replicaSetInfo
+	pinUses     []pinUse
+	refusals    []refusal
+	at          time.Time // when the reading began
+}
+
+type replicaSetInfo struct {
+	uid                 types.UID
+	ns, name, ownerName string
+	created             time.Time
+}
+
+// refusal is a FailedCreate Event naming the pinning webhook.
+type refusal struct {
+	object, id, message string
+	count               int32
+	first, last         time.Time
 }
 
 func (s *soak) read(ctx context.Context) (*snapshot, error) {
-	snap := &snapshot{configs: map[string]*configObject{}, users: map[string][]string{}, live: map[string]bool{}}
+	snap := &snapshot{configs: map[string]*configObject{}, users: map[string][]string{}, live: map[string]bool{}, data: map[string]map[string]string{},
+		at: time.Now()}
 	core, apps, batch := s.c.Kube.CoreV1(), s.c.Kube.AppsV1(), s.c.Kube.BatchV1()
 	all := metav1.ListOptions{}
 	for _, ns := range namespaces {
@@ -116,6 +139,9 @@ func (s *soak) read(ctx context.Context) (*snapshot, error) {
 		}
 		for _, o := range cms.Items {
 			snap.addConfig("ConfigMap", &o.ObjectMeta)
+			if o.Labels[api.SnapshotLabel] == api.SnapshotValue {
+				snap.data["ConfigMap/"+ns+"/"+o.Name] = o.Data
+			}
 		}
 		secrets, err := core.Secrets(ns).List(ctx, all)
 		if err != nil {
@@ -123,6 +149,13 @@ func (s *soak) read(ctx context.Context) (*snapshot, error) {
 		}
 		for _, o := range secrets.Items {
 			snap.addConfig("Secret", &o.ObjectMeta)
+			if o.Labels[api.SnapshotLabel] == api.SnapshotValue {
+				data := map[string]string{}
+				for k, v := range o.Data {
+					data[k] = string(v)
+				}
+				snap.data["Secret/"+ns+"/"+o.Name] = data
+			}
 		}
 	}
 	for _, ns := range namespaces {
@@ -133,6 +166,7 @@ func (s *soak) read(ctx context.Context) (*snapshot, error) {
 		for _, o := range pods.Items {
 			if o.Status.Phase != corev1.PodSucceeded && o.Status.Phase != corev1.PodFailed {
 				snap.addUser("Pod", &o.ObjectMeta, &o.Spec, true)
+				s.addPinUses(snap, &o)
 			}
 		}
 		rss, err := apps.ReplicaSets(ns).List(ctx, all)
@@ -141,6 +175,26 @@ func (s *soak) read(ctx context.Context) (*snapshot, error) {
 		}
 		for _, o := range rss.Items {
 			snap.addUser("ReplicaSet", &o.ObjectMeta, &o.Spec.Template.Spec, false)
+			if owner := metav1.GetControllerOf(&o); owner != nil {
+				snap.replicaSets = append(snap.replicaSets, replicaSetInfo{uid: o.UID, ns: ns, name: o.Name, ownerName: owner.Name, created: o.CreationTimestamp.Time})
+			}
+		}
+		events, err := core.Events(ns).List(ctx, metav1.ListOptions{FieldSelector: "reason=FailedCreate"})
+		if err != nil {
+			return nil, err
+		}
+		for _, e := range events.Items {
+			if strings.Contains(e.Message, pinningWebhookName) {
+				first, last := e.FirstTimestamp.Time, e.LastTimestamp.Time
+				if first.IsZero() {
+					first = e.EventTime.Time
+				}
+				if last.IsZero() {
+					last = first
+				}
+				snap.refusals = append(snap.refusals, refusal{object: e.InvolvedObject.Kind + "/" + ns + "/" + e.InvolvedObject.Name,
+					id: fmt.Sprintf("%s/%d", e.UID, e.Count), message: e.Message, count: e.Count, first: first, last: last})
+			}
 		}
 		crs, err := apps.ControllerRevisions(ns).List(ctx, all)
 		if err != nil {
@@ -209,9 +263,33 @@ func (s *soak) read(ctx context.Context) (*snapshot, error) {
 	return snap, nil
 }
 
+// pinningWebhookName is the webhook the API server names in a refusal.
+const pinningWebhookName = "pin-pods.configmap-attacher.io"
+
+// addPinUses records how a pod reads each pinned object of its namespace it references: by the
+// object's own name, or through a snapshot (<name>-<hash>).
+func (s *soak) addPinUses(snap *snapshot, p *corev1.Pod) {
+	owner := metav1.GetControllerOf(p)
+	if owner == nil {
+		return
+	}
+	for ref := range templateRefs(&p.Spec) {
+		kind, name, _ := strings.Cut(ref, "/")
+		for key := range s.pin.objects {
+			k, ns, original := splitKey(key)
+			if k != kind || ns != p.Namespace || (name != original && !isSnapshotName(name, original)) {
+				continue
+			}
+			snap.pinUses = append(snap.pinUses, pinUse{pod: p.Namespace + "/" + p.Name, podUID: string(p.UID),
+				owner: owner.Kind + " " + owner.Name, ownerUID: owner.UID, created: p.CreationTimestamp.Time, pinKey: key, read: name})
+		}
+	}
+}
+
 func (snap *snapshot) addConfig(kind string, m *metav1.ObjectMeta) {
 	snap.configs[kind+"/"+m.Namespace+"/"+m.Name] = &configObject{
 		key: kind + "/" + m.Namespace + "/" + m.Name, uid: string(m.UID), optedIn: api.OptedIn(m.Labels),
+		snapshot: m.Labels[api.SnapshotLabel] == api.SnapshotValue,
 		deleting: m.DeletionTimestamp != nil, finalizers: m.Finalizers, owners: m.OwnerReferences,
 	}
 }
@@ -265,14 +343,14 @@ type violation struct {
 	detail string
 }
 
-// checkLost reads the cluster and returns the objects lost (missing while referenced), each once
-// per run: a lost object stays lost and is reported the first time only.
-func (s *soak) checkLost(ctx context.Context) []violation {
+// checkStep reads the cluster and returns the objects lost (missing while referenced) and the
+// pinning invariants broken (pinning.go); report counts each once per run.
+func (s *soak) checkStep(ctx context.Context) []violation {
 	snap, err := s.readRetrying(ctx)
 	if err != nil {
 		return nil
 	}
-	return s.lostIn(snap)
+	return append(s.confirmLost(ctx, snap, s.lostIn(snap)), s.pinningIn(snap)...)
 }
 
 func (s *soak) lostIn(snap *snapshot) []violation {
@@ -289,14 +367,38 @@ func (s *soak) lostIn(snap *snapshot) []violation {
 	return out
 }
 
+// confirmLost keeps the lost objects that are still missing. One the reading missed because it was
+// created after config objects were listed and before its users were is not lost: a pinning snapshot,
+// which the webhook creates while it admits the first pod of a revision.
+func (s *soak) confirmLost(ctx context.Context, snap *snapshot, vs []violation) []violation {
+	var out []violation
+	for _, v := range vs {
+		kind, ns, name := splitKey(v.key)
+		var m *metav1.ObjectMeta
+		if kind == "Secret" {
+			if o, err := s.c.Kube.CoreV1().Secrets(ns).Get(ctx, name, metav1.GetOptions{}); err == nil {
+				m = &o.ObjectMeta
+			}
+		} else if o, err := s.c.Kube.CoreV1().ConfigMaps(ns).Get(ctx, name, metav1.GetOptions{}); err == nil {
+			m = &o.ObjectMeta
+		}
+		// Creation timestamps have whole seconds: created in the second the reading began, or later.
+		if m != nil && !m.CreationTimestamp.Time.Before(snap.at.Truncate(time.Second)) {
+			continue
+		}
+		out = append(out, v)
+	}
+	return out
+}
+
 // leakCandidates are opted-in objects nothing live references (yet: the garbage collector and the
 // controller may still be on their way).
 func (s *soak) leakCandidates(snap *snapshot) []violation {
 	var out []violation
 	for _, key := range sortedKeys(snap.configs) {
 		o := snap.configs[key]
-		if !o.optedIn || len(snap.users[key]) > 0 {
-			continue
+		if !o.optedIn || len(snap.users[key]) > 0 || (o.snapshot && ownedByLive(o, snap)) {
+			continue // a snapshot is needed while a revision owning it lives (a rollback recreates its pods)
 		}
 		var owners []string
 		for _, ref := range o.owners {
@@ -318,6 +420,15 @@ func (s *soak) leakCandidates(snap *snapshot) []violation {
 		out = append(out, violation{kind: kind, key: key, id: o.uid, detail: d})
 	}
 	return out
+}
+
+func ownedByLive(o *configObject, snap *snapshot) bool {
+	for _, ref := range o.owners {
+		if snap.live[string(ref.UID)] {
+			return true
+		}
+	}
+	return false
 }
 
 // retainedByCronJob reports whether o's only owners are live CronJobs: what the controller keeps when
@@ -389,6 +500,15 @@ func (s *soak) report(vs []violation) {
 		case "leaked":
 			s.leaked++
 			fmt.Printf("      LEAKED %s: %s (step %d, seed %d)\n", v.key, v.detail, s.step, s.o.seed)
+		case "unpinned":
+			s.unpinned++
+			fmt.Printf("      UNPINNED %s: %s (step %d, seed %d)\n", v.key, v.detail, s.step, s.o.seed)
+		case "wrong":
+			s.wrong++
+			fmt.Printf("      WRONG  %s: %s (step %d, seed %d)\n", v.key, v.detail, s.step, s.o.seed)
+		case "refused":
+			s.refused++
+			fmt.Printf("      REFUSED %s: %s (step %d, seed %d)\n", v.key, v.detail, s.step, s.o.seed)
 		case "retained":
 			s.retained++
 			fmt.Printf("      retained %s: %s: kept by its CronJob by design, goes with it (step %d, seed %d)\n", v.key, v.detail, s.step, s.o.seed)
@@ -411,7 +531,8 @@ func (s *soak) settle(ctx context.Context) time.Duration {
 		if err != nil {
 			return time.Since(start)
 		}
-		s.report(s.lostIn(snap))
+		s.report(s.confirmLost(ctx, snap, s.lostIn(snap)))
+		s.report(s.pinningIn(snap))
 		var pending []violation
 		for _, v := range append(s.leakCandidates(snap), s.unattached(snap)...) {
 			if v.kind == "retained" {

@@ -1,15 +1,16 @@
 // Command soak runs random but reproducible sequences of deploys and faults against the real
-// configmap-attacher controller (two replicas, leader election), the Job mode, the garbage collector
-// and the Argo Rollouts controller, and checks after every step that no config in use was lost and,
-// once settled, that no opted-in config nothing uses was left behind. It is a program, not a test:
-// nothing it asserts is about time. See test/soak/README.md.
+// configmap-attacher controller (two replicas, leader election, zero-touch pinning), the Job mode, the
+// garbage collector and the Argo Rollouts controller, and checks after every step that no config in
+// use was lost and every pod of a pinned workload reads the content its revision was created with and,
+// once settled, that no opted-in config (snapshots included) nothing uses was left behind. It is a
+// program, not a test: nothing it asserts is about time. See test/soak/README.md.
 //
 //	go run ./test/soak -steps 30 -seed 1
 //	go run ./test/soak -steps 300 -seed 7 -keep
 //
 // It starts a local cluster named "soak" (deleted afterwards unless -keep) unless -kubeconfig names
-// one. The last line printed is `steps=N faults=F lost=L leaked=K seed=S`; the exit code is 1 when
-// lost or leaked is not zero.
+// one. The last line printed is `steps=N faults=F lost=L leaked=K unpinned=U wrong=W refused=R seed=S`;
+// the exit code is 1 when any of lost, leaked, unpinned, wrong, refused is not zero.
 package main
 
 import (
@@ -59,11 +60,16 @@ func run(ctx context.Context, args []string) (int, error) {
 	fs.StringVar(&o.workDir, "workdir", "", "where controller and Job logs go (default _output/soak/seed-<seed>)")
 	fs.IntVar(&o.settleEvery, "settle-every", 10, "check for leaked config after every this many steps (and at the end)")
 	fs.DurationVar(&o.settle, "settle", 90*time.Second, "how long a leak check waits for the garbage collector and the controller to finish")
+	plan := fs.Bool("plan", false, "print the steps the seed draws, assuming every step succeeds, without a cluster (to choose a seed)")
 	if err := fs.Parse(args); err != nil {
 		return 2, err
 	}
 	if o.steps < 1 || o.settleEvery < 1 {
 		return 2, fmt.Errorf("-steps and -settle-every must be at least 1")
+	}
+	if *plan {
+		newSoak(nil, framework.Binary{}, o).plan(os.Stdout)
+		return 0, nil
 	}
 	root, err := framework.RepoRoot()
 	if err != nil {
@@ -118,7 +124,7 @@ func run(ctx context.Context, args []string) (int, error) {
 	if loopErr != nil {
 		return 2, loopErr
 	}
-	if s.lost > 0 || s.leaked > 0 {
+	if s.lost > 0 || s.leaked > 0 || s.unpinned > 0 || s.wrong > 0 || s.refused > 0 {
 		return 1, nil
 	}
 	return 0, nil

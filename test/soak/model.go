@@ -57,6 +57,11 @@ type app struct {
 	image               string
 	historyLimit        *int32
 	jobs                []string // CronJob: the Jobs created from it, oldest first
+	// Zero-touch pinning: the workload reads its own pinned ConfigMap (and, by the seed, Secret) by
+	// name, changed in place, with their content's checksum on its pod template (pinning.go).
+	pinned    bool
+	pinSecret bool
+	checksum  string // the template's; undo may set an older revision's
 }
 
 func (w *app) String() string { return w.ns + "/" + w.name }
@@ -70,6 +75,9 @@ func (w *app) describe() string {
 }
 
 func (w *app) configMaps() []string {
+	if w.pinned {
+		return []string{w.pinName(false)}
+	}
 	out := []string{w.own}
 	if w.shared != "" {
 		out = append(out, w.shared)
@@ -78,6 +86,9 @@ func (w *app) configMaps() []string {
 }
 
 func (w *app) secrets() []string {
+	if w.pinned && w.pinSecret {
+		return []string{w.pinName(true)}
+	}
 	if w.secret == "" {
 		return nil
 	}
@@ -95,6 +106,9 @@ func (w *app) template() corev1.PodTemplateSpec {
 	}
 	if w.kind == cronJob {
 		t.Spec.RestartPolicy = corev1.RestartPolicyNever
+	}
+	if w.pinned {
+		t.Annotations = map[string]string{checksumAnnotation: w.checksum}
 	}
 	return t
 }
@@ -129,39 +143,50 @@ func (g rng) chance(p float64) bool { return g.r.Float64() < p }
 func index(v uint64, n int) int { return int(v % uint64(n)) }
 
 type soak struct {
-	c    *framework.Cluster
-	bin  framework.Binary
-	o    options
-	rnd  rng
-	step int
+	c            *framework.Cluster
+	localCluster bool // one the soak started: kube-apiserver can be restarted
+	bin          framework.Binary
+	o            options
+	rnd          rng
+	step         int
 
 	fleet   []*app
 	ns      map[string]*namespaceState
 	configs map[string]config // by "ns/name"
 
 	ctl *controllers
+	pin *pinningState
 
 	// figures
 	faults        map[string]int
 	lost          int
 	leaked        int
+	unpinned      int
+	wrong         int
+	refused       int
 	unattachedN   int
 	retained      int
 	seen          map[string]map[string]bool // by kind of violation, what was reported
 	errors        int
+	drawn         map[action]int // steps drawn, by action
+	pinnedOps     int            // promote, abort, undo, history drawn for a pinned workload
 	jobFailures   int
 	crashes       int
 	planeRestarts int
 }
 
+// newSoak prepares a run on c; a nil c only plans (plan).
 func newSoak(c *framework.Cluster, bin framework.Binary, o options) *soak {
-	s := &soak{c: c, bin: bin, o: o,
+	s := &soak{c: c, bin: bin, o: o, localCluster: c == nil || c.Owned(),
 		rnd:     rng{rand.New(rand.NewPCG(o.seed, 0x50a4))},
 		ns:      map[string]*namespaceState{},
 		configs: map[string]config{},
 		faults:  map[string]int{},
-		seen:    map[string]map[string]bool{"lost": {}, "leaked": {}, "unattached": {}, "retained": {}},
+		drawn:   map[action]int{},
+		seen: map[string]map[string]bool{"lost": {}, "leaked": {}, "unattached": {}, "retained": {},
+			"unpinned": {}, "wrong": {}, "refused": {}},
 	}
+	s.pin = newPinningState()
 	s.ctl = newControllers(s)
 	return s
 }
@@ -172,21 +197,28 @@ var fleetSpec = []struct {
 	name    string
 	kind    kind
 	jobMode bool
+	pinned  bool
 }{
-	{"canary-1", canary, false},
-	{"canary-2", canary, true},
-	{"ref-1", workloadRef, false},
-	{"ref-2", workloadRef, true},
-	{"web-1", deployment, false},
-	{"web-2", deployment, true},
-	{"db", statefulSet, false},
-	{"agent", daemonSet, false},
-	{"cron", cronJob, false},
+	{"canary-1", canary, false, false},
+	{"canary-2", canary, true, false},
+	{"ref-1", workloadRef, false, false},
+	{"ref-2", workloadRef, true, false},
+	{"web-1", deployment, false, false},
+	{"web-2", deployment, true, false},
+	{"db", statefulSet, false, false},
+	{"agent", daemonSet, false, false},
+	{"cron", cronJob, false, false},
+	{"pin-canary", canary, false, true},
+	{"pin-web", deployment, false, true},
 }
 
 // setUp creates fresh namespaces, starts the controllers and creates the fleet.
 func (s *soak) setUp(ctx context.Context) error {
 	all := append([]string{leaseNamespace}, namespaces...)
+	// A previous run's webhook registration would refuse pods of the new namespaces once labelled.
+	if err := s.c.Kube.AdmissionregistrationV1().MutatingWebhookConfigurations().Delete(ctx, webhookConfiguration, metav1.DeleteOptions{}); err != nil && !apierrors.IsNotFound(err) {
+		return err
+	}
 	// A previous run's objects carry our finalizer; release them so the namespaces can go.
 	if r := s.bin.Run(ctx, []string{"LOG_LEVEL=warn"}, "release", "-n", strings.Join(namespaces, ",")); r.Code != 0 &&
 		!strings.Contains(r.Stderr+r.Stdout, "not found") {
@@ -208,6 +240,12 @@ func (s *soak) setUp(ctx context.Context) error {
 			return err
 		}
 	}
+	// Pinning on in every namespace before anything runs there (pin-toggle flips it later).
+	for _, ns := range namespaces {
+		if err := s.setPinning(ctx, ns, true); err != nil {
+			return err
+		}
+	}
 	if err := s.ctl.startAll(ctx); err != nil {
 		return err
 	}
@@ -215,12 +253,34 @@ func (s *soak) setUp(ctx context.Context) error {
 		return err
 	}
 
+	s.placeFleet()
+	fmt.Println("fleet:")
+	for _, w := range s.fleet {
+		if err := s.create(ctx, w); err != nil {
+			return fmt.Errorf("creating %s: %w", w.describe(), err)
+		}
+		fmt.Printf("  %-42s uses %s\n", w.describe(), strings.Join(append(w.configMaps(), w.secrets()...), ", "))
+	}
+	if v := s.checkStep(ctx); len(v) > 0 {
+		s.report(v)
+	}
+	return nil
+}
+
+// placeFleet decides, from the seed alone, where each workload runs and what config it uses.
+func (s *soak) placeFleet() {
 	for _, ns := range namespaces {
 		s.ns[ns] = &namespaceState{shared: s.revision(ns, "shared-cm", false), secret: s.revision(ns, "shared-secret", true)}
 	}
 	for _, f := range fleetSpec {
-		w := &app{name: f.name, kind: f.kind, jobMode: f.jobMode, image: "nginx:1.27"}
+		w := &app{name: f.name, kind: f.kind, jobMode: f.jobMode, pinned: f.pinned, image: "nginx:1.27"}
 		w.ns = namespaces[s.rnd.intn(len(namespaces))]
+		if f.pinned {
+			w.pinSecret = s.rnd.chance(0.5)
+			s.bumpPins(w)
+			s.fleet = append(s.fleet, w)
+			continue
+		}
 		if s.rnd.chance(0.5) {
 			w.shared = s.ns[w.ns].shared
 		}
@@ -230,17 +290,6 @@ func (s *soak) setUp(ctx context.Context) error {
 		w.own = s.revision(w.ns, w.name+"-cm", false)
 		s.fleet = append(s.fleet, w)
 	}
-	fmt.Println("fleet:")
-	for _, w := range s.fleet {
-		if err := s.create(ctx, w); err != nil {
-			return fmt.Errorf("creating %s: %w", w.describe(), err)
-		}
-		fmt.Printf("  %-42s uses %s\n", w.describe(), strings.Join(append(w.configMaps(), w.secrets()...), ", "))
-	}
-	if v := s.checkLost(ctx); len(v) > 0 {
-		s.report(v)
-	}
-	return nil
 }
 
 // revision names the next revision of base in ns by its content, as the chart does, and records it;

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/configmap-attacher/configmap-attacher/internal/refs"
@@ -37,10 +38,19 @@ const (
 	actCtlKill    action = "ctl-kill"      // kill -9 of every controller replica; back some steps later
 	actLeaderKill action = "leader-kill"   // kill -9 of the Lease holder; the standby takes over
 	actAPIServer  action = "apiserver-restart"
+	// Zero-touch pinning (pinning.go).
+	actPinConfig     action = "pin-config"     // a pinned object changed in place, its checksum deployed
+	actCanaryKill    action = "canary-kill"    // a pod of the pinned Rollout deleted at once, a stable one mid-canary
+	actWebhookKill   action = "webhook-kill"   // kill -9 of the replica serving the registered webhook
+	actWebhookPolicy action = "webhook-policy" // failurePolicy Fail <-> Ignore, by a rolling restart
+	actPinToggle     action = "pin-toggle"     // a namespace's pinning label removed for 1–4 steps
 )
 
 // faultActions are counted as faults.
-var faultActions = []action{actCtlKill, actLeaderKill, actAPIServer, actSpotKill}
+var faultActions = []action{actCtlKill, actLeaderKill, actAPIServer, actSpotKill, actCanaryKill, actWebhookKill}
+
+// pinningActions are the pinning steps (the summary counts them).
+var pinningActions = []action{actPinConfig, actCanaryKill, actWebhookKill, actWebhookPolicy, actPinToggle}
 
 func isFault(a action) bool {
 	for _, f := range faultActions {
@@ -58,6 +68,7 @@ var weights = []struct {
 	{actConfig, 24}, {actImage, 14}, {actPromote, 10}, {actAbort, 5}, {actUndo, 5}, {actHistory, 6},
 	{actCronRun, 4}, {actSpotKill, 8}, {actDelete, 4}, {actRecreate, 6}, {actCfgDelete, 3},
 	{actCtlKill, 4}, {actLeaderKill, 4}, {actAPIServer, 2},
+	{actPinConfig, 10}, {actCanaryKill, 4}, {actWebhookKill, 3}, {actWebhookPolicy, 3}, {actPinToggle, 3},
 }
 
 // plan is one step, decided.
@@ -67,8 +78,9 @@ type plan struct {
 	which   string   // config: own, shared or secret
 	limit   int32    // history
 	reuse   bool     // recreate: with the config it had
-	picks   []uint64 // spot-kill: which pods; config-delete: which object
-	downFor int      // ctl-kill: steps until it comes back
+	picks   []uint64 // spot-kill, canary-kill: which pods; config-delete: which object
+	downFor int      // ctl-kill, pin-toggle: steps until it comes back
+	ns      string   // pin-toggle
 }
 
 func (s *soak) eligible(a action) []*app {
@@ -76,14 +88,24 @@ func (s *soak) eligible(a action) []*app {
 		return s.targets(func(w *app) bool { return w.exists && ok(w) })
 	}
 	every := func(*app) bool { return true }
+	notPinned := func(w *app) bool { return !w.pinned }
 	switch a {
-	case actConfig, actImage, actDelete:
+	case actImage, actDelete:
 		return exists(every)
+	case actConfig:
+		return exists(notPinned) // a pinned object is changed in place: pin-config
 	case actCfgDelete:
 		if s.ctl.down {
 			return nil // an object the controller has not seen yet has no finalizer: documented exposure
 		}
-		return exists(every)
+		return exists(notPinned) // a pinned object is not opted in: nothing protects it, by design
+	case actPinConfig:
+		if s.ctl.down {
+			return nil // its previous revision must be pinned first
+		}
+		return exists(func(w *app) bool { return w.pinned })
+	case actCanaryKill:
+		return exists(func(w *app) bool { return w.pinned && w.kind == canary })
 	case actPromote, actAbort:
 		return exists(func(w *app) bool { return w.kind.isRollout() })
 	case actUndo:
@@ -103,10 +125,12 @@ func (s *soak) possible(a action) bool {
 	switch a {
 	case actSpotKill:
 		return true
-	case actCtlKill, actLeaderKill:
+	case actCtlKill, actLeaderKill, actWebhookKill, actWebhookPolicy:
 		return !s.ctl.down
+	case actPinToggle:
+		return s.pin.offNS == "" // one namespace at a time
 	case actAPIServer:
-		return s.c.Owned()
+		return s.localCluster
 	}
 	return len(s.eligible(a)) > 0
 }
@@ -155,10 +179,58 @@ func (s *soak) choose() plan {
 		for range k {
 			p.picks = append(p.picks, s.rnd.r.Uint64())
 		}
+	case actCanaryKill:
+		p.picks = []uint64{s.rnd.r.Uint64()}
 	case actCtlKill:
 		p.downFor = 1 + s.rnd.intn(3)
+	case actPinToggle:
+		p.ns = namespaces[s.rnd.intn(len(namespaces))]
+		p.downFor = 1 + s.rnd.intn(4)
 	}
 	return p
+}
+
+// plan prints what the seed draws, step by step, as loop would if every step succeeded: the model
+// changes that decide what can be drawn next (a workload deleted or recreated, the controller down
+// and back) are made, nothing else. Then the count of each action drawn.
+func (s *soak) plan(out io.Writer) {
+	s.placeFleet()
+	for _, w := range s.fleet {
+		w.exists = true
+	}
+	for s.step = 1; s.step <= s.o.steps; s.step++ {
+		if s.ctl.down && s.step >= s.ctl.upAt {
+			s.ctl.down = false
+		}
+		if s.pin.offNS != "" && s.step >= s.pin.onAt {
+			s.pin.offNS = ""
+		}
+		p := s.choose()
+		s.drawn[p.a]++
+		target := "-"
+		if p.w != nil {
+			target = p.w.describe()
+		}
+		switch p.a {
+		case actDelete:
+			p.w.exists = false
+		case actRecreate:
+			p.w.exists = true
+		case actCtlKill:
+			s.ctl.down, s.ctl.upAt = true, s.step+p.downFor
+		case actPinToggle:
+			s.pin.offNS, s.pin.onAt = p.ns, s.step+p.downFor
+		}
+		fmt.Fprintf(out, "step %3d  %-17s %s\n", s.step, p.a, target)
+		if s.step%s.o.settleEvery == 0 {
+			s.ctl.down = false
+		}
+	}
+	var drawn []string
+	for _, x := range weights {
+		drawn = append(drawn, fmt.Sprintf("%s=%d", x.a, s.drawn[x.a]))
+	}
+	fmt.Fprintf(out, "drawn: %s\n", strings.Join(drawn, " "))
 }
 
 // loop runs the steps, checking "lost" after each and settling every settleEvery steps and at the end.
@@ -174,10 +246,18 @@ func (s *soak) loop(ctx context.Context) error {
 			notes = append(notes, s.bringBack(ctx))
 		}
 		notes = append(notes, s.ctl.supervise(ctx)...)
+		if n := s.pinBackOn(ctx); n != "" {
+			notes = append(notes, n)
+		}
 		for _, n := range notes {
 			fmt.Printf("      note: %s\n", n)
 		}
+		s.watchReplicas(ctx)
 		p := s.choose()
+		s.drawn[p.a]++
+		if p.w != nil && p.w.pinned && (p.a == actPromote || p.a == actAbort || p.a == actUndo || p.a == actHistory) {
+			s.pinnedOps++
+		}
 		start := time.Now()
 		outcome, err := s.execute(ctx, p)
 		if err != nil {
@@ -189,7 +269,8 @@ func (s *soak) loop(ctx context.Context) error {
 			target = p.w.describe()
 		}
 		fmt.Printf("step %3d  %-17s %-44s %s (%s)\n", s.step, p.a, target, outcome, time.Since(start).Round(100*time.Millisecond))
-		s.report(s.checkLost(ctx))
+		s.watchReplicas(ctx)
+		s.report(s.checkStep(ctx))
 		if s.step%s.o.settleEvery == 0 || s.step == s.o.steps {
 			s.checkpoint(ctx)
 		}
@@ -211,6 +292,7 @@ func (s *soak) checkpoint(ctx context.Context) {
 	for _, n := range notes {
 		fmt.Printf("      note: %s\n", n)
 	}
+	s.watchReplicas(ctx)
 	leaked, unattached := s.leaked, s.unattachedN
 	took := s.settle(ctx)
 	outcome := "settled"
@@ -307,11 +389,35 @@ func (s *soak) execute(ctx context.Context, p plan) (string, error) {
 	case actCfgDelete:
 		names := append(w.configMaps(), w.secrets()...)
 		return s.deleteInUse(ctx, w, names[index(p.picks[0], len(names))])
+	case actPinConfig:
+		return s.pinConfig(ctx, w)
+	case actCanaryKill:
+		return s.canaryKill(ctx, w, p.picks[0])
+	case actPinToggle:
+		return s.pinToggle(ctx, p.ns, s.step+p.downFor)
+	case actWebhookPolicy:
+		return s.webhookPolicy(ctx)
+	case actWebhookKill:
+		s.pin.disrupted.open(time.Now())
+		killed, err := s.ctl.killRegistered(ctx)
+		if err != nil {
+			return "", err
+		}
+		if killed == nil {
+			fault = false
+			return "no running replica is the registered webhook: nothing killed", nil
+		}
+		if err := s.ctl.waitReady(ctx, 2*time.Minute); err != nil {
+			return "", fmt.Errorf("replica %d killed; no ready leader: %w", killed.i, err)
+		}
+		return fmt.Sprintf("replica %d (the registered webhook, failurePolicy %s) killed and restarted", killed.i, s.pin.policy), nil
 	case actCtlKill:
+		s.pin.disrupted.open(time.Now())
 		s.ctl.killAll(s.step + p.downFor)
 		return fmt.Sprintf("both replicas killed (-9); back at step %d", s.step+p.downFor), nil
 	case actLeaderKill:
 		start := time.Now()
+		s.pin.disrupted.open(start)
 		killed, err := s.ctl.killLeader(ctx)
 		if err != nil {
 			return "", err
@@ -330,10 +436,14 @@ func (s *soak) execute(ctx context.Context, p plan) (string, error) {
 		return fmt.Sprintf("replica %d killed and restarted; %s leads after %s", killed.i, leader, time.Since(start).Round(100*time.Millisecond)), nil
 	case actAPIServer:
 		start := time.Now()
+		s.pin.disrupted.open(start)
 		if err := s.c.RestartAPIServer(ctx, io.Discard); err != nil {
 			return "", err
 		}
 		back := time.Since(start)
+		if s.ctl.down {
+			return fmt.Sprintf("kube-apiserver back after %s (the controller is down since ctl-kill)", back.Round(100*time.Millisecond)), nil
+		}
 		notes := s.ctl.supervise(ctx)
 		if err := s.ctl.waitReady(ctx, 2*time.Minute); err != nil {
 			return "", fmt.Errorf("kube-apiserver back after %s; controller not ready: %w", back.Round(100*time.Millisecond), err)
@@ -418,7 +528,12 @@ func (s *soak) recreate(ctx context.Context, w *app, reuse bool) (string, error)
 		return "", err
 	}
 	how := "same config"
-	if !reuse {
+	switch {
+	case !reuse && w.pinned:
+		how = "new content"
+		s.bumpPins(w)
+		s.pin.changes++
+	case !reuse:
 		how = "new config"
 		w.own = s.revision(w.ns, w.name+"-cm", false)
 		if w.shared != "" {
@@ -495,10 +610,14 @@ func (s *soak) spotKill(ctx context.Context, picks []uint64) (string, error) {
 	return fmt.Sprintf("deleted %s (of %d running)", strings.Join(names, ", "), len(pods)), nil
 }
 
-// shutdown stops the controllers; on a cluster the soak did not start (and without -keep) it
-// releases and deletes its namespaces.
+// shutdown stops the controllers and removes their webhook configuration (it would refuse pods of
+// the soak namespaces with nothing to answer); on a cluster the soak did not start (and without
+// -keep) it releases and deletes its namespaces.
 func (s *soak) shutdown(ctx context.Context) {
 	s.ctl.stop()
+	if err := s.c.Kube.AdmissionregistrationV1().MutatingWebhookConfigurations().Delete(ctx, webhookConfiguration, metav1.DeleteOptions{}); err != nil && !apierrors.IsNotFound(err) {
+		fmt.Fprintf(os.Stderr, "soak: deleting the webhook configuration: %v\n", err)
+	}
 	if s.c.Owned() || s.o.keep {
 		return
 	}
@@ -517,7 +636,21 @@ func (s *soak) summary(took time.Duration) {
 		faults = append(faults, fmt.Sprintf("%s=%d", a, s.faults[string(a)]))
 		total += s.faults[string(a)]
 	}
+	var pinning []string
+	for _, a := range pinningActions {
+		pinning = append(pinning, fmt.Sprintf("%s=%d", a, s.drawn[a]))
+	}
+	judged, bestEffort := 0, 0
+	for _, r := range s.pin.revisions {
+		if r.bestEffort {
+			bestEffort++
+		} else {
+			judged++
+		}
+	}
 	fmt.Printf("\nfaults: %s; unattached (not counted below): %d; retained by a CronJob (by design, not counted below): %d; controller replicas that exited on their own: %d; cluster components restarted: %d; Job mode failures: %d; step errors: %d; took %s; logs in %s\n",
 		strings.Join(faults, " "), s.unattachedN, s.retained, s.crashes, s.planeRestarts, s.jobFailures, s.errors, took.Round(time.Second), s.o.workDir)
-	fmt.Printf("steps=%d faults=%d lost=%d leaked=%d seed=%d\n", s.step, total, s.lost, s.leaked, s.o.seed)
+	fmt.Printf("pinning: steps drawn %s, promote/abort/undo/history of pinned workloads %d; revisions of pinned workloads %d judged, %d best effort (created with pinning off); pinned content changes %d; pods reading a pinned object by its own name as allowed (pinning off, or the webhook down under Ignore) %d; webhook failurePolicy now %s\n",
+		strings.Join(pinning, " "), s.pinnedOps, judged, bestEffort, s.pin.changes, len(s.pin.allowed), s.pin.policy)
+	fmt.Printf("steps=%d faults=%d lost=%d leaked=%d unpinned=%d wrong=%d refused=%d seed=%d\n", s.step, total, s.lost, s.leaked, s.unpinned, s.wrong, s.refused, s.o.seed)
 }

@@ -30,10 +30,8 @@ func int32p(v int32) *int32 { return &v }
 
 // create creates the workload from the model, its config first, and runs the Job mode if it uses it.
 func (s *soak) create(ctx context.Context, w *app) error {
-	for _, name := range append(w.configMaps(), w.secrets()...) {
-		if err := s.ensureConfig(ctx, w.ns, name); err != nil {
-			return err
-		}
+	if err := s.ensureConfigs(ctx, w); err != nil {
+		return err
 	}
 	t := w.template()
 	var err error
@@ -95,15 +93,27 @@ func (s *soak) createWorkloadRefRollout(ctx context.Context, w *app, t corev1.Po
 
 // apply writes the model's pod template into the workload: a deploy. The Job mode runs after it.
 func (s *soak) apply(ctx context.Context, w *app) error {
-	for _, name := range append(w.configMaps(), w.secrets()...) {
-		if err := s.ensureConfig(ctx, w.ns, name); err != nil {
-			return err
-		}
+	if err := s.ensureConfigs(ctx, w); err != nil {
+		return err
 	}
 	if err := s.setTemplate(ctx, w, w.template()); err != nil {
 		return fmt.Errorf("%w: %w", errNotApplied, err)
 	}
 	return s.attachByJob(ctx, w)
+}
+
+// ensureConfigs makes sure the config the workload's template names exists: its revisions, or its
+// pinned objects with the model's content.
+func (s *soak) ensureConfigs(ctx context.Context, w *app) error {
+	if w.pinned {
+		return s.putPins(ctx, w)
+	}
+	for _, name := range append(w.configMaps(), w.secrets()...) {
+		if err := s.ensureConfig(ctx, w.ns, name); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 // errNotApplied: the deploy did not reach the workload.
@@ -270,11 +280,7 @@ func (s *soak) observed(ctx context.Context, w *app, timeout time.Duration) stri
 	err := framework.Eventually(ctx, timeout, "observed", func(ctx context.Context) (bool, string, error) {
 		switch w.kind {
 		case canary, workloadRef, deployment:
-			k := workload.Rollout
-			if w.kind == deployment {
-				k = workload.Deployment
-			}
-			res, err := workload.Resolve(ctx, workload.ClientSource{Kube: s.c.Kube, Dynamic: s.c.Dynamic}, workload.Ref{Kind: k, Namespace: w.ns, Name: w.name})
+			res, err := s.resolve(ctx, w)
 			if err != nil {
 				return false, err.Error(), nil
 			}
@@ -309,11 +315,7 @@ func (s *soak) observed(ctx context.Context, w *app, timeout time.Duration) stri
 // previousRevision returns the template of the ReplicaSet with the highest revision below the
 // current one: what `kubectl argo rollouts undo` and `kubectl rollout undo` go back to.
 func (s *soak) previousRevision(ctx context.Context, w *app) (*appsv1.ReplicaSet, error) {
-	k := workload.Rollout
-	if w.kind == deployment {
-		k = workload.Deployment
-	}
-	res, err := workload.Resolve(ctx, workload.ClientSource{Kube: s.c.Kube, Dynamic: s.c.Dynamic}, workload.Ref{Kind: k, Namespace: w.ns, Name: w.name})
+	res, err := s.resolve(ctx, w)
 	if err != nil {
 		return nil, err
 	}
@@ -358,7 +360,13 @@ func (s *soak) undo(ctx context.Context, w *app) (string, error) {
 	if err := s.setTemplate(ctx, w, t); err != nil {
 		return "", err
 	}
-	s.fromTemplate(w, &t)
+	if w.pinned {
+		// Only the template goes back, as `kubectl argo rollouts undo` does: the pinned objects keep
+		// their content, and the old revision its snapshot.
+		w.checksum, w.image = t.Annotations[checksumAnnotation], t.Spec.Containers[0].Image
+	} else {
+		s.fromTemplate(w, &t)
+	}
 	if err := s.attachByJob(ctx, w); err != nil {
 		return rs.Name, err
 	}
