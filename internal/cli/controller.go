@@ -2,6 +2,7 @@ package cli
 
 import (
 	"context"
+	"errors"
 	"log/slog"
 
 	"github.com/configmap-attacher/configmap-attacher/internal/manager"
@@ -36,5 +37,17 @@ func runController(ctx context.Context, env Env, args []string) error {
 	if err != nil {
 		return err
 	}
-	return manager.Run(ctx, o, clients)
+	return stoppedIsClean(ctx, manager.Run(ctx, o, clients))
+}
+
+// stoppedIsClean makes a controller stopped by its signal (SIGTERM from the kubelet, Ctrl-C) exit 0
+// whatever step the cancellation interrupted: a start-up write still in flight (the webhook's
+// registration, the leader lease) returns context.Canceled, which is the stop asked for, not a failure
+// that should fail a rollout of our Deployment or page anyone. A Canceled that did not come from our own
+// context is still an error.
+func stoppedIsClean(ctx context.Context, err error) error {
+	if err != nil && ctx.Err() != nil && errors.Is(err, context.Canceled) {
+		return nil
+	}
+	return err
 }
