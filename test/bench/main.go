@@ -8,6 +8,7 @@
 //	go run ./test/bench memory       # peak RSS with 2,000 and 10,000 ConfigMaps of 64 KiB beside the
 //	                                 # peers, then with 10,000 Pods as well
 //	go run ./test/bench webhook      # 500 pods created at once with and without the pinning webhook
+//	go run ./test/bench reloader     # 100 workloads' ConfigMaps edited at once: ours beside Reloader
 //
 // The peers (the original configmap-attacher, configmap-rs-operator, Reloader) are built by
 // `hack/tools/build.sh peers` into _output/tools/bin; a scenario leaves out those not built.
@@ -53,6 +54,7 @@ type env struct {
 	controllerLog      string
 	controllerLogLevel string
 	breakdown          bool
+	triggerObjects     triggerObjects // memory: unlabelled objects and Reloader-annotated workloads
 }
 
 func run(ctx context.Context, args []string) error {
@@ -64,6 +66,9 @@ func run(ctx context.Context, args []string) error {
 	configMaps := fs.String("configmaps", "2000,10000", "memory: numbers of ConfigMaps to measure at, ascending, comma-separated")
 	pods := fs.Int("pods", 10000, "memory: Pods to add for the last measurement of our controller (0: none)")
 	size := fs.Int("size", 64*1024, "memory: bytes of data per ConfigMap")
+	unlabelled := fs.Int("unlabelled", 0, "memory: unlabelled ConfigMaps (of -size) and Helm release Secrets (of half) to add after the labelled ones; "+
+		"with it or -annotated, ours also runs with -pinning (the widened config cache) and with -pinning -reloader-annotations=false")
+	annotated := fs.Int("annotated", 0, "memory: Deployments (0 replicas) with reloader.stakater.com/auto to add last, each reading one unlabelled ConfigMap")
 	withPeers := fs.Bool("peers", true, "run the peers built by hack/tools/build.sh peers beside ours")
 	breakdown := fs.Bool("breakdown", false, "controller: split each latency of ours and the floor at the moment its PATCH returned (their logs)")
 	keep := fs.Bool("keep", false, "keep the cluster and namespaces afterwards")
@@ -72,9 +77,10 @@ func run(ctx context.Context, args []string) error {
 	webhookPods := fs.Int("webhook-pods", 500, "webhook: pods created at once in each of the two namespaces")
 	inFlight := fs.Int("in-flight", 64, "webhook: CREATE requests in flight at once")
 	rounds := fs.Int("rounds", 5, "webhook: storms, each with fresh pods")
+	workloads := fs.Int("workloads", 100, "reloader: workloads per tool (half Deployments, half Rollouts)")
 	controllerFlags := fs.String("controller-flags", "", "extra flags for the controller, space-separated (e.g. \"-workers=16 -kube-api-qps=300\")")
 	if len(args) == 0 {
-		return fmt.Errorf("usage: bench job|controller|memory|webhook [flags]")
+		return fmt.Errorf("usage: bench job|controller|memory|webhook|reloader [flags]")
 	}
 	scenario := args[0]
 	if err := fs.Parse(args[1:]); err != nil {
@@ -123,7 +129,8 @@ func run(ctx context.Context, args []string) error {
 		return err
 	}
 	e := env{c: c, meta: meta, root: root, bin: framework.Binary{Path: bin, Kubeconfig: c.Kubeconfig}, floor: floor,
-		controllerFlags: strings.Fields(*controllerFlags), controllerLog: *controllerLog, controllerLogLevel: *controllerLogLevel, breakdown: *breakdown}
+		controllerFlags: strings.Fields(*controllerFlags), controllerLog: *controllerLog, controllerLogLevel: *controllerLogLevel, breakdown: *breakdown,
+		triggerObjects: triggerObjects{unlabelled: *unlabelled, annotated: *annotated}}
 	if *withPeers {
 		e.peers = findPeers(root)
 	}
@@ -139,6 +146,8 @@ func run(ctx context.Context, args []string) error {
 		return e.memory(ctx, counts, *pods, *size, *keep)
 	case "webhook":
 		return e.webhook(ctx, *webhookPods, *inFlight, *rounds, *keep)
+	case "reloader":
+		return e.againstReloader(ctx, *workloads, *keep)
 	}
-	return fmt.Errorf("unknown scenario %q: job, controller, memory or webhook", scenario)
+	return fmt.Errorf("unknown scenario %q: job, controller, memory, webhook or reloader", scenario)
 }

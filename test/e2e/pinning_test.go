@@ -77,6 +77,8 @@ type pinnedRollout struct {
 	ns string
 	// config is the pinned ConfigMap expectReads checks; app-config when empty.
 	config string
+	// others are the ConfigMaps the pods read besides config's snapshot (none when empty).
+	others []string
 }
 
 func (r pinnedRollout) configName() string {
@@ -131,9 +133,10 @@ func (r pinnedRollout) expectReads(rs *appsv1.ReplicaSet, data map[string]string
 	}
 	pods, err := e2e.cluster.PodsOf(ctx, rs)
 	must(r.t, err)
+	want := slices.Sorted(slices.Values(append([]string{snap.Name}, r.others...)))
 	for i := range pods {
-		if got := framework.ReadsConfigMaps(&pods[i]); !slices.Equal(got, []string{snap.Name}) {
-			r.t.Fatalf("pod %s of %s reads %v, want its revision's snapshot %s", pods[i].Name, rs.Name, got, snap.Name)
+		if got := framework.ReadsConfigMaps(&pods[i]); !slices.Equal(got, want) {
+			r.t.Fatalf("pod %s of %s reads %v, want %v: its revision's snapshot %s", pods[i].Name, rs.Name, got, want, snap.Name)
 		}
 	}
 	what := snap.Data["configuration.json"]
