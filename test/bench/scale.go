@@ -471,7 +471,7 @@ func (e env) probeRevision(ctx context.Context, name string) (string, string, er
 		return "", "", err
 	}
 	var uid string
-	err = framework.Eventually(ctx, 2*time.Minute, "the probe's ReplicaSet", func(ctx context.Context) (bool, string, error) {
+	err = framework.Eventually(ctx, 15*time.Minute, "the probe's ReplicaSet", func(ctx context.Context) (bool, string, error) {
 		list, err := e.c.Kube.AppsV1().ReplicaSets(probeNamespace).List(ctx, metav1.ListOptions{LabelSelector: labels.SelectorFromSet(t.Labels).String()})
 		if err != nil || len(list.Items) == 0 {
 			return false, fmt.Sprint(err), nil
@@ -871,10 +871,16 @@ func podTemplateHash(s string) string {
 func (g *grower) currentReplicaSets(ctx context.Context, ns string) (map[string]*appsv1.ReplicaSet, error) {
 	out := map[string]*appsv1.ReplicaSet{}
 	apps := tenantApps()
-	err := framework.Eventually(ctx, 10*time.Minute, "the ReplicaSets of "+ns, func(ctx context.Context) (bool, string, error) {
+	deadline := time.Now().Add(30 * time.Minute)
+	for {
+		// Every 2 s, not Eventually's 100 ms: 64 tenants wait at once, and their LISTs would load the
+		// API server that is creating the ReplicaSets.
 		list, err := g.kube.AppsV1().ReplicaSets(ns).List(ctx, metav1.ListOptions{})
+		if err != nil && ctx.Err() != nil {
+			return nil, ctx.Err()
+		}
 		if err != nil {
-			return false, err.Error(), nil
+			list = &appsv1.ReplicaSetList{}
 		}
 		for i := range list.Items {
 			rs := &list.Items[i]
@@ -886,9 +892,18 @@ func (g *grower) currentReplicaSets(ctx context.Context, ns string) (map[string]
 				out[owner.Name] = rs
 			}
 		}
-		return len(out) == len(apps), fmt.Sprintf("%d/%d", len(out), len(apps)), nil
-	})
-	return out, err
+		if len(out) == len(apps) {
+			return out, nil
+		}
+		if time.Now().After(deadline) {
+			return nil, fmt.Errorf("%s: %d of %d ReplicaSets after 30 minutes (last error: %v)", ns, len(out), len(apps), err)
+		}
+		select {
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		case <-time.After(2 * time.Second):
+		}
+	}
 }
 
 // createHistory adds the old ReplicaSets (0 replicas, owned by their Deployment or Rollout, with the
