@@ -164,6 +164,10 @@ func (e env) scale(ctx context.Context, o scaleOptions) error {
 		steps = append(steps, s)
 		fmt.Printf("  step took %s (build %s)\n", s.stepTime.Round(time.Second), s.build.Round(time.Second))
 		printScaleTable(os.Stdout, steps, baseline)
+		// Written after every step: a run that stops later keeps what it measured.
+		if err := writeScaleReport(o.outDir, commit(e.root), steps, baseline, ""); err != nil {
+			return err
+		}
 		if !last {
 			// The next step's "through the watch" figures: processes started at this size.
 			if _, err := procs.start(ctx, e); err != nil {
