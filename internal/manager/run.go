@@ -57,7 +57,8 @@ func Run(ctx context.Context, o *Options, clients *kube.Clients) error {
 	if o.Secrets {
 		kinds = append(kinds, refs.Secret)
 	}
-	cacheOpts := caches.Options{Namespaces: o.Namespaces, ConfigKinds: kinds, Rollouts: withRollouts, AllConfigs: o.TriggerEnabled()}
+	cacheOpts := caches.Options{Namespaces: o.Namespaces, ConfigKinds: kinds, Rollouts: withRollouts,
+		AllConfigs: o.TriggerEnabled(), ReplicaSetLabels: !selector.Empty()}
 	cs, err := caches.New(clients, cacheOpts)
 	if err != nil {
 		return err
