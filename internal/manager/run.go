@@ -88,7 +88,7 @@ func Run(ctx context.Context, o *Options, clients *kube.Clients) error {
 	if o.LeaderElect {
 		p.leaderCheck = leaderelection.NewLeaderHealthzAdaptor(o.LeaderElection.RenewDeadline + o.LeaderElection.RetryPeriod)
 	}
-	if _, err := serve(ctx, "metrics", o.MetricsAddr, metricsHandler(m)); err != nil {
+	if _, err := serve(ctx, "metrics", o.MetricsAddr, metricsHandler(m, o.Profiling)); err != nil {
 		return err
 	}
 	if _, err := serve(ctx, "probes", o.ProbeAddr, probesHandler(p)); err != nil {
