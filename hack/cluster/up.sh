@@ -53,7 +53,8 @@ create_cluster() {
   # --kubeconfig= keeps kwokctl away from ~/.kube/config: the cluster's own kubeconfig is
   # $CLUSTER_DIR/kubeconfig.yaml.
   log "kwokctl create cluster (workdir $KWOK_WORKDIR)"
-  kwokctl --config "$ROOT/hack/cluster/kwokctl.yaml" create cluster \
+  # CLUSTER_KWOKCTL_CONFIG, when set, is merged over kwokctl.yaml (kwokctl merges its --config files).
+  kwokctl --config "$ROOT/hack/cluster/kwokctl.yaml" ${CLUSTER_KWOKCTL_CONFIG:+--config "$CLUSTER_KWOKCTL_CONFIG"} create cluster \
     --name "$CLUSTER_NAME" \
     --runtime binary \
     --kubeconfig= \

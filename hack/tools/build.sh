@@ -344,22 +344,42 @@ build_release() {
     go install -trimpath -ldflags "-s -w" "github.com/CycloneDX/cyclonedx-gomod/cmd/cyclonedx-gomod@$CYCLONEDX_GOMOD_VERSION")
 }
 
-# peer_source extracts a GitHub repository at a commit into $OUT/src/peers/<name> (`git archive`: the
-# tree only), from a bare mirror $PEERS_GIT_DIR/<owner>+<repo>/repo when it holds the commit, else
-# from a shallow fetch of https://github.com/<owner>/<repo> into $OUT/src/peers/git.
+# peer_source extracts a GitHub repository at a commit into $OUT/src/peers/<name> (the tree only).
+# The source, first found wins:
+#   1. a bare mirror $PEERS_GIT_DIR/<owner>+<repo>/repo holding the commit (only when PEERS_GIT_DIR is set);
+#   2. a shallow fetch of the commit from https://github.com/<owner>/<repo> into $OUT/src/peers/git;
+#   3. the Go module proxy, as module <module>@<commit> (none of the pinned peers is served today, but
+#      a proxy that serves one makes GitHub unnecessary).
 peer_source() {
-  local repo=$1 commit=$2 name=$3 git_dir
-  git_dir=${PEERS_GIT_DIR:-/work/.mirror}/${repo/\//+}/repo
-  if ! git --git-dir="$git_dir" cat-file -e "$commit^{commit}" 2>/dev/null; then
-    git_dir=$OUT/src/peers/git/${repo/\//+}
-    [[ -d $git_dir ]] || git init -q --bare "$git_dir"
-    git --git-dir="$git_dir" cat-file -e "$commit^{commit}" 2>/dev/null ||
-      git --git-dir="$git_dir" fetch -q --depth 1 "https://github.com/$repo" "$commit" ||
-      die "peers: cannot get $repo@$commit (no mirror in PEERS_GIT_DIR, GitHub unreachable)"
+  local repo=$1 commit=$2 name=$3 module=$4 git_dir mod_dir dest
+  dest=$OUT/src/peers/$name
+  rm -rf "$dest"
+  mkdir -p "$dest"
+  if [[ -n ${PEERS_GIT_DIR:-} ]]; then
+    git_dir=$PEERS_GIT_DIR/${repo/\//+}/repo
+    if git --git-dir="$git_dir" cat-file -e "$commit^{commit}" 2>/dev/null; then
+      log "peers: $repo@${commit:0:7} from the mirror $git_dir"
+      git --git-dir="$git_dir" archive "$commit" | tar -x -C "$dest"
+      return
+    fi
+    log "peers: $git_dir does not hold $repo@${commit:0:7}; trying GitHub"
   fi
-  rm -rf "$OUT/src/peers/$name"
-  mkdir -p "$OUT/src/peers/$name"
-  git --git-dir="$git_dir" archive "$commit" | tar -x -C "$OUT/src/peers/$name"
+  git_dir=$OUT/src/peers/git/${repo/\//+}
+  [[ -d $git_dir ]] || git init -q --bare "$git_dir"
+  if git --git-dir="$git_dir" cat-file -e "$commit^{commit}" 2>/dev/null ||
+    git --git-dir="$git_dir" fetch -q --depth 1 "https://github.com/$repo" "$commit" 2>/dev/null; then
+    log "peers: $repo@${commit:0:7} from GitHub"
+    git --git-dir="$git_dir" archive "$commit" | tar -x -C "$dest"
+    return
+  fi
+  log "peers: GitHub unreachable for $repo; trying the Go module proxy ($module@${commit:0:12})"
+  if mod_dir=$(cd "$dest" && GOTOOLCHAIN=local go mod download -json "$module@$commit" 2>/dev/null |
+    sed -n 's/^[[:space:]]*"Dir": "\(.*\)",$/\1/p') && [[ -n $mod_dir && -d $mod_dir ]]; then
+    cp -R "$mod_dir"/. "$dest"/
+    chmod -R u+w "$dest"
+    return
+  fi
+  die "peers: cannot get $repo@$commit: no mirror (set PEERS_GIT_DIR=<dir> holding <dir>/${repo/\//+}/repo, a bare clone with that commit), GitHub unreachable (git fetch https://github.com/$repo failed), and the Go module proxy does not serve $module@$commit"
 }
 
 # peer_build runs go build in an extracted peer, with its own go.mod and go.sum (-mod=readonly).
@@ -371,11 +391,11 @@ peer_build() {
 # The benchmark peers: never part of the project, only measured beside it (test/bench). Their
 # modules are not on the proxy; each builds as its upstream does (same go.mod, same ldflags).
 build_peers() {
-  peer_source liorfranko/configmap-attacher "$ORIGINAL_ATTACHER_COMMIT" configmap-attacher-original
+  peer_source liorfranko/configmap-attacher "$ORIGINAL_ATTACHER_COMMIT" configmap-attacher-original github.com/liorfranko/configmap-attacher
   peer_build configmap-attacher-original -ldflags "-s -w" -o "$BIN/configmap-attacher-original" .
-  peer_source matanbaruch/configmap-rs-operator "$CONFIGMAP_RS_OPERATOR_COMMIT" configmap-rs-operator
+  peer_source matanbaruch/configmap-rs-operator "$CONFIGMAP_RS_OPERATOR_COMMIT" configmap-rs-operator github.com/matanbaruch/configmap-rs-operator
   peer_build configmap-rs-operator -ldflags "-s -w" -o "$BIN/configmap-rs-operator" ./cmd
-  peer_source stakater/Reloader "$RELOADER_COMMIT" reloader
+  peer_source stakater/Reloader "$RELOADER_COMMIT" reloader github.com/stakater/Reloader
   [[ $(<"$OUT/src/peers/reloader/VERSION") == "${RELOADER_VERSION#v}" ]] ||
     die "peers: Reloader $RELOADER_COMMIT has VERSION $(<"$OUT/src/peers/reloader/VERSION"), versions.env says $RELOADER_VERSION"
   local pkg=github.com/stakater/Reloader/pkg/common

@@ -2,14 +2,17 @@ package caches
 
 import (
 	"maps"
-
 	"strings"
+	"time"
 
+	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/client-go/dynamic/dynamicinformer"
 	"k8s.io/client-go/informers"
+	coreinformers "k8s.io/client-go/informers/core/v1"
+	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/metadata/metadatainformer"
 	"k8s.io/client-go/tools/cache"
 
@@ -31,6 +34,9 @@ type Options struct {
 	// config trigger: the objects Reloader's annotations select carry no label of ours. Configs is then
 	// a view of them showing only the opted-in ones.
 	AllConfigs bool
+	// ReplicaSetLabels keeps the ReplicaSets' labels (for -replicaset-selector); no other labels of
+	// users are kept.
+	ReplicaSetLabels bool
 }
 
 // Caches are the informers the controllers read.
@@ -61,9 +67,16 @@ func New(clients *kube.Clients, o Options) (*Caches, error) {
 	optedIn := labels.SelectorFromSet(labels.Set{api.RevisionedLabel: api.RevisionedValue}).String()
 	for _, ns := range namespaces {
 		typed := informers.NewSharedInformerFactoryWithOptions(clients.Kube, 0,
-			informers.WithNamespace(ns), informers.WithTransform(transform))
+			informers.WithNamespace(ns), informers.WithTransform(transform(o.ReplicaSetLabels)))
+		// Pods: without the factory's namespace index, which nothing reads (podIndexers).
+		pods := typed.InformerFor(&corev1.Pod{}, func(c kubernetes.Interface, resync time.Duration) cache.SharedIndexInformer {
+			return coreinformers.NewFilteredPodInformer(c, ns, resync, cache.Indexers{}, nil)
+		})
+		if err := pods.AddIndexers(podIndexers()); err != nil {
+			return nil, err
+		}
+		users[Pod] = append(users[Pod], pods)
 		for kind, inf := range map[Kind]cache.SharedIndexInformer{
-			Pod:                typed.Core().V1().Pods().Informer(),
 			ReplicaSet:         typed.Apps().V1().ReplicaSets().Informer(),
 			ControllerRevision: typed.Apps().V1().ControllerRevisions().Informer(),
 			Job:                typed.Batch().V1().Jobs().Informer(),
@@ -82,7 +95,7 @@ func New(clients *kube.Clients, o Options) (*Caches, error) {
 		if o.Rollouts {
 			dyn := dynamicinformer.NewFilteredDynamicSharedInformerFactory(clients.Dynamic, 0, ns, nil)
 			inf := dyn.ForResource(workload.RolloutGVR).Informer()
-			if err := inf.SetTransform(transform); err != nil {
+			if err := inf.SetTransform(transform(o.ReplicaSetLabels)); err != nil {
 				return nil, err
 			}
 			if err := inf.AddIndexers(UserIndexers()); err != nil {

@@ -284,6 +284,10 @@ func UserOf(obj any) (*User, bool) {
 func NewUserInformerForTest(users ...*User) *Informer[*User] {
 	indexers := UserIndexers()
 	indexers[cache.NamespaceIndex] = cache.MetaNamespaceIndexFunc // as the informer factories add it
+	return newUserInformerForTest(indexers, users...)
+}
+
+func newUserInformerForTest(indexers cache.Indexers, users ...*User) *Informer[*User] {
 	inf := cache.NewSharedIndexInformer(nil, &User{}, 0, indexers)
 	for _, u := range users {
 		_ = inf.GetIndexer().Add(u)
@@ -311,7 +315,12 @@ func NewForTest(users []*User, configs []*metav1.PartialObjectMetadata) *Caches 
 		byKind[u.Kind()] = append(byKind[u.Kind()], u)
 	}
 	for _, k := range UserKinds() {
-		cs.Users[k] = NewUserInformerForTest(byKind[k]...)
+		indexers := UserIndexers()
+		indexers[cache.NamespaceIndex] = cache.MetaNamespaceIndexFunc // as the informer factories add it
+		if k == Pod {
+			indexers = podIndexers()
+		}
+		cs.Users[k] = newUserInformerForTest(indexers, byKind[k]...)
 	}
 	for _, k := range refs.Kinds() {
 		ix := allConfigIndexers(k)
@@ -346,6 +355,9 @@ func (c *Caches) UsersOf(namespace string, r refs.Ref, owners ...types.UID) ([]*
 		}
 		out = append(out, us...)
 		for _, uid := range owners {
+			if kind == Pod {
+				break // never a snapshot's revision (podIndexers)
+			}
 			us, err := inf.ByIndex(ByUID, string(uid))
 			if err != nil {
 				errs = append(errs, err)
@@ -368,4 +380,11 @@ func (c *Caches) CountConfigs(match func(*metav1.PartialObjectMetadata) bool) in
 		}
 	}
 	return n
+}
+
+// podIndexers are the indexes of the Pod informer, the largest cache: only ByConfig, which protection
+// reads. No ByUID (a pod is never a snapshot's revision), no ByOwner (a pod with a controller is
+// never attached, so nothing looks pods up by it) and no namespace index.
+func podIndexers() cache.Indexers {
+	return cache.Indexers{ByConfig: indexByConfig}
 }

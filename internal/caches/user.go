@@ -8,9 +8,12 @@ package caches
 import (
 	"fmt"
 	"maps"
+	"strings"
+	"unique"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/types"
 
 	"github.com/configmap-attacher/configmap-attacher/internal/api"
 	"github.com/configmap-attacher/configmap-attacher/internal/refs"
@@ -41,8 +44,9 @@ func UserKinds() []Kind {
 type User struct {
 	// TypeMeta is the original object's apiVersion and kind.
 	metav1.TypeMeta
-	// ObjectMeta keeps identity, labels, owners and the deletion timestamp; of the annotations only
-	// attach-all and, on workloads, Jobs, CronJobs and bare pods, Reloader's (api.ReloaderWorkloadAnnotations).
+	// ObjectMeta keeps identity, owners and the deletion timestamp, a ReplicaSet's labels when they
+	// are read (reduce); of the annotations only attach-all and, on workloads, Jobs, CronJobs and bare
+	// pods, Reloader's (api.ReloaderWorkloadAnnotations).
 	metav1.ObjectMeta
 	// Refs are the config objects its pod spec references, distinct and sorted.
 	Refs []refs.Ref
@@ -56,6 +60,10 @@ type User struct {
 	// Status is set for Deployments, StatefulSets, DaemonSets and Rollouts: whether their controller
 	// has caught up with their spec.
 	Status *WorkloadStatus
+
+	// shape keeps alive the one copy of the strings a Pod shares with the other pods of its revision
+	// (internPodShape); the zero Handle for other kinds.
+	shape unique.Handle[podShape]
 }
 
 // WorkloadStatus is what the config trigger reads of a workload's status.
@@ -101,7 +109,7 @@ func (u *User) Revision() *revision.Revision {
 
 // DeepCopyObject makes User a runtime.Object, as informer stores require.
 func (u *User) DeepCopyObject() runtime.Object {
-	out := &User{TypeMeta: u.TypeMeta, Refs: append([]refs.Ref(nil), u.Refs...), Number: u.Number, Finished: u.Finished}
+	out := &User{TypeMeta: u.TypeMeta, Refs: append([]refs.Ref(nil), u.Refs...), Number: u.Number, Finished: u.Finished, shape: u.shape}
 	u.ObjectMeta.DeepCopyInto(&out.ObjectMeta)
 	if u.TemplateAnnotations != nil {
 		out.TemplateAnnotations = maps.Clone(u.TemplateAnnotations)
@@ -125,10 +133,13 @@ func (u *User) Live() bool {
 }
 
 // reduce builds the User of an object from its metadata and pod spec references. Pods keep no labels
-// (the largest cache, and nothing reads them); of the annotations only attach-all, and Reloader's where
-// the config trigger reads them: on workloads, Jobs, CronJobs and bare pods (a controller's pods and
-// revisions inherit them from its template or metadata, and nothing reads them there).
-func reduce(apiVersion string, kind Kind, meta *metav1.ObjectMeta, used refs.Set) *User {
+// (the largest cache, and nothing reads them), and share their namespace, owners and references with
+// the other pods of their revision (internPodShape). A ReplicaSet keeps its labels with keepLabels (they
+// are read when -replicaset-selector is set); nothing reads the labels of other kinds. Of the
+// annotations only attach-all, and Reloader's where the config trigger reads them: on workloads, Jobs,
+// CronJobs and bare pods (a controller's pods and revisions inherit them from its template or
+// metadata, and nothing reads them there).
+func reduce(apiVersion string, kind Kind, meta *metav1.ObjectMeta, used refs.Set, keepLabels bool) *User {
 	u := &User{
 		TypeMeta: metav1.TypeMeta{APIVersion: apiVersion, Kind: string(kind)},
 		ObjectMeta: metav1.ObjectMeta{
@@ -139,7 +150,9 @@ func reduce(apiVersion string, kind Kind, meta *metav1.ObjectMeta, used refs.Set
 		},
 		Refs: used.Sorted(),
 	}
-	if kind != Pod {
+	if kind == Pod {
+		internPodShape(u)
+	} else if kind == ReplicaSet && keepLabels {
 		u.Labels = meta.Labels
 	}
 	if v, ok := meta.Annotations[api.AttachAllAnnotation]; ok {
@@ -172,4 +185,36 @@ func reloaderAnnotations(annotations map[string]string) map[string]string {
 		}
 	}
 	return out
+}
+
+// podShape is what the pods of one revision have in common: namespace, owners and the config they
+// read, each list flattened into one string (fields separated by NUL) so that the shape is comparable.
+type podShape struct {
+	namespace, owners, refs string
+}
+
+// internPodShape points the pod's namespace, owner reference strings and reference names into one
+// shared copy of its shape (unique.Make), instead of the copies its decoding made: a revision's pods
+// keep one copy between them, for as long as one of them is cached.
+func internPodShape(u *User) {
+	var owners, used strings.Builder
+	for _, o := range u.OwnerReferences {
+		fmt.Fprintf(&owners, "%s\x00%s\x00%s\x00%s\x00", o.APIVersion, o.Kind, o.Name, o.UID)
+	}
+	for _, r := range u.Refs {
+		fmt.Fprintf(&used, "%s\x00%s\x00", r.Kind, r.Name)
+	}
+	u.shape = unique.Make(podShape{namespace: u.Namespace, owners: owners.String(), refs: used.String()})
+	shared := u.shape.Value()
+	u.Namespace = shared.namespace
+	// The list is the decoded object's, which nothing else holds: its strings are replaced in place.
+	f := strings.Split(shared.owners, "\x00") // substrings share the canonical bytes
+	for i := range u.OwnerReferences {
+		o := &u.OwnerReferences[i]
+		o.APIVersion, o.Kind, o.Name, o.UID = f[4*i], f[4*i+1], f[4*i+2], types.UID(f[4*i+3])
+	}
+	f = strings.Split(shared.refs, "\x00")
+	for i := range u.Refs {
+		u.Refs[i].Name = f[2*i+1]
+	}
 }

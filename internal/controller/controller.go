@@ -164,11 +164,12 @@ func (c *Controller) workloadHandler() cache.ResourceEventHandler {
 	}
 }
 
-// enqueueUsers enqueues the revisions, of every kind, whose index has value.
+// enqueueUsers enqueues the revisions, of every kind, whose index has value. Pods are not indexed by
+// owner: a pod with a controller is never attached.
 func (c *Controller) enqueueUsers(index, value string) {
 	for _, kind := range RevisionKinds() {
 		inf, ok := c.caches.Users[kind]
-		if !ok {
+		if !ok || (kind == caches.Pod && index == caches.ByOwner) {
 			continue
 		}
 		users, err := inf.ByIndex(index, value)

@@ -11,6 +11,7 @@ import (
 	"strconv"
 	"time"
 
+	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/metadata"
@@ -156,9 +157,14 @@ type Clients struct {
 	Metadata metadata.Interface
 }
 
-// NewClients builds typed, dynamic and metadata clients from one config.
+// NewClients builds typed, dynamic and metadata clients from one config. The typed client speaks
+// protobuf, as kube-controller-manager does: decoding every Pod of a large cluster at start costs a
+// fraction of JSON's CPU and garbage. (The dynamic and metadata clients need JSON.)
 func NewClients(cfg *rest.Config) (*Clients, error) {
-	kc, err := kubernetes.NewForConfig(cfg)
+	typed := rest.CopyConfig(cfg)
+	typed.ContentType = runtime.ContentTypeProtobuf
+	typed.AcceptContentTypes = runtime.ContentTypeProtobuf + "," + runtime.ContentTypeJSON
+	kc, err := kubernetes.NewForConfig(typed)
 	if err != nil {
 		return nil, err
 	}

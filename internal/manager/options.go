@@ -35,9 +35,11 @@ type Options struct {
 	Workers int
 	// HeldResync is how often every deletion in-use protection holds is examined again, whatever
 	// events came (0: never): the backstop against a missed event holding a deletion forever.
-	HeldResync     time.Duration
-	MetricsAddr    string
-	ProbeAddr      string
+	HeldResync  time.Duration
+	MetricsAddr string
+	ProbeAddr   string
+	// Profiling serves Go's runtime profiles (net/http/pprof) at /debug/pprof/ on the metrics address.
+	Profiling      bool
 	LeaderElect    bool
 	LeaderElection LeaderElectionOptions
 	Client         kube.ClientOptions
@@ -129,6 +131,7 @@ func (o *Options) AddFlags(fs *flag.FlagSet) {
 	fs.DurationVar(&o.HeldResync, "held-resync", o.HeldResync, "how often every deletion held by in-use protection is examined again, as a backstop for a missed event (0 disables)")
 	fs.StringVar(&o.MetricsAddr, "metrics-bind-address", o.MetricsAddr, "address serving /metrics (empty disables)")
 	fs.StringVar(&o.ProbeAddr, "health-probe-bind-address", o.ProbeAddr, "address serving /healthz and /readyz (empty disables)")
+	fs.BoolVar(&o.Profiling, "profiling", o.Profiling, "serve Go's runtime profiles at /debug/pprof/ on the metrics address (heap, CPU, goroutines; for diagnosis, off by default)")
 	fs.BoolVar(&o.LeaderElect, "leader-elect", o.LeaderElect, "elect a leader through a Lease so several replicas are safe")
 	fs.StringVar(&o.LeaderElection.Namespace, "leader-election-namespace", o.LeaderElection.Namespace, "namespace of the Lease (default: $POD_NAMESPACE, else kube-system)")
 	fs.StringVar(&o.LeaderElection.Name, "leader-election-id", o.LeaderElection.Name, "name of the Lease")
@@ -174,6 +177,9 @@ func (o *Options) Validate() error {
 	}
 	if o.Trigger.Settle < 0 {
 		errs = append(errs, "-config-settle must not be negative")
+	}
+	if o.Profiling && o.MetricsAddr == "" {
+		errs = append(errs, "-profiling serves on the metrics address: set -metrics-bind-address")
 	}
 	if o.Workers < 1 {
 		errs = append(errs, "-workers must be at least 1")

@@ -57,7 +57,8 @@ func Run(ctx context.Context, o *Options, clients *kube.Clients) error {
 	if o.Secrets {
 		kinds = append(kinds, refs.Secret)
 	}
-	cacheOpts := caches.Options{Namespaces: o.Namespaces, ConfigKinds: kinds, Rollouts: withRollouts, AllConfigs: o.TriggerEnabled()}
+	cacheOpts := caches.Options{Namespaces: o.Namespaces, ConfigKinds: kinds, Rollouts: withRollouts,
+		AllConfigs: o.TriggerEnabled(), ReplicaSetLabels: !selector.Empty()}
 	cs, err := caches.New(clients, cacheOpts)
 	if err != nil {
 		return err
@@ -87,7 +88,7 @@ func Run(ctx context.Context, o *Options, clients *kube.Clients) error {
 	if o.LeaderElect {
 		p.leaderCheck = leaderelection.NewLeaderHealthzAdaptor(o.LeaderElection.RenewDeadline + o.LeaderElection.RetryPeriod)
 	}
-	if _, err := serve(ctx, "metrics", o.MetricsAddr, metricsHandler(m)); err != nil {
+	if _, err := serve(ctx, "metrics", o.MetricsAddr, metricsHandler(m, o.Profiling)); err != nil {
 		return err
 	}
 	if _, err := serve(ctx, "probes", o.ProbeAddr, probesHandler(p)); err != nil {

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"net"
 	"net/http"
+	"net/http/pprof"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus/promhttp"
@@ -74,9 +75,18 @@ func serveTLS(ctx context.Context, name, addr string, h http.Handler, tlsConfig 
 	return ln.Addr().String(), nil
 }
 
-func metricsHandler(m *metrics.Metrics) http.Handler {
+// metricsHandler serves /metrics and, with profiling, Go's runtime profiles under /debug/pprof/ (as
+// kube-controller-manager's --profiling does).
+func metricsHandler(m *metrics.Metrics, profiling bool) http.Handler {
 	mux := http.NewServeMux()
 	mux.Handle("/metrics", promhttp.HandlerFor(m.Registry, promhttp.HandlerOpts{}))
+	if profiling {
+		mux.HandleFunc("/debug/pprof/", pprof.Index)
+		mux.HandleFunc("/debug/pprof/cmdline", pprof.Cmdline)
+		mux.HandleFunc("/debug/pprof/profile", pprof.Profile)
+		mux.HandleFunc("/debug/pprof/symbol", pprof.Symbol)
+		mux.HandleFunc("/debug/pprof/trace", pprof.Trace)
+	}
 	return mux
 }
 

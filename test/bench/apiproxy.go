@@ -178,9 +178,9 @@ func perChange(counts []countOf, changes int, writes bool) string {
 	return fmt.Sprintf("%.2f (%s)", total/float64(changes), strings.Join(parts, ", "))
 }
 
-// apiserverRequests reads kube-apiserver's apiserver_request_total, summed by "VERB resource[/subresource]"
+// apiserverRequestKinds reads kube-apiserver's apiserver_request_total, summed by "VERB resource[/subresource]"
 // over codes and scopes (cluster-wide, every client).
-func apiserverRequests(ctx context.Context, kube interface {
+func apiserverRequestKinds(ctx context.Context, kube interface {
 	RESTClient() rest.Interface
 }) (map[string]float64, error) {
 	raw, err := kube.RESTClient().Get().AbsPath("/metrics").DoRaw(ctx)

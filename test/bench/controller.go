@@ -62,13 +62,18 @@ func stormTemplate(app string, objects map[string][]string) corev1.PodTemplateSp
 	return t
 }
 
+// stormRatios are our attach latency's p50 and p99 over the floor's, in one storm.
+type stormRatios struct{ p50, p99 float64 }
+
 // controller: N Rollouts; change all N at once and measure, for every new (ConfigMap, ReplicaSet)
 // pair, the time from the ReplicaSet appearing in a watch to the ConfigMap carrying its ownerReference
 // in a watch — both seen by this process, so clocks agree — for our controller, the floor and the peer.
-func (e env) controller(ctx context.Context, n int, keep bool) error {
+// Our controller watches the storm's namespace only, or every namespace with e.stormAllNamespaces (the
+// scale scenario: the storm at the size of the whole cluster).
+func (e env) controller(ctx context.Context, n int, keep bool) (stormRatios, error) {
 	const ns = "bench-ctl"
 	if err := e.freshNamespace(ctx, ns, keep); err != nil {
-		return err
+		return stormRatios{}, err
 	}
 	attachers := []string{ours, floor}
 	if e.peers.rsOperator != "" {
@@ -97,15 +102,18 @@ func (e env) controller(ctx context.Context, n int, keep bool) error {
 		t := stormTemplate(fmt.Sprintf("app%d", i), v1)
 		return e.c.CreateRollout(ctx, ns, fmt.Sprintf("app%d", i), framework.RolloutSpec{Replicas: 1, Template: &t})
 	}); err != nil {
-		return err
+		return stormRatios{}, err
 	}
 
 	metricsAddr, err := freeAddr()
 	if err != nil {
-		return err
+		return stormRatios{}, err
 	}
-	args := append([]string{"controller", "-namespaces", ns, "-leader-elect=false",
-		"-metrics-bind-address", metricsAddr, "-health-probe-bind-address", ""}, e.controllerFlags...)
+	args := []string{"controller", "-leader-elect=false", "-metrics-bind-address", metricsAddr, "-health-probe-bind-address", ""}
+	if !e.stormAllNamespaces {
+		args = append(args, "-namespaces", ns)
+	}
+	args = append(args, e.controllerFlags...)
 	level, floorArgs := e.controllerLogLevel, []string{"-namespace", ns, "-prefix", attacherPrefix[floor]}
 	if e.breakdown {
 		// Our "attached" lines (info) and the floor's "patched" lines say when each PATCH returned.
@@ -116,7 +124,7 @@ func (e env) controller(ctx context.Context, n int, keep bool) error {
 	}
 	p, err := e.bin.Start(ctx, []string{"LOG_LEVEL=" + level, "LOG_FORMAT=json"}, args...)
 	if err != nil {
-		return err
+		return stormRatios{}, err
 	}
 	defer func() {
 		_ = p.Stop()
@@ -126,7 +134,7 @@ func (e env) controller(ctx context.Context, n int, keep bool) error {
 	}()
 	fl, err := framework.Binary{Path: e.floor, Kubeconfig: e.c.Kubeconfig}.Start(ctx, nil, floorArgs...)
 	if err != nil {
-		return err
+		return stormRatios{}, err
 	}
 	defer fl.Stop()
 	var op *framework.Process
@@ -137,12 +145,12 @@ func (e env) controller(ctx context.Context, n int, keep bool) error {
 			defer op.Stop()
 		}
 		if err != nil {
-			return err
+			return stormRatios{}, err
 		}
 	}
 	w, err := newWatch(ctx, e, ns)
 	if err != nil {
-		return err
+		return stormRatios{}, err
 	}
 	// configmap-rs-operator only handles ReplicaSets created after it started: the first revisions
 	// are ours and the floor's alone.
@@ -151,7 +159,7 @@ func (e env) controller(ctx context.Context, n int, keep bool) error {
 		got := w.attachedPairs(ours) + w.attachedPairs(floor)
 		return got >= 4*n, fmt.Sprintf("%d/%d attached", got, 4*n), nil
 	}); err != nil {
-		return err
+		return stormRatios{}, err
 	}
 
 	v2 := make([]map[string][]string, n)
@@ -160,7 +168,7 @@ func (e env) controller(ctx context.Context, n int, keep bool) error {
 		v2[i], err = createConfig(i, "2")
 		return err
 	}); err != nil {
-		return err
+		return stormRatios{}, err
 	}
 	// Our in-use protection puts its finalizer on every new opted-in object: let those writes finish
 	// before counting the storm's.
@@ -168,26 +176,26 @@ func (e env) controller(ctx context.Context, n int, keep bool) error {
 		got := w.protected()
 		return got >= 4*n, fmt.Sprintf("%d/%d protected", got, 4*n), nil
 	}); err != nil {
-		return err
+		return stormRatios{}, err
 	}
 	time.Sleep(2 * time.Second) // every cache has the new objects
 	before, err := apiserverWrites(ctx, e.c)
 	if err != nil {
-		return err
+		return stormRatios{}, err
 	}
 	floorBefore, _, err := floorCount(fl)
 	if err != nil {
-		return err
+		return stormRatios{}, err
 	}
 	metricsURL := "http://" + metricsAddr + "/metrics"
 	const syncMetric, delayMetric, attachSyncs = "configmap_attacher_reconcile_duration_seconds", "configmap_attacher_attach_delay_seconds", `controller="attach"`
 	syncsBefore, err := readHistogram(metricsURL, syncMetric, attachSyncs)
 	if err != nil {
-		return err
+		return stormRatios{}, err
 	}
 	delaysBefore, err := readHistogram(metricsURL, delayMetric, "")
 	if err != nil {
-		return err
+		return stormRatios{}, err
 	}
 	depth := sampleGauge(ctx, "http://"+metricsAddr+"/metrics", "configmap_attacher_queue_depth", 100*time.Millisecond)
 	w.startMeasuring()
@@ -196,14 +204,14 @@ func (e env) controller(ctx context.Context, n int, keep bool) error {
 	if err := parallel(n, 64, func(i int) error {
 		return e.c.SetRolloutTemplate(ctx, ns, fmt.Sprintf("app%d", i), stormTemplate(fmt.Sprintf("app%d", i), v2[i]))
 	}); err != nil {
-		return err
+		return stormRatios{}, err
 	}
 	fmt.Printf("  %d Rollout updates sent in %s\n", n, time.Since(start).Round(time.Millisecond))
 	if err := framework.Eventually(ctx, 15*time.Minute, "every new ReplicaSet attached by ours and the floor", func(context.Context) (bool, string, error) {
 		a, b := len(w.latencies(ours)), len(w.latencies(floor))
 		return a >= 2*n && b >= 2*n, fmt.Sprintf("ours %d/%d, floor %d/%d new pairs attached", a, 2*n, b, 2*n), nil
 	}); err != nil {
-		return err
+		return stormRatios{}, err
 	}
 	elapsed := time.Since(start)
 	if op != nil {
@@ -230,7 +238,7 @@ func (e env) controller(ctx context.Context, n int, keep bool) error {
 	maxDepth, meanDepth := depth()
 	after, err := apiserverWrites(ctx, e.c)
 	if err != nil {
-		return err
+		return stormRatios{}, err
 	}
 	rss := map[string]int64{}
 	rss[ours], _ = peakRSS(p.Pid())
@@ -240,17 +248,17 @@ func (e env) controller(ctx context.Context, n int, keep bool) error {
 	}
 	syncs, err := readHistogram(metricsURL, syncMetric, attachSyncs)
 	if err != nil {
-		return err
+		return stormRatios{}, err
 	}
 	syncs = syncs.since(syncsBefore)
 	delays, err := readHistogram(metricsURL, delayMetric, "")
 	if err != nil {
-		return err
+		return stormRatios{}, err
 	}
 	delays = delays.since(delaysBefore)
 	floorAfter, floorErrors, err := floorCount(fl)
 	if err != nil {
-		return err
+		return stormRatios{}, err
 	}
 	if floorErrors > 0 {
 		fmt.Printf("(the floor had %d failed patches:\n%s)\n", floorErrors, tail(fl.Logs(), 5))
@@ -276,8 +284,8 @@ func (e env) controller(ctx context.Context, n int, keep bool) error {
 		printBreakdown(w, map[string]map[pairKey]time.Time{ours: oursPatches(p.Logs()), floor: floorPatchTimes(fl.Logs())})
 	}
 	oq := quantiles(w.latencies(ours))
-	fmt.Printf("ratio to floor: p50 %.2f p99 %.2f (ours / floor, same run; targets p50 <= 1.2, p99 <= 1.5)\n",
-		float64(oq.p50)/float64(fq.p50), float64(oq.p99)/float64(fq.p99))
+	ratios := stormRatios{float64(oq.p50) / float64(fq.p50), float64(oq.p99) / float64(fq.p99)}
+	fmt.Printf("ratio to floor: p50 %.2f p99 %.2f (ours / floor, same run; targets p50 <= 1.2, p99 <= 1.5)\n", ratios.p50, ratios.p99)
 	pairs := float64(2 * n)
 	for _, k := range sortedKeys(after) {
 		if d := after[k] - before[k]; d != 0 {
@@ -295,7 +303,7 @@ func (e env) controller(ctx context.Context, n int, keep bool) error {
 		"revision created -> written p50 <= %s, p99 <= %s (creationTimestamp has 1 s resolution)\n", syncs[len(syncs)-1].count,
 		bound(syncs.quantile(0.5)), bound(syncs.quantile(0.99)), bound(delays.quantile(0.5)), bound(delays.quantile(0.99)))
 	fmt.Printf("our queue depth during the storm (sampled every 100 ms): max %.0f, mean %.1f\n", maxDepth, meanDepth)
-	return nil
+	return ratios, nil
 }
 
 func linesWith(logs, s string) []string {

@@ -9,6 +9,8 @@
 //	                                 # peers, then with 10,000 Pods as well
 //	go run ./test/bench webhook      # 500 pods created at once with and without the pinning webhook
 //	go run ./test/bench reloader     # 100 workloads' ConfigMaps edited at once: ours beside Reloader
+//	go run ./test/bench scale        # one cluster grown to 1,000, 10,000, 50,000, 150,000 Pods: RSS beside
+//	                                 # kube-controller-manager and the peers, start, storm, restart
 //
 // The peers (the original configmap-attacher, configmap-rs-operator, Reloader) are built by
 // `hack/tools/build.sh peers` into _output/tools/bin; a scenario leaves out those not built.
@@ -22,6 +24,7 @@ import (
 	"fmt"
 	"os"
 	"os/signal"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"syscall"
@@ -55,6 +58,13 @@ type env struct {
 	controllerLogLevel string
 	breakdown          bool
 	triggerObjects     triggerObjects // memory: unlabelled objects and Reloader-annotated workloads
+	// stormAllNamespaces makes the controller scenario's controller watch every namespace.
+	stormAllNamespaces bool
+	// baseline is another build of our controller measured beside it (memory and scale scenarios).
+	baseline framework.Binary
+	// controllerEnv is added to the environment of our controller (and the baseline) in the memory
+	// and scale scenarios, e.g. GOMEMLIMIT.
+	controllerEnv []string
 }
 
 func run(ctx context.Context, args []string) error {
@@ -78,31 +88,45 @@ func run(ctx context.Context, args []string) error {
 	inFlight := fs.Int("in-flight", 64, "webhook: CREATE requests in flight at once")
 	rounds := fs.Int("rounds", 5, "webhook: storms, each with fresh pods")
 	workloads := fs.Int("workloads", 100, "reloader: workloads per tool (half Deployments, half Rollouts)")
+	scaleSteps := fs.String("scale-steps", "1000,10000,50000,150000", "scale: Pod counts to grow the cluster to, ascending, comma-separated")
+	stormRollouts := fs.Int("scale-storm-rollouts", 100, "scale: Rollouts changed at once in the storm at each step")
+	pending := fs.Int("scale-pending", 200, "scale: revisions left to attach (and in-use ConfigMaps deleted) while the controller is down, at the largest step")
+	scaleOut := fs.String("scale-out", "docs/benchmarks", "scale: directory for scale.md and scale-rss.svg (relative to the repository)")
+	budget := fs.Duration("scale-budget", time.Hour, "scale: no step starts that would end the run after this")
+	baselineBin := fs.String("baseline-bin", "", "memory, scale: another build of configmap-attacher (e.g. main's) to measure beside ours")
+	controllerEnv := fs.String("controller-env", "", "memory, scale: environment of our controller (and the baseline), space-separated (e.g. \"GOMEMLIMIT=200MiB\")")
 	controllerFlags := fs.String("controller-flags", "", "extra flags for the controller, space-separated (e.g. \"-workers=16 -kube-api-qps=300\")")
 	if len(args) == 0 {
-		return fmt.Errorf("usage: bench job|controller|memory|webhook|reloader [flags]")
+		return fmt.Errorf("usage: bench job|controller|memory|webhook|reloader|scale [flags]")
 	}
 	scenario := args[0]
 	if err := fs.Parse(args[1:]); err != nil {
 		return err
 	}
-	var counts []int
-	for _, s := range strings.Split(*configMaps, ",") {
-		n, err := strconv.Atoi(strings.TrimSpace(s))
-		if err != nil || n <= 0 || (len(counts) > 0 && n <= counts[len(counts)-1]) {
-			return fmt.Errorf("-configmaps %q: want ascending positive numbers", *configMaps)
-		}
-		counts = append(counts, n)
+	counts, err := ascending("-configmaps", *configMaps)
+	if err != nil {
+		return err
+	}
+	steps, err := ascending("-scale-steps", *scaleSteps)
+	if err != nil {
+		return err
 	}
 	root, err := framework.RepoRoot()
 	if err != nil {
 		return err
 	}
+	name := "bench"
 	if *kubeconfig == "" {
 		// Room for the pods of 500 Rollouts during a canary.
 		os.Setenv("CLUSTER_NODES", "12")
+		if scenario == "scale" {
+			// A cluster of its own, tuned for size (test/bench/scale-kwokctl.yaml); it adds its nodes.
+			name = "scale"
+			os.Setenv("CLUSTER_NODES", "1")
+			os.Setenv("CLUSTER_KWOKCTL_CONFIG", filepath.Join(root, "test/bench/scale-kwokctl.yaml"))
+		}
 	}
-	c, err := framework.Start(ctx, framework.StartOptions{RepoRoot: root, Kubeconfig: *kubeconfig, Name: "bench", Progress: os.Stderr})
+	c, err := framework.Start(ctx, framework.StartOptions{RepoRoot: root, Kubeconfig: *kubeconfig, Name: name, Progress: os.Stderr})
 	if err != nil {
 		return err
 	}
@@ -129,10 +153,13 @@ func run(ctx context.Context, args []string) error {
 		return err
 	}
 	e := env{c: c, meta: meta, root: root, bin: framework.Binary{Path: bin, Kubeconfig: c.Kubeconfig}, floor: floor,
-		controllerFlags: strings.Fields(*controllerFlags), controllerLog: *controllerLog, controllerLogLevel: *controllerLogLevel, breakdown: *breakdown,
+		controllerFlags: strings.Fields(*controllerFlags), controllerEnv: strings.Fields(*controllerEnv), controllerLog: *controllerLog, controllerLogLevel: *controllerLogLevel, breakdown: *breakdown,
 		triggerObjects: triggerObjects{unlabelled: *unlabelled, annotated: *annotated}}
 	if *withPeers {
 		e.peers = findPeers(root)
+	}
+	if *baselineBin != "" {
+		e.baseline = framework.Binary{Path: *baselineBin, Kubeconfig: c.Kubeconfig}
 	}
 	fmt.Printf("commit %s, %s, %d cores\n", commit(root), time.Now().Format("2006-01-02"), numCPU())
 	start := time.Now()
@@ -141,13 +168,39 @@ func run(ctx context.Context, args []string) error {
 	case "job":
 		return e.job(ctx, *runs, *otherRS, *keep)
 	case "controller":
-		return e.controller(ctx, *rollouts, *keep)
+		_, err := e.controller(ctx, *rollouts, *keep)
+		return err
 	case "memory":
 		return e.memory(ctx, counts, *pods, *size, *keep)
 	case "webhook":
-		return e.webhook(ctx, *webhookPods, *inFlight, *rounds, *keep)
+		_, err := e.webhook(ctx, *webhookPods, *inFlight, *rounds, *keep)
+		return err
 	case "reloader":
 		return e.againstReloader(ctx, *workloads, *keep)
+	case "scale":
+		return e.scale(ctx, scaleOptions{steps: steps, stormRollouts: *stormRollouts, webhookPods: *webhookPods, inFlight: *inFlight,
+			pending: *pending, outDir: inRepo(root, *scaleOut), budget: *budget, keep: *keep})
 	}
-	return fmt.Errorf("unknown scenario %q: job, controller, memory, webhook or reloader", scenario)
+	return fmt.Errorf("unknown scenario %q: job, controller, memory, webhook, reloader or scale", scenario)
+}
+
+// inRepo makes a relative path relative to the repository.
+func inRepo(root, path string) string {
+	if filepath.IsAbs(path) {
+		return path
+	}
+	return filepath.Join(root, path)
+}
+
+// ascending parses a comma-separated list of ascending positive numbers.
+func ascending(flag, v string) ([]int, error) {
+	var out []int
+	for _, s := range strings.Split(v, ",") {
+		n, err := strconv.Atoi(strings.TrimSpace(s))
+		if err != nil || n <= 0 || (len(out) > 0 && n <= out[len(out)-1]) {
+			return nil, fmt.Errorf("%s %q: want ascending positive numbers", flag, v)
+		}
+		out = append(out, n)
+	}
+	return out, nil
 }

@@ -38,7 +38,12 @@ func (e env) memory(ctx context.Context, counts []int, pods, size int, keep bool
 	triggers := 0
 	procs, cleanupOurs := e.oursForMemory()
 	defer cleanupOurs()
-	nOurs := len(procs)
+	if e.baseline.Path != "" {
+		procs = append(procs, &memProc{name: baselineName, start: func(ctx context.Context) (*framework.Process, error) {
+			return e.startController(ctx, e.baseline)
+		}})
+	}
+	nOurs := len(procs) // ours in every configuration and the baseline build: the peers come after
 	if e.peers.rsOperator != "" {
 		procs = append(procs, &memProc{name: rsOperator, start: func(ctx context.Context) (*framework.Process, error) {
 			triggers++
@@ -95,9 +100,11 @@ func (e env) memory(ctx context.Context, counts []int, pods, size int, keep bool
 			if err != nil {
 				return err
 			}
-			if i == 0 {
+			switch {
+			case i == 0:
 				oursRSS = rss
-			} else if i >= nOurs && (best == 0 || rss < best) {
+			case i < nOurs: // ours too, not a peer
+			case best == 0 || rss < best:
 				best = rss
 			}
 			r = append(r, fmt.Sprintf("%.1f MiB", float64(rss)/(1<<20)))
@@ -155,7 +162,7 @@ func (e env) memory(ctx context.Context, counts []int, pods, size int, keep bool
 	stopAll()
 
 	if pods > 0 {
-		// Our controller alone: the peers cache no Pods.
+		// Our controller alone (and its baseline build): the peers cache no Pods.
 		procs = procs[:nOurs]
 		if err := startAll(); err != nil {
 			return err
@@ -191,17 +198,22 @@ func (e env) memory(ctx context.Context, counts []int, pods, size int, keep bool
 
 // startOurs starts our controller on every namespace, with args, and waits until its caches synced (/readyz).
 func (e env) startOurs(ctx context.Context, args ...string) (*framework.Process, error) {
+	return e.startController(ctx, e.bin, args...)
+}
+
+// startController starts a build of our controller like startOurs.
+func (e env) startController(ctx context.Context, bin framework.Binary, args ...string) (*framework.Process, error) {
 	probe, err := freeAddr()
 	if err != nil {
 		return nil, err
 	}
 	args = append(append([]string{"controller", "-leader-elect=false", "-metrics-bind-address", "",
 		"-health-probe-bind-address", probe}, args...), e.controllerFlags...)
-	p, err := e.bin.Start(ctx, []string{"LOG_LEVEL=warn"}, args...)
+	p, err := bin.Start(ctx, append([]string{"LOG_LEVEL=warn"}, e.controllerEnv...), args...)
 	if err != nil {
 		return nil, err
 	}
-	return p, framework.Eventually(ctx, 5*time.Minute, "controller ready", func(ctx context.Context) (bool, string, error) {
+	return p, framework.Eventually(ctx, 10*time.Minute, "controller ready", func(ctx context.Context) (bool, string, error) {
 		resp, err := http.Get("http://" + probe + "/readyz")
 		if err != nil {
 			return false, err.Error(), nil
@@ -315,29 +327,14 @@ func settle(ctx context.Context, pid int) {
 // The Pods' labels do not match its selector, so no controller adopts or deletes them; our controller
 // caches them (in-use protection reads Pods) but attaches nothing to a Pod with a controller.
 func (e env) createPods(ctx context.Context, ns string, pods int) (func(), error) {
-	const perNode = 110
-	groups := (pods + perNode - 1) / perNode
+	groups := (pods + podsPerNode - 1) / podsPerNode
 	fmt.Printf("creating %d Nodes, %d Deployments and %d Pods bound to the Nodes...\n", groups, groups, pods)
 	start := time.Now()
 	var nodes []string
-	cleanup := func() {
-		for _, n := range nodes {
-			_ = e.c.Kube.CoreV1().Nodes().Delete(context.Background(), n, metav1.DeleteOptions{})
-		}
-	}
-	for g := range groups {
-		name := fmt.Sprintf("bench-mem-node-%d", g)
-		capacity := corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("32"), corev1.ResourceMemory: resource.MustParse("256Gi"),
-			corev1.ResourcePods: resource.MustParse(fmt.Sprint(perNode))}
-		_, err := e.c.Kube.CoreV1().Nodes().Create(ctx, &corev1.Node{
-			ObjectMeta: metav1.ObjectMeta{Name: name, Annotations: map[string]string{"kwok.x-k8s.io/node": "fake", "node.alpha.kubernetes.io/ttl": "0"},
-				Labels: map[string]string{"kubernetes.io/hostname": name, "type": "kwok", "kubernetes.io/os": "linux"}},
-			Status: corev1.NodeStatus{Capacity: capacity, Allocatable: capacity},
-		}, metav1.CreateOptions{})
-		if err != nil && !apierrors.IsAlreadyExists(err) {
-			return cleanup, err
-		}
-		nodes = append(nodes, name)
+	cleanup := func() { e.deleteNodes(nodes) }
+	nodes, err := e.createNodes(ctx, "bench-mem-node-", 0, groups)
+	if err != nil {
+		return cleanup, err
 	}
 	owners := make([]*appsv1.Deployment, groups)
 	zero := int32(0)
@@ -357,7 +354,7 @@ func (e env) createPods(ctx context.Context, ns string, pods int) (func(), error
 	}
 	yes := true
 	if err := parallel(pods, 64, func(i int) error {
-		g := i / perNode
+		g := i / podsPerNode
 		d := owners[g]
 		spec := *d.Spec.Template.Spec.DeepCopy()
 		spec.NodeName = nodes[g]
@@ -374,6 +371,37 @@ func (e env) createPods(ctx context.Context, ns string, pods int) (func(), error
 	}
 	fmt.Printf("  created in %s\n", time.Since(start).Round(time.Second))
 	return cleanup, nil
+}
+
+// createNodes adds the Nodes prefix<from>..prefix<to-1>, 110 pods each, as up.sh's: kwok manages
+// them (annotation kwok.x-k8s.io/node=fake), keeps them Ready and runs the pods bound to them.
+func (e env) createNodes(ctx context.Context, prefix string, from, to int) ([]string, error) {
+	names := make([]string, to-from)
+	for i := range names {
+		names[i] = fmt.Sprintf("%s%d", prefix, from+i)
+	}
+	capacity := corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("32"), corev1.ResourceMemory: resource.MustParse("256Gi"),
+		corev1.ResourcePods: resource.MustParse(fmt.Sprint(podsPerNode))}
+	return names, parallel(len(names), 16, func(i int) error {
+		name := names[i]
+		_, err := e.c.Kube.CoreV1().Nodes().Create(ctx, &corev1.Node{
+			ObjectMeta: metav1.ObjectMeta{Name: name, Annotations: map[string]string{"kwok.x-k8s.io/node": "fake", "node.alpha.kubernetes.io/ttl": "0"},
+				Labels: map[string]string{"kubernetes.io/hostname": name, "type": "kwok", "kubernetes.io/os": "linux"}},
+			Status: corev1.NodeStatus{Capacity: capacity, Allocatable: capacity},
+		}, metav1.CreateOptions{})
+		if apierrors.IsAlreadyExists(err) {
+			return nil
+		}
+		return err
+	})
+}
+
+// deleteNodes deletes Nodes (their pods go with them, through the pod garbage collector).
+func (e env) deleteNodes(names []string) {
+	_ = parallel(len(names), 16, func(i int) error {
+		_ = e.c.Kube.CoreV1().Nodes().Delete(context.Background(), names[i], metav1.DeleteOptions{})
+		return nil
+	})
 }
 
 // currentRSS is the process's VmRSS.

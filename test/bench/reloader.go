@@ -205,7 +205,7 @@ func (e env) triggerPhase(ctx context.Context, ns string, tool triggerTool, n in
 	time.Sleep(5 * time.Second) // quiet before counting
 
 	toolBefore := proxy.Counts()
-	allBefore, err := apiserverRequests(ctx, e.c.Kube.Discovery())
+	allBefore, err := apiserverRequestKinds(ctx, e.c.Kube.Discovery())
 	if err != nil {
 		return nil, err
 	}
@@ -231,7 +231,7 @@ func (e env) triggerPhase(ctx context.Context, ns string, tool triggerTool, n in
 	fmt.Printf("  every workload has its new ReplicaSet %s after the first edit\n", time.Since(start).Round(time.Millisecond))
 	time.Sleep(10 * time.Second) // a second revision, or a straggling write, would show now
 	toolAfter := proxy.Counts()
-	allAfter, err := apiserverRequests(ctx, e.c.Kube.Discovery())
+	allAfter, err := apiserverRequestKinds(ctx, e.c.Kube.Discovery())
 	if err != nil {
 		return nil, err
 	}

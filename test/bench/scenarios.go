@@ -146,26 +146,39 @@ func (h histogram) quantile(q float64) time.Duration {
 // apiserverWrites reads apiserver_request_total for PATCH and PUT on configmaps, by verb and response
 // code (cluster-wide).
 func apiserverWrites(ctx context.Context, c *framework.Cluster) (map[[2]string]float64, error) {
+	out := map[[2]string]float64{}
+	err := apiserverRequests(ctx, c, func(verb, resource, code string, v float64) {
+		if resource == "configmaps" && (verb == "PATCH" || verb == "PUT") {
+			out[[2]string{verb, code}] += v
+		}
+	})
+	return out, err
+}
+
+// apiserverRequests calls add for every sample of kube-apiserver's apiserver_request_total (requests
+// completed; a watch counts when it ends).
+func apiserverRequests(ctx context.Context, c *framework.Cluster, add func(verb, resource, code string, v float64)) error {
+	return apiserverMetric(ctx, c, "apiserver_request_total", add)
+}
+
+// apiserverMetric calls add for every sample of one of kube-apiserver's metrics, by verb, resource
+// and code.
+func apiserverMetric(ctx context.Context, c *framework.Cluster, name string, add func(verb, resource, code string, v float64)) error {
 	raw, err := c.Kube.Discovery().RESTClient().Get().AbsPath("/metrics").DoRaw(ctx)
 	if err != nil {
-		return nil, err
+		return err
 	}
-	out := map[[2]string]float64{}
 	for _, line := range strings.Split(string(raw), "\n") {
-		if !strings.HasPrefix(line, "apiserver_request_total{") || !strings.Contains(line, `resource="configmaps"`) {
-			continue
-		}
-		verb := between(line, `verb="`, `"`)
-		if verb != "PATCH" && verb != "PUT" {
+		if !strings.HasPrefix(line, name+"{") {
 			continue
 		}
 		v, err := strconv.ParseFloat(line[strings.LastIndex(line, " ")+1:], 64)
 		if err != nil {
-			return nil, err
+			return err
 		}
-		out[[2]string{verb, between(line, `code="`, `"`)}] += v
+		add(between(line, `verb="`, `"`), between(line, `resource="`, `"`), between(line, `code="`, `"`), v)
 	}
-	return out, nil
+	return nil
 }
 
 func between(s, start, end string) string {

@@ -20,7 +20,8 @@ import (
 	"github.com/configmap-attacher/configmap-attacher/test/framework"
 )
 
-// webhook measures what zero-touch pinning adds to pod creation. One storm creates pods at once in two
+// webhook measures what zero-touch pinning adds to pod creation, and returns the median ratios (with ÷
+// without) over the rounds. One storm creates pods at once in two
 // namespaces, interleaved: in one, pinning is on, so every CREATE goes through the webhook and the pod
 // is pointed at its revision's snapshot; in the other, the same objects without the namespace label,
 // so the API server never calls the webhook. It prints the client-side CREATE latency of both (same
@@ -30,19 +31,19 @@ import (
 // The pods are created directly, controlled by a ReplicaSet of 0 replicas whose selector they do not
 // match (the webhook keys on the controlling ReplicaSet's uid). The ReplicaSet controller then releases
 // them, in both namespaces alike.
-func (e env) webhook(ctx context.Context, pods, inFlight, rounds int, keep bool) error {
+func (e env) webhook(ctx context.Context, pods, inFlight, rounds int, keep bool) (stormRatios, error) {
 	pinned, plain := "bench-webhook-pinned", "bench-webhook-plain"
 	for _, ns := range []string{pinned, plain} {
 		if err := e.freshNamespace(ctx, ns, keep); err != nil {
-			return err
+			return stormRatios{}, err
 		}
 	}
 	if err := e.c.EnablePinning(ctx, pinned); err != nil {
-		return err
+		return stormRatios{}, err
 	}
 	proc, metricsURL, stop, err := e.startPinning(ctx, pinned, plain)
 	if err != nil {
-		return err
+		return stormRatios{}, err
 	}
 	defer stop()
 
@@ -50,7 +51,7 @@ func (e env) webhook(ctx context.Context, pods, inFlight, rounds int, keep bool)
 	owners := map[string]*appsv1.ReplicaSet{}
 	for _, ns := range []string{pinned, plain} {
 		if err := e.c.PutPinnedConfigMap(ctx, ns, "app-config", data); err != nil {
-			return err
+			return stormRatios{}, err
 		}
 		zero := int32(0)
 		tmpl := framework.PodTemplate("storm-rs", []string{"app-config"}, nil)
@@ -59,7 +60,7 @@ func (e env) webhook(ctx context.Context, pods, inFlight, rounds int, keep bool)
 			Spec:       appsv1.ReplicaSetSpec{Replicas: &zero, Selector: &metav1.LabelSelector{MatchLabels: tmpl.Labels}, Template: tmpl},
 		}, metav1.CreateOptions{})
 		if err != nil {
-			return err
+			return stormRatios{}, err
 		}
 		owners[ns] = rs
 	}
@@ -72,18 +73,18 @@ func (e env) webhook(ctx context.Context, pods, inFlight, rounds int, keep bool)
 		snapshot = s.Name
 		return true, "", nil
 	}); err != nil {
-		return fmt.Errorf("%w\n%s", err, tail(proc.Logs(), 20))
+		return stormRatios{}, fmt.Errorf("%w\n%s", err, tail(proc.Logs(), 20))
 	}
 
 	// A client of its own, without client-side rate limiting: the storm must reach the API server at once.
 	cfg, err := clientcmd.BuildConfigFromFlags("", e.c.Kubeconfig)
 	if err != nil {
-		return err
+		return stormRatios{}, err
 	}
 	cfg.QPS, cfg.Burst = -1, 0
 	storm, err := kubernetes.NewForConfig(cfg)
 	if err != nil {
-		return err
+		return stormRatios{}, err
 	}
 	before, err := readHistogram(metricsURL, "configmap_attacher_webhook_admission_duration_seconds", `outcome="pinned"`)
 	if err != nil {
@@ -91,7 +92,7 @@ func (e env) webhook(ctx context.Context, pods, inFlight, rounds int, keep bool)
 	}
 	callsBefore, err := counterSum(metricsURL, "configmap_attacher_webhook_api_calls_total")
 	if err != nil {
-		return err
+		return stormRatios{}, err
 	}
 
 	fmt.Printf("\nwebhook: %d pods per namespace created at once, interleaved, %d CREATEs in flight; %d rounds\n", pods, inFlight, rounds)
@@ -100,7 +101,7 @@ func (e env) webhook(ctx context.Context, pods, inFlight, rounds int, keep bool)
 	for round := 1; round <= rounds; round++ {
 		lat, err := e.podStorm(ctx, storm, owners, pods, inFlight, round)
 		if err != nil {
-			return err
+			return stormRatios{}, err
 		}
 		q := map[string]quant{pinned: quantiles(lat[pinned]), plain: quantiles(lat[plain])}
 		r50, r99 := float64(q[pinned].p50)/float64(q[plain].p50), float64(q[pinned].p99)/float64(q[plain].p99)
@@ -113,31 +114,32 @@ func (e env) webhook(ctx context.Context, pods, inFlight, rounds int, keep bool)
 		}
 		reads, err := e.stormReads(ctx, pinned, plain)
 		if err != nil {
-			return err
+			return stormRatios{}, err
 		}
 		if reads[pinned][snapshot] != pods || reads[plain]["app-config"] != pods {
-			return fmt.Errorf("round %d: pods read %v (pinned namespace) and %v (plain)", round, reads[pinned], reads[plain])
+			return stormRatios{}, fmt.Errorf("round %d: pods read %v (pinned namespace) and %v (plain)", round, reads[pinned], reads[plain])
 		}
 		if err := e.deleteStorm(ctx, pinned, plain); err != nil {
-			return err
+			return stormRatios{}, err
 		}
 	}
-	fmt.Printf("median ratio over the rounds: p50 %.2f  p99 %.2f\n", medianOf(ratio50), medianOf(ratio99))
+	ratios := stormRatios{medianOf(ratio50), medianOf(ratio99)}
+	fmt.Printf("median ratio over the rounds: p50 %.2f  p99 %.2f\n", ratios.p50, ratios.p99)
 
 	after, err := readHistogram(metricsURL, "configmap_attacher_webhook_admission_duration_seconds", `outcome="pinned"`)
 	if err != nil {
-		return err
+		return stormRatios{}, err
 	}
 	admission := after.since(before)
 	callsAfter, err := counterSum(metricsURL, "configmap_attacher_webhook_api_calls_total")
 	if err != nil {
-		return err
+		return stormRatios{}, err
 	}
 	fmt.Printf("webhook admission time (its histogram, bucket bounds): p50 ≤ %s, p99 ≤ %s over %.0f pinned pods\n",
 		bound(admission.quantile(0.5)), bound(admission.quantile(0.99)), admission[len(admission)-1].count)
 	fmt.Printf("API requests on the pod path during the storms: %.0f\n", callsAfter-callsBefore)
 	fmt.Printf("every round: %d of %d pods read the snapshot %s; the plain namespace's %d read app-config\n", pods, pods, snapshot, pods)
-	return nil
+	return ratios, nil
 }
 
 // podStorm creates pods pods in each namespace of owners, interleaved, inFlight at once, and returns

@@ -1,0 +1,162 @@
+package main
+
+import (
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"strings"
+	"time"
+
+	"gonum.org/v1/plot"
+	"gonum.org/v1/plot/plotter"
+	"gonum.org/v1/plot/plotutil"
+	"gonum.org/v1/plot/vg"
+)
+
+// The scale scenario's outputs: the tables on stdout and, in -scale-out (docs/benchmarks), scale.md
+// (the same tables, with commit and date) and scale-rss.svg (peak RSS against Pods).
+const (
+	scaleTableFile = "scale.md"
+	scaleSVGFile   = "scale-rss.svg"
+)
+
+// withCommas writes n as 150,000.
+func withCommas(n int) string {
+	s := fmt.Sprint(n)
+	for i := len(s) - 3; i > 0; i -= 3 {
+		s = s[:i] + "," + s[i:]
+	}
+	return s
+}
+
+func podsLabel(n int) string { return withCommas(n) + " Pods" }
+
+func ratioTo(ours, other int64) string {
+	if ours <= 0 || other <= 0 {
+		return "—"
+	}
+	return fmt.Sprintf("1/%.1f", float64(other)/float64(ours))
+}
+
+func mibOrDash(b int64) string {
+	if b <= 0 {
+		return "—"
+	}
+	return mib(b)
+}
+
+// scaleTables renders the memory table and the time/load table.
+func scaleTables(steps []scaleStep, baseline int64) [][][]string {
+	mem := [][]string{{"Pods", "nodes", "configmap-attacher, through the watch", "configmap-attacher, started anew", "KiB per Pod (anew − empty cluster)",
+		"kube-controller-manager", "ours / kube-controller-manager", "configmap-rs-operator (watch / anew)", "Reloader (watch / anew)", "ours / best peer",
+		"baseline build (watch / anew)"}}
+	load := [][]string{{"Pods", "built in", "ours CPU (growth / start)", "caches synced", "first attach", "API requests at start: LISTs / watches opened",
+		"attach p50 / p99 ÷ floor", "webhook p50 / p99, with ÷ without", "kube-apiserver RSS", "etcd RSS", "step took"}}
+	for _, s := range steps {
+		peer := func(name string) string {
+			w, a := s.peersWatch[name], s.peersStart[name]
+			if w == 0 && a == 0 {
+				return "—"
+			}
+			return mibOrDash(w) + " / " + mibOrDash(a)
+		}
+		best := int64(0)
+		for _, m := range []map[string]int64{s.peersWatch, s.peersStart} {
+			for name, v := range m {
+				if name != baselineName && v > 0 && (best == 0 || v < best) {
+					best = v
+				}
+			}
+		}
+		oursMax := max(s.watchRSS, s.startRSS)
+		perPod := float64(s.startRSS-baseline) / 1024 / float64(s.pods)
+		mem = append(mem, []string{podsLabel(s.pods), withCommas(s.nodes), mib(s.watchRSS), mib(s.startRSS), fmt.Sprintf("%.2f", perPod),
+			mibOrDash(s.kcm), ratioTo(oursMax, s.kcm), peer(rsOperator), peer("reloader"), ratioTo(oursMax, best), peer(baselineName)})
+		load = append(load, []string{podsLabel(s.pods), s.build.Round(time.Second).String(), fmt.Sprintf("%.1f s / %.1f s", s.watchCPU, s.startCPU),
+			secs(s.synced), secs(s.firstAttach), fmt.Sprintf("%d / %d", s.lists, s.watches),
+			fmt.Sprintf("%.2f / %.2f", s.storm.p50, s.storm.p99), fmt.Sprintf("%.2f / %.2f", s.webhook.p50, s.webhook.p99),
+			mibOrDash(s.apiserver), mibOrDash(s.etcd), s.stepTime.Round(time.Second).String()})
+	}
+	return [][][]string{mem, load}
+}
+
+func writeMarkdown(w io.Writer, table [][]string) {
+	for i, r := range table {
+		fmt.Fprintln(w, "| "+strings.Join(r, " | ")+" |")
+		if i == 0 {
+			fmt.Fprintln(w, "|"+strings.Repeat(" --- |", len(r)))
+		}
+	}
+}
+
+func printScaleTable(w io.Writer, steps []scaleStep, baseline int64) {
+	for _, t := range scaleTables(steps, baseline) {
+		fmt.Fprintln(w)
+		writeMarkdown(w, t)
+	}
+}
+
+// writeScaleReport writes scale.md and scale-rss.svg into dir.
+func writeScaleReport(dir, commit string, steps []scaleStep, baseline int64, stopReason string) error {
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return err
+	}
+	var b strings.Builder
+	fmt.Fprintf(&b, "Written by `go run ./test/bench scale` at commit `%s` on %s (%d cores). Peak RSS (VmHWM); our controller empty-cluster baseline %s.\n",
+		commit, time.Now().Format("2006-01-02"), numCPU(), mib(baseline))
+	if stopReason != "" {
+		fmt.Fprintf(&b, "\nStopped before the next step: %s.\n", stopReason)
+	}
+	for _, t := range scaleTables(steps, baseline) {
+		b.WriteString("\n")
+		writeMarkdown(&b, t)
+	}
+	if err := os.WriteFile(filepath.Join(dir, scaleTableFile), []byte(b.String()), 0o644); err != nil {
+		return err
+	}
+	svg := filepath.Join(dir, scaleSVGFile)
+	if err := plotRSS(svg, steps); err != nil {
+		return fmt.Errorf("writing %s: %w", svg, err)
+	}
+	fmt.Printf("\nwrote %s and %s\n", filepath.Join(dir, scaleTableFile), svg)
+	return nil
+}
+
+// plotRSS draws peak RSS against Pods, both on log scales, one line per process.
+func plotRSS(path string, steps []scaleStep) error {
+	p := plot.New()
+	p.Title.Text = "Peak RSS against Pods (one cluster, side by side)"
+	p.X.Label.Text = "Pods"
+	p.Y.Label.Text = "peak RSS (MiB)"
+	p.X.Scale, p.Y.Scale = plot.LogScale{}, plot.LogScale{}
+	p.X.Tick.Marker, p.Y.Tick.Marker = plot.LogTicks{Prec: -1}, plot.LogTicks{Prec: -1}
+	p.Legend.Top, p.Legend.Left = true, true
+	series := []struct {
+		name string
+		rss  func(scaleStep) int64
+	}{
+		{"configmap-attacher (started anew)", func(s scaleStep) int64 { return s.startRSS }},
+		{"configmap-attacher (through the watch)", func(s scaleStep) int64 { return s.watchRSS }},
+		{"kube-controller-manager", func(s scaleStep) int64 { return s.kcm }},
+		{"configmap-rs-operator (started anew)", func(s scaleStep) int64 { return s.peersStart[rsOperator] }},
+		{"Reloader (started anew)", func(s scaleStep) int64 { return s.peersStart["reloader"] }},
+		{"configmap-attacher baseline build (started anew)", func(s scaleStep) int64 { return s.peersStart[baselineName] }},
+	}
+	var args []any
+	for _, sr := range series {
+		var xys plotter.XYs
+		for _, s := range steps {
+			if v := sr.rss(s); v > 0 {
+				xys = append(xys, plotter.XY{X: float64(s.pods), Y: float64(v) / (1 << 20)})
+			}
+		}
+		if len(xys) > 0 {
+			args = append(args, sr.name, xys)
+		}
+	}
+	if err := plotutil.AddLinePoints(p, args...); err != nil {
+		return err
+	}
+	return p.Save(8*vg.Inch, 5*vg.Inch, path)
+}
