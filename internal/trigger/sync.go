@@ -136,7 +136,9 @@ func (c *Controller) decide(ctx context.Context, w *caches.User, revs []*caches.
 	contentOf := func(r *caches.User) map[string]string { return c.revisionContent(r, objs, pinned, rec) }
 
 	// First sight of the newest revision: it was created with what the objects hold now (a pinned
-	// object's content is its snapshot, which the pinning controller takes; wait for it).
+	// object's content is its snapshot, which the pinning controller takes; wait for it). A revision
+	// that owns a snapshot of an object no longer pinned (its namespace's pinning turned off, its pin
+	// label removed) is known by that snapshot: what the object holds now may be a later edit.
 	for _, o := range objs {
 		if pinned[o.key()] {
 			if _, ok := contentOf(newest)[o.key()]; !ok {
@@ -144,12 +146,16 @@ func (c *Controller) decide(ctx context.Context, w *caches.User, revs []*caches.
 			}
 			continue
 		}
+		if _, ok := rec.Revisions[newest.UID][o.key()]; ok {
+			continue
+		}
+		if _, ok := c.snapshotContent(newest, o); ok {
+			continue
+		}
 		if rec.Revisions[newest.UID] == nil {
 			rec.Revisions[newest.UID] = map[string]string{}
 		}
-		if _, ok := rec.Revisions[newest.UID][o.key()]; !ok {
-			rec.Revisions[newest.UID][o.key()] = live[o.key()]
-		}
+		rec.Revisions[newest.UID][o.key()] = live[o.key()]
 	}
 	switch {
 	case rec.Acknowledged.Revision == "":
@@ -401,24 +407,36 @@ func (c *Controller) pinnedOf(ns string, objs []followed) map[string]bool {
 }
 
 // revisionContent is what a revision was created with, per followed object: its snapshot's content
-// for a pinned object, the record's for the others; objects it does not know are absent.
+// for a pinned object (what its pods read); for the others the record's, else the snapshot's the
+// revision owns from when the object was pinned; objects it does not know are absent.
 func (c *Controller) revisionContent(r *caches.User, objs []followed, pinned map[string]bool, rec *record) map[string]string {
 	out := map[string]string{}
 	for _, o := range objs {
 		k := o.key()
-		if pinned[k] {
-			if snap, ok := c.caches.Pinning.Snapshot(r.Namespace, string(r.UID), refs.Ref{Kind: o.kind, Name: o.meta.Name}); ok {
-				if h, ok := content.HashOfName(snap, o.meta.Name); ok {
-					out[k] = h
-				}
+		if !pinned[k] {
+			if h, ok := rec.Revisions[r.UID][k]; ok {
+				out[k] = h
+				continue
 			}
-			continue
 		}
-		if h, ok := rec.Revisions[r.UID][k]; ok {
+		if h, ok := c.snapshotContent(r, o); ok {
 			out[k] = h
 		}
 	}
 	return out
+}
+
+// snapshotContent is the content hash of the snapshot of o that revision r owns (its pin), if any:
+// whether the object is pinned now or not, the snapshot holds what r was pinned with.
+func (c *Controller) snapshotContent(r *caches.User, o followed) (string, bool) {
+	if c.caches.Pinning == nil {
+		return "", false
+	}
+	snap, ok := c.caches.Pinning.Snapshot(r.Namespace, string(r.UID), refs.Ref{Kind: o.kind, Name: o.meta.Name})
+	if !ok {
+		return "", false
+	}
+	return content.HashOfName(snap, o.meta.Name)
 }
 
 // prune drops what the record holds of revisions that are gone.

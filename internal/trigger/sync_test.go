@@ -639,3 +639,49 @@ func TestTheFirstLookCountsAnEditSeenButNotAnOlderDrift(t *testing.T) {
 		})
 	}
 }
+
+// setPinning labels the namespace for pinning, or removes the label, in the pinning cache.
+func (f *fixture) setPinning(on bool) {
+	f.t.Helper()
+	store := f.cs.Pinning.Namespaces.Indexers()[0]
+	n := &metav1.PartialObjectMetadata{ObjectMeta: metav1.ObjectMeta{Name: ns}}
+	if on {
+		n.Labels = map[string]string{api.PinningNamespaceLabel: api.PinningEnabled}
+	}
+	if err := store.Update(n); err != nil {
+		f.t.Fatal(err)
+	}
+}
+
+// Pinning turned off in the namespace after a revision was pinned (found by the soak): the revision is
+// still known by the snapshot it owns, so the next edit starts a revision rather than being taken for
+// the content that revision was created with, and a revert to its content goes back to it.
+func TestPinningTurnedOffStillKnowsThePinnedRevisions(t *testing.T) {
+	cm := configMap("app-config", "v1", nil)
+	cm.Labels = map[string]string{api.PinLabel: api.PinValue}
+	f := newFixture(t, auto, cm)
+	f.cs.Pinning = caches.NewPinningForTest([]runtime.Object{cm}, nil, ns)
+	f.c.content.pins = f.cs.Pinning
+	rs1 := f.observe()
+	f.snapshot(rs1, "v1")
+	f.sync()
+
+	f.setPinning(false)
+	f.edit("app-config", "v2")
+	f.tick(6 * time.Second)
+	f.sync()
+	f.expectApplies(1)
+	if v, _ := f.templateHash(); v != configHash("v2") {
+		t.Fatalf("config-hash %q, want %q: the edit made with pinning off starts a revision", v, configHash("v2"))
+	}
+	f.observe()
+	f.sync()
+
+	f.edit("app-config", "v1")
+	f.tick(6 * time.Second)
+	f.sync()
+	f.expectApplies(2)
+	if back := f.observe(); back.UID != rs1.UID || len(f.revisions) != 2 {
+		t.Fatalf("the revert went to %s (%d revisions), want %s back: its snapshot holds v1", back.Name, len(f.revisions), rs1.Name)
+	}
+}
