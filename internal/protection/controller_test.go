@@ -181,6 +181,8 @@ func TestProtection(t *testing.T) {
 		{name: "deleting without our finalizer: not ours to hold", cm: config("cm", true, true, false), cached: []*caches.User{pod("web-1", []string{"cm"}, corev1.PodRunning)}},
 		{name: "a deleting snapshot whose revision lives (its template names the original): held", cm: snapshot("cm", true, "web-5d8f"),
 			cached: []*caches.User{replicaSet("web-5d8f", []string{"app-config"})}, wantHeld: true, wantEvent: "DeletionHeld in use by replicaset/web-5d8f"},
+		{name: "a deleting snapshot whose revision the cache has not seen yet: the live list holds it", cm: snapshot("cm", true, "web-5d8f"),
+			apiServer: []*caches.User{replicaSet("web-5d8f", []string{"app-config"})}, wantHeld: true, wantEvent: "DeletionHeld in use by replicaset/web-5d8f"},
 		{name: "a deleting snapshot whose revisions are gone: released", cm: snapshot("cm", true, "web-5d8f", "web-7c9a"),
 			cached: []*caches.User{replicaSet("web-6b1e", []string{"app-config"})}, wantPatches: 1, wantEvent: "DeletionReleased"},
 		{name: "a deleting snapshot whose revision is being deleted: released", cm: snapshot("cm", true, "web-5d8f"),
