@@ -232,6 +232,26 @@ func TestOptOutRemovesOnlyWhatWeWrote(t *testing.T) {
 	}
 }
 
+// The order "label removed, then put back, before our release runs": the cache showed the object
+// leave (the key was queued) and does not show it back yet. The release reads the object from the API
+// server and, finding it opted in, takes nothing off: the cache's add event follows.
+func TestOptOutLeavesAnObjectLabelledAgainAlone(t *testing.T) {
+	cm := config("cm", true, false, true)
+	f := newFixture(t, nil, nil, []*metav1.PartialObjectMetadata{cm})
+	for _, idx := range f.c.caches.Configs[refs.ConfigMap].Indexers() {
+		if err := idx.Delete(cm); err != nil {
+			t.Fatal(err)
+		}
+	}
+	f.sync("cm")
+	if n := f.patches(); n != 0 {
+		t.Errorf("%d patches to an object opted in again", n)
+	}
+	if got := f.get("cm"); !api.HasFinalizer(got.Finalizers, api.InUseFinalizer) {
+		t.Errorf("finalizers %v: our finalizer was taken off an opted-in object", got.Finalizers)
+	}
+}
+
 func TestSweepLeavesJobModeAttachmentsAlone(t *testing.T) {
 	no := false
 	ref := metav1.OwnerReference{APIVersion: "apps/v1", Kind: "ReplicaSet", Name: "web-1", UID: "rs-1", Controller: &no}
