@@ -364,9 +364,9 @@ func TestAConfigEditStartsOneRevisionAndARevertGoesBack(t *testing.T) {
 	f.expectApplies(3)
 }
 
-// A deploy that changes config and template together (Helm's checksum annotation) gets no revision
-// from us.
-func TestADeployOfConfigAndTemplateTogetherGetsNoSecondRevision(t *testing.T) {
+// deployedTogether is the fixture's Deployment, seen at app-config v1, then deployed with v2 and a
+// template changed with it (Helm's checksum annotation); its controller has not caught up yet.
+func deployedTogether(t *testing.T) *fixture {
 	f := newFixture(t, auto, configMap("app-config", "v1", nil))
 	f.observe()
 	f.sync()
@@ -374,6 +374,13 @@ func TestADeployOfConfigAndTemplateTogetherGetsNoSecondRevision(t *testing.T) {
 	f.deployment.Spec.Template.Annotations = map[string]string{"checksum/config": "v2"}
 	f.deployment.Generation++
 	f.putDeployment()
+	return f
+}
+
+// A deploy that changes config and template together (Helm's checksum annotation) gets no revision
+// from us.
+func TestADeployOfConfigAndTemplateTogetherGetsNoSecondRevision(t *testing.T) {
+	f := deployedTogether(t)
 	f.sync() // not observed yet
 	f.observe()
 	f.sync()
@@ -390,13 +397,7 @@ func TestADeployOfConfigAndTemplateTogetherGetsNoSecondRevision(t *testing.T) {
 // created with the new content, and the change has settled: the newest is checked against the
 // template on the API server before anything is written.
 func TestADeployTogetherSeenBeforeItsReplicaSetGetsNoSecondRevision(t *testing.T) {
-	f := newFixture(t, auto, configMap("app-config", "v1", nil))
-	f.observe()
-	f.sync()
-	f.edit("app-config", "v2")
-	f.deployment.Spec.Template.Annotations = map[string]string{"checksum/config": "v2"}
-	f.deployment.Generation++
-	f.putDeployment()
+	f := deployedTogether(t)
 	rs2 := f.observe()
 	u2, _ := caches.Reduce(rs2)
 	if err := f.store(caches.ReplicaSet).Indexers()[0].Delete(u2); err != nil { // not seen yet
