@@ -1,12 +1,21 @@
 package trigger
 
 import (
+	"context"
+	"encoding/json"
+	"errors"
 	"slices"
+	"strconv"
 	"testing"
+	"time"
 
 	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
+	k8stesting "k8s.io/client-go/testing"
 
 	"github.com/configmap-attacher/configmap-attacher/internal/api"
 	"github.com/configmap-attacher/configmap-attacher/internal/caches"
@@ -70,5 +79,51 @@ func TestWhatASyncWaitsForBringsTheWorkloadBack(t *testing.T) {
 				t.Errorf("queued %v, want %v", got, tt.want)
 			}
 		})
+	}
+}
+
+// The order "our last write of the record, then a sync before the cache shows it": the sync decides
+// from the older record the cache shows. Its write is conditional on that version, so it cannot
+// overwrite the newer record: refused as a conflict, and the sync is retried.
+func TestARecordWrittenFromAStaleCacheIsRefused(t *testing.T) {
+	f := newFixture(t, auto, configMap("app-config", "v1", nil))
+	f.observe()
+	f.sync() // the record is created, and the cache shows it
+	cms := f.kube.CoreV1().ConfigMaps(ns)
+	rec, err := cms.Get(context.Background(), recordName(mustUser(t, f.store(caches.Deployment), "web")), metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	const newer = `{"acknowledged":{"revision":"written-a-moment-ago"}}`
+	rec.Annotations[api.RecordAnnotation] = newer
+	f.rv++
+	rec.ResourceVersion = strconv.Itoa(f.rv) // on the API server only: the cache has not seen it
+	if _, err := cms.Update(context.Background(), rec, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	f.kube.PrependReactor("patch", "configmaps", func(a k8stesting.Action) (bool, runtime.Object, error) {
+		var body struct {
+			Metadata metav1.ObjectMeta `json:"metadata"`
+		}
+		if err := json.Unmarshal(a.(k8stesting.PatchAction).GetPatch(), &body); err != nil {
+			return true, nil, err
+		}
+		if rv := body.Metadata.ResourceVersion; rv != "" && rv != rec.ResourceVersion { // as the API server: none is unconditional
+			return true, nil, apierrors.NewConflict(corev1.Resource("configmaps"), rec.Name, errors.New("the object has been modified"))
+		}
+		return false, nil, nil
+	})
+
+	f.edit("app-config", "v2")
+	f.tick(time.Minute)
+	if _, err := f.c.sync(context.Background(), caches.Key(caches.Deployment, ns, "web")); !apierrors.IsConflict(err) {
+		t.Errorf("sync from the stale record: %v, want a conflict (retried)", err)
+	}
+	got, err := cms.Get(context.Background(), rec.Name, metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got.Annotations[api.RecordAnnotation] != newer {
+		t.Errorf("record %s, want the newer one kept", got.Annotations[api.RecordAnnotation])
 	}
 }
