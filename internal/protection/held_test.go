@@ -2,8 +2,6 @@ package protection
 
 import (
 	"context"
-	"encoding/json"
-	"errors"
 	"slices"
 	"strings"
 	"testing"
@@ -12,8 +10,6 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/runtime"
-	k8stesting "k8s.io/client-go/testing"
 	"k8s.io/client-go/tools/cache"
 
 	"github.com/configmap-attacher/configmap-attacher/internal/api"
@@ -193,20 +189,7 @@ func TestReleaseIsConditionalOnTheVersionItWasDecidedOn(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	f.meta.PrependReactor("patch", "configmaps", func(a k8stesting.Action) (bool, runtime.Object, error) {
-		var body struct {
-			Metadata struct {
-				ResourceVersion string `json:"resourceVersion"`
-			} `json:"metadata"`
-		}
-		if err := json.Unmarshal(a.(k8stesting.PatchAction).GetPatch(), &body); err != nil {
-			return true, nil, err
-		}
-		if rv := body.Metadata.ResourceVersion; rv != "" && rv != now.ResourceVersion {
-			return true, nil, apierrors.NewConflict(corev1.Resource("configmaps"), now.Name, errors.New("the object has been modified"))
-		}
-		return false, nil, nil
-	})
+	f.meta.PrependReactor("patch", "configmaps", testutil.VersionPrecondition(now.ResourceVersion))
 
 	_, err := f.c.sync(context.Background(), cmKey(now.Name))
 	if !apierrors.IsConflict(err) {

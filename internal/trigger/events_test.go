@@ -2,20 +2,15 @@ package trigger
 
 import (
 	"context"
-	"encoding/json"
-	"errors"
 	"slices"
 	"strconv"
 	"testing"
 	"time"
 
 	appsv1 "k8s.io/api/apps/v1"
-	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
-	k8stesting "k8s.io/client-go/testing"
 
 	"github.com/configmap-attacher/configmap-attacher/internal/api"
 	"github.com/configmap-attacher/configmap-attacher/internal/caches"
@@ -101,18 +96,7 @@ func TestARecordWrittenFromAStaleCacheIsRefused(t *testing.T) {
 	if _, err := cms.Update(context.Background(), rec, metav1.UpdateOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	f.kube.PrependReactor("patch", "configmaps", func(a k8stesting.Action) (bool, runtime.Object, error) {
-		var body struct {
-			Metadata metav1.ObjectMeta `json:"metadata"`
-		}
-		if err := json.Unmarshal(a.(k8stesting.PatchAction).GetPatch(), &body); err != nil {
-			return true, nil, err
-		}
-		if rv := body.Metadata.ResourceVersion; rv != "" && rv != rec.ResourceVersion { // as the API server: none is unconditional
-			return true, nil, apierrors.NewConflict(corev1.Resource("configmaps"), rec.Name, errors.New("the object has been modified"))
-		}
-		return false, nil, nil
-	})
+	f.kube.PrependReactor("patch", "configmaps", testutil.VersionPrecondition(rec.ResourceVersion))
 
 	f.edit("app-config", "v2")
 	f.tick(time.Minute)
