@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"fmt"
+	"maps"
 	"net"
 	"os"
 	"path/filepath"
@@ -13,11 +14,13 @@ import (
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/informers"
 	"k8s.io/client-go/tools/cache"
 
 	"github.com/configmap-attacher/configmap-attacher/internal/api"
+	"github.com/configmap-attacher/configmap-attacher/internal/workload"
 	"github.com/configmap-attacher/configmap-attacher/test/framework"
 )
 
@@ -32,7 +35,10 @@ import (
 // Rows: ours (-pinning, nothing else but the settle window) with -config-settle=0 and at its default,
 // ours in a namespace with pinning on and the ConfigMaps pinned (what pinning adds: the snapshots),
 // Reloader with its default strategy (env-vars) and with --reload-strategy=annotations, both with
-// --is-Argo-Rollouts=true (else it ignores Rollouts) and KUBERNETES_NAMESPACE set to the namespace.
+// --is-Argo-Rollouts=true (else it ignores Rollouts) and KUBERNETES_NAMESPACE set to the namespace,
+// and Reloader once more with reloader.stakater.com/rollout-strategy: restart on the Rollouts: it sets
+// spec.restartAt, so their pods restart and no new ReplicaSet (no canary) is made; that row counts the
+// Rollouts restarted instead of waiting for their new ReplicaSets.
 //
 // Writes: each tool talks to the API server through a counting proxy (apiproxy.go), so its own
 // requests are counted exactly; kube-apiserver's apiserver_request_total gives every write in the
@@ -51,7 +57,9 @@ func (e env) againstReloader(ctx context.Context, n int, keep bool) error {
 			v := reloaderVersion(e.peers.reloader)
 			tools = append(tools,
 				triggerTool{name: "Reloader " + v + ", env-vars (default)", start: e.startReloaderIn()},
-				triggerTool{name: "Reloader " + v + ", annotations", start: e.startReloaderIn("--reload-strategy=annotations")})
+				triggerTool{name: "Reloader " + v + ", annotations", start: e.startReloaderIn("--reload-strategy=annotations")},
+				triggerTool{name: "Reloader " + v + ", env-vars, Rollouts with " + api.ReloaderRolloutStrategy + ": restart",
+					rolloutAnnotations: map[string]string{api.ReloaderRolloutStrategy: "restart"}, restartsRollouts: true, start: e.startReloaderIn()})
 		}
 	}
 	fmt.Printf("%d workloads per tool (%d Deployments, %d Rollouts), each reading its own ConfigMap; every ConfigMap edited at once\n",
@@ -79,7 +87,11 @@ func (e env) againstReloader(ctx context.Context, n int, keep bool) error {
 type triggerTool struct {
 	name   string
 	pinned bool // the namespace pinning-enabled, the ConfigMaps labelled for pinning
-	start  func(ctx context.Context, ns, kubeconfig string) (*framework.Process, func(), error)
+	// rolloutAnnotations are added to the Rollouts' own; restartsRollouts: the tool restarts them
+	// (spec.restartAt) rather than making a new ReplicaSet.
+	rolloutAnnotations map[string]string
+	restartsRollouts   bool
+	start              func(ctx context.Context, ns, kubeconfig string) (*framework.Process, func(), error)
 }
 
 // startTrigger starts our controller with -pinning (the trigger's only requirement) and the settle
@@ -169,7 +181,9 @@ func (e env) triggerPhase(ctx context.Context, ns string, tool triggerTool, n in
 		}
 		auto := map[string]string{api.ReloaderAuto: "true"}
 		if i%2 == 1 {
-			return e.c.CreateRollout(ctx, ns, app, framework.RolloutSpec{Replicas: 1, ConfigMaps: []string{cfg}, Annotations: auto})
+			annotations := maps.Clone(auto)
+			maps.Copy(annotations, tool.rolloutAnnotations)
+			return e.c.CreateRollout(ctx, ns, app, framework.RolloutSpec{Replicas: 1, ConfigMaps: []string{cfg}, Annotations: annotations})
 		}
 		t := framework.PodTemplate(app, []string{cfg}, nil)
 		one := int32(1)
@@ -219,16 +233,28 @@ func (e env) triggerPhase(ctx context.Context, ns string, tool triggerTool, n in
 		return nil, err
 	}
 	fmt.Printf("  %d ConfigMaps edited in %s\n", n, time.Since(start).Round(time.Millisecond))
-	if err := framework.Eventually(ctx, 20*time.Minute, "a new ReplicaSet for every workload", func(context.Context) (bool, string, error) {
+	wantRS, what := n, "a new ReplicaSet for every workload"
+	if tool.restartsRollouts {
+		wantRS, what = (n+1)/2, "a new ReplicaSet for every Deployment, spec.restartAt on every Rollout"
+	}
+	restarted := 0
+	if err := framework.Eventually(ctx, 20*time.Minute, what, func(ctx context.Context) (bool, string, error) {
 		if p.Exited() {
 			return false, "", fmt.Errorf("%s exited:\n%s", tool.name, tail(p.Logs(), 20))
 		}
 		got := len(w.latencies(-1))
-		return got == n, fmt.Sprintf("%d/%d", got, n), nil
+		if !tool.restartsRollouts {
+			return got == wantRS, fmt.Sprintf("%d/%d", got, wantRS), nil
+		}
+		var err error
+		if restarted, err = e.restartedRollouts(ctx, ns); err != nil {
+			return false, "", err
+		}
+		return got >= wantRS && restarted == n/2, fmt.Sprintf("%d/%d new ReplicaSets, %d/%d Rollouts restarted", got, wantRS, restarted, n/2), nil
 	}); err != nil {
 		return nil, err
 	}
-	fmt.Printf("  every workload has its new ReplicaSet %s after the first edit\n", time.Since(start).Round(time.Millisecond))
+	fmt.Printf("  %s %s after the first edit\n", what, time.Since(start).Round(time.Millisecond))
 	time.Sleep(10 * time.Second) // a second revision, or a straggling write, would show now
 	toolAfter := proxy.Counts()
 	allAfter, err := apiserverRequestKinds(ctx, e.c.Kube.Discovery())
@@ -251,7 +277,7 @@ func (e env) triggerPhase(ctx context.Context, ns string, tool triggerTool, n in
 		fmt.Sprintf("%.2f", float64(w.newReplicaSets())/float64(n)),
 		fmt.Sprintf("%s / %s / %s", secs(q.p50), secs(q.p99), secs(q.max)),
 		fmt.Sprintf("%s / %s", secs(dq.p50), secs(dq.p99)),
-		fmt.Sprintf("%s / %s", secs(rq.p50), secs(rq.p99)),
+		rolloutsCell(rq, tool.restartsRollouts, restarted, n/2),
 		perChange(toolDiff, n, true),
 		perChange(toolDiff, n, false),
 		fmt.Sprintf("%.1f", allWrites/float64(n)),
@@ -262,6 +288,30 @@ func (e env) triggerPhase(ctx context.Context, ns string, tool triggerTool, n in
 	fmt.Printf("  the tool's writes per change %s\n  its reads per change %s\n  every write in the cluster per change %s; peak RSS %s\n",
 		cells[4], cells[5], cells[6], cells[7])
 	return cells, nil
+}
+
+// rolloutsCell is the Rollouts' latency, or, where the tool restarts them, how many it restarted (they
+// get no new ReplicaSet to time).
+func rolloutsCell(q quant, restarts bool, restarted, of int) string {
+	if restarts {
+		return fmt.Sprintf("no new ReplicaSet: %d/%d restarted (spec.restartAt)", restarted, of)
+	}
+	return fmt.Sprintf("%s / %s", secs(q.p50), secs(q.p99))
+}
+
+// restartedRollouts counts the Rollouts of ns with spec.restartAt set.
+func (e env) restartedRollouts(ctx context.Context, ns string) (int, error) {
+	l, err := e.c.Dynamic.Resource(workload.RolloutGVR).Namespace(ns).List(ctx, metav1.ListOptions{})
+	if err != nil {
+		return 0, err
+	}
+	n := 0
+	for _, ro := range l.Items {
+		if at, _, _ := unstructured.NestedString(ro.Object, "spec", "restartAt"); at != "" {
+			n++
+		}
+	}
+	return n, nil
 }
 
 func quantilesOrZero(lat []time.Duration) quant {
