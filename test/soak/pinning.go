@@ -484,6 +484,12 @@ func (p *pinningState) unpinnedAllowed(ns string, t time.Time) bool {
 	return p.disrupted.covers(t) && (p.ignore.covers(t) || p.switching.covers(t))
 }
 
+// contentLabel names content the soak wrote by where it was written: the step, and the edit within a
+// config-triggered step (pinContent).
+func contentLabel(m map[string]string) string {
+	return "step " + m["step"] + " edit " + m["edit"]
+}
+
 // pinUse is one reading by a pod of a pinned object, by its own name or through a snapshot.
 type pinUse struct {
 	pod, podUID, owner string
@@ -529,8 +535,8 @@ func (s *soak) pinningIn(snap *snapshot) []violation {
 		}
 		if want := rev.content[u.pinKey]; !maps.Equal(got, want) {
 			out = append(out, violation{kind: "wrong", key: "Pod/" + u.pod, id: u.podUID + "/" + u.read,
-				detail: fmt.Sprintf("reads %s (%s step %s) through %s; its revision %s was created with step %s",
-					u.pinKey, kind, got["step"], u.read, rev.name, want["step"])})
+				detail: fmt.Sprintf("reads %s (%s %s) through %s; its revision %s was created with %s",
+					u.pinKey, kind, contentLabel(got), u.read, rev.name, contentLabel(want))})
 		}
 	}
 	for _, e := range snap.refusals {
