@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"maps"
 	"sort"
@@ -35,6 +36,9 @@ import (
 //           "back" when another revision not being deleted was created with C and its template is
 //             the workload's but for our annotation (base): no revision made, it becomes current;
 //           "new" otherwise: exactly one revision made, and it becomes current;
+//           but "refused" when another field manager owns the config-hash annotation on the template
+//             (an undo copied an older revision's value there): our apply is never forced
+//             (docs/config-starts.md, Never a fight), so no revision made, the current one stays;
 //   wait:   for that outcome (up to the settle window and 90 s), then until one more settle window
 //           has passed since the last edit and 2 s since the outcome, for a second write;
 //   judge:  the revisions the watch saw created for the workload since, and the current revision.
@@ -180,8 +184,9 @@ type change struct {
 	first, last time.Time // the first and last write of the change
 	deploy      bool      // config and template together (pin-config): the deploy's one revision
 	content     contentState
-	expect      string // new, back, same
+	expect      string // new, back, same, refused
 	targets     []*revInfo
+	owner       string // another field manager owning the config-hash annotation before the edits
 	skip        string // why it is not judged
 	pinningOff  bool
 }
@@ -399,7 +404,11 @@ func (s *soak) beginChange(ctx context.Context, w *app, what string) (*change, e
 	if err != nil {
 		return nil, err
 	}
-	ch := &change{w: w, what: what, revs: wr, before: s.trig.watch.of(wr.owner), pinningOff: !s.pin.on[w.ns]}
+	owner, err := s.configHashOwner(ctx, w)
+	if err != nil {
+		return nil, err
+	}
+	ch := &change{w: w, what: what, revs: wr, before: s.trig.watch.of(wr.owner), pinningOff: !s.pin.on[w.ns], owner: owner}
 	for _, r := range wr.all {
 		ch.before[r.uid] = r.name
 	}
@@ -419,6 +428,10 @@ func (s *soak) expect(ch *change) {
 	}
 	if ch.deploy {
 		ch.expect = "new"
+		return
+	}
+	if ch.owner != "" {
+		ch.expect = "refused"
 		return
 	}
 	if cur := s.pin.revisions[ch.revs.current.uid]; cur != nil && sameState(contentState(cur.content), ch.content) {
@@ -460,7 +473,7 @@ func (s *soak) finishChange(ctx context.Context, ch *change) string {
 				reached = true
 			case ch.expect == "back":
 				reached = containsRev(ch.targets, cur.uid)
-			case ch.expect == "same" || ch.skip != "":
+			case ch.expect == "same" || ch.expect == "refused" || ch.skip != "":
 				reached = time.Since(ch.last) > configSettle+3*time.Second
 			}
 		}
@@ -508,7 +521,7 @@ func (s *soak) finishChange(ctx context.Context, ch *change) string {
 		ok = len(made) == 1 && cur != nil && cur.name == made[0] && !existedBefore(ch, cur)
 	case "back":
 		ok = len(made) == 0 && cur != nil && containsRev(ch.targets, cur.uid)
-	case "same":
+	case "same", "refused":
 		ok = len(made) == 0 && cur != nil && cur.uid == ch.revs.current.uid
 	}
 	s.trig.judged++
@@ -521,7 +534,8 @@ func (s *soak) finishChange(ctx context.Context, ch *change) string {
 		s.trig.pinningOff++
 	}
 	want := map[string]string{"new": "one new revision", "same": "no revision, " + ch.revs.current.name + " still running",
-		"back": "no revision, back to " + revNames(ch.targets)}[expect]
+		"refused": "no revision (" + api.ConfigHashAnnotation + " owned by " + ch.owner + "), " + ch.revs.current.name + " still running",
+		"back":    "no revision, back to " + revNames(ch.targets)}[expect]
 	if ok {
 		s.trig.right++
 		return outcome + "; expected " + want
@@ -632,9 +646,45 @@ func (s *soak) trigSummary() string {
 	for _, k := range sortedKeys(ev) {
 		events = append(events, fmt.Sprintf("%s=%d", k, ev[k]))
 	}
-	return fmt.Sprintf("config-triggered: steps drawn %s; changes judged %d (new %d, back %d, same %d; %d with pinning off in their namespace), right %d; revisions made %d, expected %d; not judged: %s; not made (the workload did not settle): %d; trigger events %s",
-		strings.Join(drawn, " "), t.judged, t.outcomes["new"], t.outcomes["back"], t.outcomes["same"], t.pinningOff, t.right, t.made, t.expected,
+	return fmt.Sprintf("config-triggered: steps drawn %s; changes judged %d (new %d, back %d, same %d, refused %d; %d with pinning off in their namespace), right %d; revisions made %d, expected %d; not judged: %s; not made (the workload did not settle): %d; trigger events %s",
+		strings.Join(drawn, " "), t.judged, t.outcomes["new"], t.outcomes["back"], t.outcomes["same"], t.outcomes["refused"], t.pinningOff, t.right, t.made, t.expected,
 		strings.Join(skipped, ", "), t.notSettled, strings.Join(events, " "))
+}
+
+// configHashOwner names a field manager other than ours that owns the config-hash annotation on the
+// workload's pod template (for a Rollout with workloadRef, its Deployment's), "" if none: an undo
+// copies an older revision's value there under its own manager, and then our apply, never forced, is
+// refused until a deploy of a template without it.
+func (s *soak) configHashOwner(ctx context.Context, w *app) (string, error) {
+	gvr, name := workload.RolloutGVR, w.name
+	switch w.kind {
+	case workloadRef:
+		gvr, name = framework.DeploymentGVR, w.name+"-template"
+	case deployment:
+		gvr = framework.DeploymentGVR
+	case statefulSet:
+		gvr = framework.StatefulSetGVR
+	case daemonSet:
+		gvr = framework.DaemonSetGVR
+	}
+	u, err := s.c.Dynamic.Resource(gvr).Namespace(w.ns).Get(ctx, name, metav1.GetOptions{})
+	if err != nil {
+		return "", err
+	}
+	path := []string{"f:spec", "f:template", "f:metadata", "f:annotations", "f:" + api.ConfigHashAnnotation}
+	for _, mf := range u.GetManagedFields() {
+		if mf.Manager == api.FieldManager || mf.FieldsV1 == nil {
+			continue
+		}
+		var fields map[string]any
+		if err := json.Unmarshal(mf.FieldsV1.Raw, &fields); err != nil {
+			return "", fmt.Errorf("managedFields of %s: %w", w, err)
+		}
+		if _, ok, _ := unstructured.NestedFieldNoCopy(fields, path...); ok {
+			return mf.Manager, nil
+		}
+	}
+	return "", nil
 }
 
 // annotateTriggered opts a created workload in with its Reloader annotation (as `kubectl annotate`).
