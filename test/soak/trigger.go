@@ -507,6 +507,9 @@ func (s *soak) finishChange(ctx context.Context, ch *change) string {
 		}
 	}
 	outcome := fmt.Sprintf("%s: %d made (%s), runs %s", ch.what, len(made), strings.Join(made, ", "), cur)
+	if ctx.Err() != nil {
+		ch.skip = "the soak was stopped before its outcome" // its waits were cut short: nothing to judge
+	}
 	if ch.skip != "" {
 		s.trig.skipped[ch.skip]++
 		return outcome + "; not judged: " + ch.skip
