@@ -16,6 +16,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	metafake "k8s.io/client-go/metadata/fake"
 	clienttesting "k8s.io/client-go/testing"
+	"k8s.io/client-go/tools/cache"
 
 	"github.com/configmap-attacher/configmap-attacher/internal/api"
 	"github.com/configmap-attacher/configmap-attacher/internal/attach"
@@ -157,6 +158,56 @@ func TestSyncAttachAllAnnotation(t *testing.T) {
 	f.sync(key(rs))
 	if got := f.patched(); !slices.Equal(got, []string{"configmaps/plain-cm"}) {
 		t.Fatalf("patched %v, want the unlabelled ConfigMap of an attach-all Deployment", got)
+	}
+}
+
+// The order "ReplicaSet before its attach-all Deployment": synced first, the ReplicaSet attaches only
+// what is labelled (its workload is not cached yet, or not annotated yet, so nothing opts the rest in);
+// the Deployment's arrival, or its annotation set later, brings its revisions back to attach the rest.
+func TestAnAttachAllWorkloadSeenAfterItsRevisionBringsItBack(t *testing.T) {
+	d := testutil.Deployment("web", "d-uid", testutil.PodSpec([]string{"plain-cm"}))
+	rs := testutil.ReplicaSet(d, workload.Deployment, "aaa", 1, d.Spec.Template.Spec)
+	plain, err := caches.Reduce(d)
+	if err != nil {
+		t.Fatal(err)
+	}
+	d.Annotations = map[string]string{api.AttachAllAnnotation: "true"}
+	all, err := caches.Reduce(d)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, tt := range []struct {
+		name   string
+		before []*caches.User // cached when the ReplicaSet is first synced
+		event  func(cache.ResourceEventHandler)
+	}{
+		{name: "the Deployment arrives annotated", event: func(h cache.ResourceEventHandler) { h.OnAdd(all, false) }},
+		{name: "the annotation is set later", before: []*caches.User{plain}, event: func(h cache.ResourceEventHandler) { h.OnUpdate(plain, all) }},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			f := newFixture(t, append([]*caches.User{user(rs)}, tt.before...), configMaps(false, "plain-cm"))
+			f.sync(key(rs))
+			if got := f.patched(); len(got) != 0 {
+				t.Fatalf("patched %v before the Deployment is seen annotated", got)
+			}
+			if err := f.c.caches.Users[caches.Deployment].Indexers()[0].Update(all); err != nil {
+				t.Fatal(err)
+			}
+			tt.event(f.c.workloadHandler())
+			var queued []string
+			for f.c.loop.Queue.Len() > 0 {
+				k, _ := f.c.loop.Queue.Get()
+				f.c.loop.Queue.Done(k)
+				queued = append(queued, k)
+			}
+			if !slices.Equal(queued, []string{key(rs)}) {
+				t.Fatalf("queued %v, want the Deployment's ReplicaSet %s", queued, key(rs))
+			}
+			f.sync(key(rs))
+			if got := f.patched(); !slices.Equal(got, []string{"configmaps/plain-cm"}) {
+				t.Errorf("patched %v, want the unlabelled ConfigMap of the attach-all Deployment", got)
+			}
+		})
 	}
 }
 

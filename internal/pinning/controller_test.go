@@ -172,20 +172,64 @@ func TestControllerPinsRevisionsOfANamespaceSeenLate(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			for c.loop.Queue.Len() > 0 { // what New's handlers queued: nothing is started here
-				k, _ := c.loop.Queue.Get()
-				c.loop.Queue.Done(k)
-			}
+			queued(c) // what New's handlers queued: nothing is started here
 			tt.event(c.namespaceHandler())
-			var got []string
-			for c.loop.Queue.Len() > 0 {
-				k, _ := c.loop.Queue.Get()
-				c.loop.Queue.Done(k)
-				got = append(got, k)
-			}
-			if !slices.Equal(got, tt.want) {
+			if got := queued(c); !slices.Equal(got, tt.want) {
 				t.Errorf("queued %v, want %v", got, tt.want)
 			}
 		})
+	}
+}
+
+// queued drains the controller's queue and returns its keys in order.
+func queued(c *Controller) []string {
+	var keys []string
+	for c.loop.Queue.Len() > 0 {
+		k, _ := c.loop.Queue.Get()
+		c.loop.Queue.Done(k)
+		keys = append(keys, k)
+	}
+	return keys
+}
+
+// The race "revision event before its object's pin label": the revision was synced while the pin
+// cache did not show app-config (labelled, or created labelled, a moment before), and took no
+// snapshot of it. The object's arrival in the pin cache brings back the revisions whose templates
+// read it, and only those; the sync then pins them.
+func TestControllerPinsRevisionsOfAnObjectLabelledLate(t *testing.T) {
+	rs := replicaSet(t, "web-5d8f", "rs-new")
+	other := &caches.User{TypeMeta: metav1.TypeMeta{APIVersion: "apps/v1", Kind: "ReplicaSet"},
+		ObjectMeta: metav1.ObjectMeta{Name: "api-7c9a", Namespace: ns, UID: "rs-other"}, Refs: []refs.Ref{{Kind: refs.ConfigMap, Name: "unrelated"}}}
+	sec, _ := SnapshotName(appSecret())
+	pinned := []*metav1.PartialObjectMetadata{snapshot(refs.Secret, sec, "app-env", "rs-new")} // app-env is pinned already
+	f := newFixture(t, []*caches.User{rs, other}, pinned, appConfig("v1"), appSecret())
+	f.hook.Caches.Pinning = caches.NewPinningForTest([]runtime.Object{appSecret()}, pinned, ns) // app-config not seen labelled yet
+	c, err := New(f.hook.Caches, f.hook.Taker, nil, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	queued(c)
+	if _, err := c.sync(context.Background(), rs.Key()); err != nil {
+		t.Fatal(err)
+	}
+	if got := creates(f); len(got) != 0 {
+		t.Fatalf("created %v before app-config is seen labelled", got)
+	}
+
+	labelled := appConfig("v1")
+	if err := c.caches.Pinning.Pins[refs.ConfigMap].Indexers()[0].Add(labelled); err != nil {
+		t.Fatal(err)
+	}
+	c.pinHandler(refs.ConfigMap).OnAdd(labelled, false)
+	if got := queued(c); !slices.Equal(got, []string{rs.Key()}) {
+		t.Fatalf("queued %v, want the revision reading app-config, %s", got, rs.Key())
+	}
+	if _, err := c.sync(context.Background(), rs.Key()); err != nil {
+		t.Fatal(err)
+	}
+	v1, _ := SnapshotName(labelled)
+	snap, err := f.kube.CoreV1().ConfigMaps(ns).Get(context.Background(), v1, metav1.GetOptions{})
+	if err != nil || !revision.OwnedBy(&snap.ObjectMeta, "rs-new") {
+		t.Errorf("snapshot %s of app-config for rs-new: %v %v", v1, snap, err)
 	}
 }

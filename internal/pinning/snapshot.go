@@ -102,22 +102,41 @@ func (t *Taker) Take(ctx context.Context, rev *revision.Revision, r refs.Ref) (s
 	if err != nil {
 		return "", err
 	}
-	err = t.create(ctx, r.Kind, snap)
-	if err == nil {
-		return snap.GetName(), nil
+	// A snapshot of this name that exists may be going away (a pruned revision's, with the same
+	// content: a revert), and its deletion can complete at any point below. Once gone, it is created
+	// again: the revision must get a snapshot that exists, not its name alone.
+	for range takeAttempts {
+		err = t.create(ctx, r.Kind, snap)
+		if err == nil {
+			return snap.GetName(), nil
+		}
+		if !apierrors.IsAlreadyExists(err) {
+			return "", fmt.Errorf("snapshotting %s %s/%s for %s: %w", r.Kind, rev.Namespace, r.Name, rev, err)
+		}
+		m, err := t.Writer.Client.Resource(r.Kind.GVR()).Namespace(rev.Namespace).Get(ctx, snap.GetName(), metav1.GetOptions{})
+		if apierrors.IsNotFound(err) {
+			continue
+		}
+		if err != nil {
+			return "", err
+		}
+		res, err := t.Writer.Attach(ctx, rev, []attach.Object{{Kind: r.Kind, Meta: m}}, attach.Options{})
+		if err != nil {
+			return "", fmt.Errorf("pinning %s to snapshot %s: %w", rev, snap.GetName(), err)
+		}
+		if len(res.Gone) == 0 {
+			return snap.GetName(), nil
+		}
 	}
-	if !apierrors.IsAlreadyExists(err) {
-		return "", fmt.Errorf("snapshotting %s %s/%s for %s: %w", r.Kind, rev.Namespace, r.Name, rev, err)
-	}
-	m, err := t.Writer.Client.Resource(r.Kind.GVR()).Namespace(rev.Namespace).Get(ctx, snap.GetName(), metav1.GetOptions{})
-	if err != nil {
-		return "", err
-	}
-	if _, err := t.Writer.Attach(ctx, rev, []attach.Object{{Kind: r.Kind, Meta: m}}, attach.Options{}); err != nil {
-		return "", fmt.Errorf("pinning %s to snapshot %s: %w", rev, snap.GetName(), err)
-	}
-	return snap.GetName(), nil
+	// Not a NotFound: the webhook reads that as "the pinned object is gone" and admits the pod unpinned.
+	return "", fmt.Errorf("snapshotting %s %s/%s for %s: %w", r.Kind, rev.Namespace, r.Name, rev, errSnapshotGone)
 }
+
+// takeAttempts bounds the creates of a snapshot whose name keeps being taken by one going away.
+const takeAttempts = 3
+
+// errSnapshotGone: a snapshot of the same name was there at each create and gone at each read.
+var errSnapshotGone = errors.New("a snapshot of the same name kept going away; try again")
 
 // DryRunName is the name Take would return, computed from a cached copy without writing anything:
 // what a server-side dry run of a pod gets (the webhook declares sideEffects NoneOnDryRun).

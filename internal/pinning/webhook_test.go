@@ -310,6 +310,27 @@ func TestWebhookFindsTheRevisionOfStatefulSetAndDaemonSetPods(t *testing.T) {
 	}
 }
 
+// The order "pod before its ControllerRevision reaches the cache" (a StatefulSet's update creates
+// both within milliseconds): the revision's uid is read from the API server, checked against the
+// pod's controller, and the pod pinned to that revision's snapshot.
+func TestWebhookFindsAControllerRevisionTheCacheHasNotShownYet(t *testing.T) {
+	sts := controlledBy("StatefulSet", "db", "sts-uid")
+	onAPIServer := &appsv1.ControllerRevision{ObjectMeta: metav1.ObjectMeta{Name: "db-7c9d8f", Namespace: ns, UID: "cr-db",
+		OwnerReferences: []metav1.OwnerReference{sts}}}
+	f := newFixture(t, nil, []*metav1.PartialObjectMetadata{
+		snapshot(refs.ConfigMap, "app-config-dddddddddd", "app-config", "cr-db"),
+		snapshot(refs.Secret, "app-env-cccccccccc", "app-env", "cr-db"),
+	}, onAPIServer)
+	_, got := f.admit(t, pod(sts, map[string]string{appsv1.ControllerRevisionHashLabelKey: "db-7c9d8f"}), false)
+	if want := wantPinnedTo("app-config-dddddddddd", "app-env-cccccccccc"); !maps.Equal(got, want) {
+		t.Errorf("patch %v, want %v", got, want)
+	}
+	other := controlledBy("StatefulSet", "db", "another-sts-uid") // a StatefulSet of that name recreated
+	if _, got := f.admit(t, pod(other, map[string]string{appsv1.ControllerRevisionHashLabelKey: "db-7c9d8f"}), false); len(got) != 0 {
+		t.Errorf("patch %v for a pod of another StatefulSet: the revision is not its", got)
+	}
+}
+
 func TestPointer(t *testing.T) {
 	if got := pointer(refs.Path{"volumes", 2, "projected", "sources", 0, "configMap", "name"}); got != "/volumes/2/projected/sources/0/configMap/name" {
 		t.Errorf("pointer = %q", got)

@@ -181,6 +181,8 @@ func TestProtection(t *testing.T) {
 		{name: "deleting without our finalizer: not ours to hold", cm: config("cm", true, true, false), cached: []*caches.User{pod("web-1", []string{"cm"}, corev1.PodRunning)}},
 		{name: "a deleting snapshot whose revision lives (its template names the original): held", cm: snapshot("cm", true, "web-5d8f"),
 			cached: []*caches.User{replicaSet("web-5d8f", []string{"app-config"})}, wantHeld: true, wantEvent: "DeletionHeld in use by replicaset/web-5d8f"},
+		{name: "a deleting snapshot whose revision the cache has not seen yet: the live list holds it", cm: snapshot("cm", true, "web-5d8f"),
+			apiServer: []*caches.User{replicaSet("web-5d8f", []string{"app-config"})}, wantHeld: true, wantEvent: "DeletionHeld in use by replicaset/web-5d8f"},
 		{name: "a deleting snapshot whose revisions are gone: released", cm: snapshot("cm", true, "web-5d8f", "web-7c9a"),
 			cached: []*caches.User{replicaSet("web-6b1e", []string{"app-config"})}, wantPatches: 1, wantEvent: "DeletionReleased"},
 		{name: "a deleting snapshot whose revision is being deleted: released", cm: snapshot("cm", true, "web-5d8f"),
@@ -227,6 +229,26 @@ func TestOptOutRemovesOnlyWhatWeWrote(t *testing.T) {
 	}
 	if len(got.OwnerReferences) != 1 || got.OwnerReferences[0].UID != "app-1" {
 		t.Errorf("ownerReferences = %v, want only the one we did not write", got.OwnerReferences)
+	}
+}
+
+// The order "label removed, then put back, before our release runs": the cache showed the object
+// leave (the key was queued) and does not show it back yet. The release reads the object from the API
+// server and, finding it opted in, takes nothing off: the cache's add event follows.
+func TestOptOutLeavesAnObjectLabelledAgainAlone(t *testing.T) {
+	cm := config("cm", true, false, true)
+	f := newFixture(t, nil, nil, []*metav1.PartialObjectMetadata{cm})
+	for _, idx := range f.c.caches.Configs[refs.ConfigMap].Indexers() {
+		if err := idx.Delete(cm); err != nil {
+			t.Fatal(err)
+		}
+	}
+	f.sync("cm")
+	if n := f.patches(); n != 0 {
+		t.Errorf("%d patches to an object opted in again", n)
+	}
+	if got := f.get("cm"); !api.HasFinalizer(got.Finalizers, api.InUseFinalizer) {
+		t.Errorf("finalizers %v: our finalizer was taken off an opted-in object", got.Finalizers)
 	}
 }
 

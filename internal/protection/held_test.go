@@ -3,13 +3,16 @@ package protection
 import (
 	"context"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/tools/cache"
 
+	"github.com/configmap-attacher/configmap-attacher/internal/api"
 	"github.com/configmap-attacher/configmap-attacher/internal/caches"
 	"github.com/configmap-attacher/configmap-attacher/internal/refs"
 	"github.com/configmap-attacher/configmap-attacher/internal/testutil"
@@ -167,5 +170,45 @@ func TestOldestHoldAge(t *testing.T) {
 				t.Errorf("%d held, want %d", n, tt.wantN)
 			}
 		})
+	}
+}
+
+// The order "a revision pinned to a snapshot being deleted, then our release of it": the revision's
+// ownerReference reached the snapshot (pinning's Take, a revert to a pruned revision's content) after
+// the cache showed it, so the cache still says nothing owns it. The release is conditional on the
+// version it was decided from: refused, retried, and the next look holds the snapshot for the revision.
+func TestReleaseIsConditionalOnTheVersionItWasDecidedOn(t *testing.T) {
+	seen := snapshot("app-config-1f2e", true, "web-5d8f") // web-5d8f was pruned
+	seen.ResourceVersion = "1"
+	now := snapshot("app-config-1f2e", true, "web-5d8f", "web-9e0a")
+	now.ResourceVersion = "2"
+	web9e0a := replicaSet("web-9e0a", []string{"app-config"})
+	f := newFixture(t, nil, []*caches.User{web9e0a}, []*metav1.PartialObjectMetadata{now})
+	for _, idx := range f.c.caches.Configs[refs.ConfigMap].Indexers() {
+		if err := idx.Update(seen); err != nil {
+			t.Fatal(err)
+		}
+	}
+	f.meta.PrependReactor("patch", "configmaps", testutil.VersionPrecondition(now.ResourceVersion))
+
+	_, err := f.c.sync(context.Background(), cmKey(now.Name))
+	if !apierrors.IsConflict(err) {
+		t.Errorf("sync from the stale version: %v, want a conflict (retried)", err)
+	}
+	if got := f.get(now.Name); !slices.Contains(got.Finalizers, api.InUseFinalizer) {
+		t.Fatalf("finalizers %v: released on the strength of a stale version", got.Finalizers)
+	}
+
+	for _, idx := range f.c.caches.Configs[refs.ConfigMap].Indexers() { // its update event
+		if err := idx.Update(now); err != nil {
+			t.Fatal(err)
+		}
+	}
+	f.sync(now.Name)
+	if e := f.lastEvent(); !strings.Contains(e, "DeletionHeld in use by replicaset/web-9e0a") {
+		t.Errorf("event %q, want the hold for replicaset/web-9e0a", e)
+	}
+	if got := f.get(now.Name); !slices.Contains(got.Finalizers, api.InUseFinalizer) {
+		t.Errorf("finalizers %v: want it held for web-9e0a", got.Finalizers)
 	}
 }

@@ -3,6 +3,7 @@ package trigger
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"maps"
 	"strconv"
@@ -363,9 +364,9 @@ func TestAConfigEditStartsOneRevisionAndARevertGoesBack(t *testing.T) {
 	f.expectApplies(3)
 }
 
-// A deploy that changes config and template together (Helm's checksum annotation) gets no revision
-// from us.
-func TestADeployOfConfigAndTemplateTogetherGetsNoSecondRevision(t *testing.T) {
+// deployedTogether is the fixture's Deployment, seen at app-config v1, then deployed with v2 and a
+// template changed with it (Helm's checksum annotation); its controller has not caught up yet.
+func deployedTogether(t *testing.T) *fixture {
 	f := newFixture(t, auto, configMap("app-config", "v1", nil))
 	f.observe()
 	f.sync()
@@ -373,10 +374,41 @@ func TestADeployOfConfigAndTemplateTogetherGetsNoSecondRevision(t *testing.T) {
 	f.deployment.Spec.Template.Annotations = map[string]string{"checksum/config": "v2"}
 	f.deployment.Generation++
 	f.putDeployment()
+	return f
+}
+
+// A deploy that changes config and template together (Helm's checksum annotation) gets no revision
+// from us.
+func TestADeployOfConfigAndTemplateTogetherGetsNoSecondRevision(t *testing.T) {
+	f := deployedTogether(t)
 	f.sync() // not observed yet
 	f.observe()
 	f.sync()
 	f.tick(time.Minute)
+	f.sync()
+	f.expectApplies(0)
+	if len(f.revisions) != 2 {
+		t.Fatalf("%d revisions, want 2", len(f.revisions))
+	}
+}
+
+// The same deploy when the Deployment's status (observed) reaches us before its new ReplicaSet does:
+// two watches, no order between them. The cache's newest revision is then the old one, which was not
+// created with the new content, and the change has settled: the newest is checked against the
+// template on the API server before anything is written.
+func TestADeployTogetherSeenBeforeItsReplicaSetGetsNoSecondRevision(t *testing.T) {
+	f := deployedTogether(t)
+	rs2 := f.observe()
+	u2, _ := caches.Reduce(rs2)
+	if err := f.store(caches.ReplicaSet).Indexers()[0].Delete(u2); err != nil { // not seen yet
+		t.Fatal(err)
+	}
+	f.tick(time.Minute)
+	if _, err := f.c.sync(context.Background(), caches.Key(caches.Deployment, ns, "web")); !errors.Is(err, errNotCurrent) {
+		t.Errorf("sync before the new ReplicaSet is seen: %v, want %v (retried)", err, errNotCurrent)
+	}
+	f.expectApplies(0)
+	f.putRevision(rs2, false) // its add event
 	f.sync()
 	f.expectApplies(0)
 	if len(f.revisions) != 2 {

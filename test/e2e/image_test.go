@@ -370,7 +370,10 @@ func TestImageControllerAttachesInCluster(t *testing.T) {
 	if !slices.Contains(args, "-leader-elect=true") {
 		t.Fatalf("the chart's args %q: want -leader-elect=true", args)
 	}
-	env := containerEnv(t, c.Env, ns)
+	env := containerEnv(t, c, ns)
+	if want := "GOMEMLIMIT=536870912"; !slices.Contains(env, want) { // the chart's default limit, 512Mi
+		t.Fatalf("the chart's env %q: want %s", env, want)
+	}
 
 	// A revision waits to be attached before the container starts: its attach measures start-up.
 	v1 := configRevision(t, appNS, "demo-cm", "v1")
@@ -403,16 +406,29 @@ func TestImageControllerAttachesInCluster(t *testing.T) {
 }
 
 // containerEnv resolves the chart's env for a container outside a pod: literal values as they are,
-// POD_NAMESPACE (the downward API's metadata.namespace) as the release namespace.
-func containerEnv(t *testing.T, env []corev1.EnvVar, ns string) []string {
+// POD_NAMESPACE (the downward API's metadata.namespace) as the release namespace, and a resource of
+// the container itself (GOMEMLIMIT: limits.memory) as the kubelet does: the quantity divided by the
+// divisor (1 when unset), rounded up.
+func containerEnv(t *testing.T, c corev1.Container, ns string) []string {
 	t.Helper()
 	var out []string
-	for _, e := range env {
+	for _, e := range c.Env {
 		switch {
 		case e.ValueFrom == nil:
 			out = append(out, e.Name+"="+e.Value)
 		case e.ValueFrom.FieldRef != nil && e.ValueFrom.FieldRef.FieldPath == "metadata.namespace":
 			out = append(out, e.Name+"="+ns)
+		case e.ValueFrom.ResourceFieldRef != nil && e.ValueFrom.ResourceFieldRef.ContainerName == c.Name &&
+			e.ValueFrom.ResourceFieldRef.Resource == "limits.memory":
+			limit, ok := c.Resources.Limits[corev1.ResourceMemory]
+			if !ok {
+				t.Fatalf("the chart's env %s reads limits.memory, but container %s has no memory limit", e.Name, c.Name)
+			}
+			divisor := e.ValueFrom.ResourceFieldRef.Divisor.Value()
+			if divisor == 0 {
+				divisor = 1
+			}
+			out = append(out, fmt.Sprintf("%s=%d", e.Name, (limit.Value()+divisor-1)/divisor))
 		default:
 			t.Fatalf("the chart's env %s: cannot resolve %+v outside a pod", e.Name, e.ValueFrom)
 		}
