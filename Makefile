@@ -94,12 +94,13 @@ test-e2e: tools
 
 KUBERNETES_COMPAT := $(shell sed -n 's/^KUBERNETES_COMPAT_VERSION=v\([0-9]*\.[0-9]*\).*/\1/p' hack/tools/versions.env)
 
-## soak-short: 35 random steps of deploys, zero-touch pinning and faults (test/soak/README.md) on its own
-## local cluster "soak" (or the cluster KUBECONFIG names); fails if config in use was lost, unused config
-## (snapshots included) leaked, a pod was unpinned or read the wrong content, or refused under Ignore.
-## Seed 254 draws every fault kind and every pinning step kind (test/soak/README.md).
+## soak-short: 35 random steps of deploys, zero-touch pinning, config-triggered revisions and faults
+## (test/soak/README.md) on its own local cluster "soak" (or the cluster KUBECONFIG names); fails if config
+## in use was lost, unused config (snapshots included) leaked, a pod was unpinned or read the wrong content,
+## or refused under Ignore, or a config edit made other revisions than expected.
+## Seed 2510 draws every fault kind and every pinning and config-trigger step kind (test/soak/README.md).
 soak-short: tools
-	$(GO) run ./test/soak -steps 35 -seed 254 $(if $(KUBECONFIG),-kubeconfig $(KUBECONFIG))
+	$(GO) run ./test/soak -steps 35 -seed 2510 $(if $(KUBECONFIG),-kubeconfig $(KUBECONFIG))
 
 ## clean: delete every local cluster first (their processes would outlive _output), then the builds.
 clean:

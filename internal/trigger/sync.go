@@ -172,8 +172,17 @@ func (c *Controller) decide(ctx context.Context, w *caches.User, revs []*caches.
 	case rec.Acknowledged.Revision != newest.UID:
 		// A new newest revision: a deploy, our own last write, a rollback, or someone changing the
 		// template back. Only a content change from here on starts a revision.
-		if !sameContent(contentOf(newest), live) {
-			c.overruled(w, newest, live, contentOf(newest))
+		created := contentOf(newest)
+		if !sameContent(created, live) && madeSince(newest, revs, rec.Acknowledged, created) {
+			// Made since our last look, and an edit came after it, before this look (a loaded
+			// controller, an edit right after a deploy or our own write): the edit is a change since
+			// the revision appeared, counted from what it was created with, not the template changed back.
+			rec.Acknowledged = acknowledged{Revision: newest.UID, Content: maps.Clone(created)}
+			log.Debug("newest revision acknowledged, edited since", "revision", newest.Name, "created", created, "content", live)
+			break
+		}
+		if !sameContent(created, live) {
+			c.overruled(w, newest, live, created)
 		}
 		rec.Acknowledged = acknowledged{Revision: newest.UID, Content: maps.Clone(live)}
 		log.Debug("newest revision acknowledged", "revision", newest.Name, "content", live)
@@ -237,6 +246,19 @@ func (c *Controller) decide(ctx context.Context, w *caches.User, revs []*caches.
 	}
 	c.warnUnpinned(w, objs, changed, pinned)
 	return reconcile.Result{}, nil
+}
+
+// madeSince reports whether the newest revision is one made since the acknowledged one, not one
+// reused by a rollback: created no earlier than it (whole seconds: the same second counts as made
+// since, a rollback to a revision made within a second of its successor is no rollback anyone runs),
+// or, the acknowledged one gone, created with the content acknowledged then.
+func madeSince(newest *caches.User, revs []*caches.User, ack acknowledged, created map[string]string) bool {
+	for _, r := range revs {
+		if r.UID == ack.Revision {
+			return !newest.CreationTimestamp.Before(&r.CreationTimestamp)
+		}
+	}
+	return sameContent(created, ack.Content)
 }
 
 func valueOrRemoved(p plan) string {

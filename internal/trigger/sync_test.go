@@ -717,3 +717,80 @@ func TestPinningTurnedOffStillKnowsThePinnedRevisions(t *testing.T) {
 		t.Fatalf("the revert went to %s (%d revisions), want %s back: its snapshot holds v1", back.Name, len(f.revisions), rs1.Name)
 	}
 }
+
+// An edit that lands after a revision was created but before the controller's first look at it (a
+// loaded controller, an edit a second after a deploy or after our own write): the
+// revision was created with what its snapshot holds, so the edit is a change since it appeared and
+// starts a revision, not a template changed back. A rollback to an older revision created with other
+// content is one: nothing is written, the Warning says why.
+func TestAnEditBeforeTheFirstLookAtANewRevisionStartsOne(t *testing.T) {
+	for _, tc := range []struct {
+		name         string
+		newest       func(f *fixture) *appsv1.ReplicaSet // makes the newest revision, unseen by the controller
+		snapshotOf   string                              // the newest revision's content, if it is new
+		wantWrites   int
+		wantOverrule bool
+	}{
+		{"a deploy of the template alone", func(f *fixture) *appsv1.ReplicaSet {
+			f.deployment.Spec.Template.Annotations["deploy"] = "2"
+			f.deployment.Generation++
+			return f.observe()
+		}, "v2", 1, false},
+		{"our own write", func(f *fixture) *appsv1.ReplicaSet {
+			f.edit("app-config", "v3")
+			f.tick(6 * time.Second)
+			f.sync()
+			f.expectApplies(1)
+			f.tick(time.Second)
+			return f.observe()
+		}, "v3", 2, false},
+		{"a rollback to the first revision, created with other content", func(f *fixture) *appsv1.ReplicaSet {
+			f.deployment.Spec.Template.Annotations = nil
+			f.deployment.Generation++
+			return f.observe()
+		}, "", 0, true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			cm := configMap("app-config", "v1", nil)
+			cm.Labels = map[string]string{api.PinLabel: api.PinValue}
+			f := newFixture(t, auto, cm)
+			f.cs.Pinning = caches.NewPinningForTest([]runtime.Object{cm}, nil, ns)
+			f.c.content.pins = f.cs.Pinning
+			rs1 := f.observe()
+			f.snapshot(rs1, "v1")
+			f.sync()
+			f.edit("app-config", "v2")
+			f.tick(6 * time.Second)
+			f.sync()
+			f.expectApplies(1)
+			f.tick(time.Minute)
+			f.snapshot(f.observe(), "v2")
+			f.sync()
+			f.applied = nil
+			f.recorded()
+
+			f.tick(time.Minute)
+			newest := tc.newest(f)
+			if tc.snapshotOf != "" {
+				f.snapshot(newest, tc.snapshotOf)
+			}
+			f.edit("app-config", "v4") // before the controller's first look at newest
+			f.sync()
+			f.tick(6 * time.Second)
+			f.sync()
+			f.expectApplies(tc.wantWrites)
+			if tc.wantWrites > 0 {
+				if v, _ := f.templateHash(); v != configHash("v4") {
+					t.Errorf("config-hash %q, want %q: the edit after %s starts a revision", v, configHash("v4"), newest.Name)
+				}
+			}
+			overruled := false
+			for _, e := range f.recorded() {
+				overruled = overruled || strings.HasPrefix(e, "Warning "+ReasonOverruled)
+			}
+			if overruled != tc.wantOverrule {
+				t.Errorf("Warning %s recorded: %v, want %v", ReasonOverruled, overruled, tc.wantOverrule)
+			}
+		})
+	}
+}

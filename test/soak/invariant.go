@@ -7,6 +7,7 @@ import (
 	"strings"
 	"time"
 
+	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
@@ -104,20 +105,21 @@ type snapshot struct {
 	users   map[string][]string      // "Kind/ns/name" of a config -> "Kind ns/name" of live users
 	live    map[string]bool          // uids of live workloads and revisions (for describing owners)
 	// revisions the controller follows, with what they reference
-	revisions []revisionUse
+	followed []revisionUse
 	// Pinning (pinning.go): the content of every snapshot by "Kind/ns/name", the ReplicaSets, every
 	// pod's reading of a pinned object, and the pod creations the pinning webhook made fail.
-	data        map[string]map[string]string
-	replicaSets []replicaSetInfo
-	pinUses     []pinUse
-	refusals    []refusal
-	at          time.Time // when the reading began
+	data      map[string]map[string]string
+	revisions []ownedRevision
+	pinUses   []pinUse
+	refusals  []refusal
+	at        time.Time // when the reading began
 }
 
-type replicaSetInfo struct {
-	uid                 types.UID
-	ns, name, ownerName string
-	created             time.Time
+// ownedRevision is a ReplicaSet or ControllerRevision and the workload controlling it.
+type ownedRevision struct {
+	uid                            types.UID
+	ns, name, ownerKind, ownerName string
+	created                        time.Time
 }
 
 // refusal is a FailedCreate Event naming the pinning webhook.
@@ -176,7 +178,7 @@ func (s *soak) read(ctx context.Context) (*snapshot, error) {
 		for _, o := range rss.Items {
 			snap.addUser("ReplicaSet", &o.ObjectMeta, &o.Spec.Template.Spec, false)
 			if owner := metav1.GetControllerOf(&o); owner != nil {
-				snap.replicaSets = append(snap.replicaSets, replicaSetInfo{uid: o.UID, ns: ns, name: o.Name, ownerName: owner.Name, created: o.CreationTimestamp.Time})
+				snap.revisions = append(snap.revisions, ownedRevision{uid: o.UID, ns: ns, name: o.Name, ownerKind: owner.Kind, ownerName: owner.Name, created: o.CreationTimestamp.Time})
 			}
 		}
 		events, err := core.Events(ns).List(ctx, metav1.ListOptions{FieldSelector: "reason=FailedCreate"})
@@ -206,6 +208,10 @@ func (s *soak) read(ctx context.Context) (*snapshot, error) {
 				return nil, fmt.Errorf("ControllerRevision %s/%s: %w", ns, o.Name, err)
 			}
 			snap.addUser("ControllerRevision", &o.ObjectMeta, &t.Spec, false)
+			if owner := metav1.GetControllerOf(&o); owner != nil {
+				snap.revisions = append(snap.revisions, ownedRevision{uid: o.UID, ns: ns, name: o.Name, ownerKind: owner.Kind, ownerName: owner.Name, created: o.CreationTimestamp.Time})
+				snap.pinRevision(ns, o.Name, owner.UID, o.UID)
+			}
 		}
 		deps, err := apps.Deployments(ns).List(ctx, all)
 		if err != nil {
@@ -267,11 +273,21 @@ func (s *soak) read(ctx context.Context) (*snapshot, error) {
 const pinningWebhookName = "pin-pods.configmap-attacher.io"
 
 // addPinUses records how a pod reads each pinned object of its namespace it references: by the
-// object's own name, or through a snapshot (<name>-<hash>).
+// object's own name, or through a snapshot (<name>-<hash>). A pod's revision is its ReplicaSet, or for
+// a StatefulSet's or DaemonSet's pod the ControllerRevision its controller-revision-hash label names
+// (a StatefulSet labels with the revision's name, a DaemonSet with the hash alone): pinRevision finds
+// it once the ControllerRevisions are read.
 func (s *soak) addPinUses(snap *snapshot, p *corev1.Pod) {
 	owner := metav1.GetControllerOf(p)
 	if owner == nil {
 		return
+	}
+	revision, revisionName := owner.UID, ""
+	if owner.Kind == "StatefulSet" || owner.Kind == "DaemonSet" {
+		revision, revisionName = "", p.Labels[appsv1.ControllerRevisionHashLabelKey]
+		if owner.Kind == "DaemonSet" {
+			revisionName = owner.Name + "-" + revisionName
+		}
 	}
 	for ref := range templateRefs(&p.Spec) {
 		kind, name, _ := strings.Cut(ref, "/")
@@ -281,7 +297,19 @@ func (s *soak) addPinUses(snap *snapshot, p *corev1.Pod) {
 				continue
 			}
 			snap.pinUses = append(snap.pinUses, pinUse{pod: p.Namespace + "/" + p.Name, podUID: string(p.UID),
-				owner: owner.Kind + " " + owner.Name, ownerUID: owner.UID, created: p.CreationTimestamp.Time, pinKey: key, read: name})
+				owner: owner.Kind + " " + owner.Name, ownerUID: revision, podOwnerUID: owner.UID, revisionName: revisionName,
+				created: p.CreationTimestamp.Time, pinKey: key, read: name})
+		}
+	}
+}
+
+// pinRevision sets the revision of the pin uses of pods of a StatefulSet or DaemonSet (owner) whose
+// label names ControllerRevision name.
+func (snap *snapshot) pinRevision(ns, name string, owner, uid types.UID) {
+	for i := range snap.pinUses {
+		u := &snap.pinUses[i]
+		if u.ownerUID == "" && u.podOwnerUID == owner && u.revisionName == name && strings.HasPrefix(u.pod, ns+"/") {
+			u.ownerUID = uid
 		}
 	}
 }
@@ -307,7 +335,7 @@ func (snap *snapshot) addUser(kind string, m *metav1.ObjectMeta, spec *corev1.Po
 		key := k + "/" + m.Namespace + "/" + name
 		snap.users[key] = append(snap.users[key], kind+" "+m.Namespace+"/"+m.Name)
 		if rev {
-			snap.revisions = append(snap.revisions, revisionUse{config: key, uid: string(m.UID), name: kind + " " + m.Name})
+			snap.followed = append(snap.followed, revisionUse{config: key, uid: string(m.UID), name: kind + " " + m.Name})
 		}
 	}
 }
@@ -451,7 +479,7 @@ func retainedByCronJob(o *configObject, snap *snapshot) bool {
 // a leak or a loss waiting for its revision to go.
 func (s *soak) unattached(snap *snapshot) []violation {
 	var out []violation
-	for _, r := range snap.revisions {
+	for _, r := range snap.followed {
 		o, ok := snap.configs[r.config]
 		if !ok || !o.optedIn || o.deleting {
 			continue
@@ -509,6 +537,8 @@ func (s *soak) report(vs []violation) {
 		case "refused":
 			s.refused++
 			fmt.Printf("      REFUSED %s: %s (step %d, seed %d)\n", v.key, v.detail, s.step, s.o.seed)
+		case "revisions":
+			fmt.Printf("      REVISIONS %s: %s (step %d, seed %d)\n", v.key, v.detail, s.step, s.o.seed)
 		case "retained":
 			s.retained++
 			fmt.Printf("      retained %s: %s: kept by its CronJob by design, goes with it (step %d, seed %d)\n", v.key, v.detail, s.step, s.o.seed)

@@ -124,7 +124,7 @@ func run(ctx context.Context, args []string) (int, error) {
 	if loopErr != nil {
 		return 2, loopErr
 	}
-	if s.lost > 0 || s.leaked > 0 || s.unpinned > 0 || s.wrong > 0 || s.refused > 0 {
+	if s.lost > 0 || s.leaked > 0 || s.unpinned > 0 || s.wrong > 0 || s.refused > 0 || s.trig.right != s.trig.judged {
 		return 1, nil
 	}
 	return 0, nil

@@ -62,6 +62,14 @@ type app struct {
 	pinned    bool
 	pinSecret bool
 	checksum  string // the template's; undo may set an older revision's
+	// Config-triggered (trigger.go): the workload carries Reloader's annotations (reload says which)
+	// and its pinned objects are edited in place with no checksum on the template, unless pin-config
+	// deployed one (config and template together); states are the contents its pinned objects held,
+	// oldest first (what a revert goes back to).
+	trigger      bool
+	reload       string
+	states       []contentState
+	changesDrawn int // steps drawn that change its content (trig-revert needs one)
 }
 
 func (w *app) String() string { return w.ns + "/" + w.name }
@@ -107,7 +115,7 @@ func (w *app) template() corev1.PodTemplateSpec {
 	if w.kind == cronJob {
 		t.Spec.RestartPolicy = corev1.RestartPolicyNever
 	}
-	if w.pinned {
+	if w.pinned && w.checksum != "" {
 		t.Annotations = map[string]string{checksumAnnotation: w.checksum}
 	}
 	return t
@@ -154,8 +162,9 @@ type soak struct {
 	ns      map[string]*namespaceState
 	configs map[string]config // by "ns/name"
 
-	ctl *controllers
-	pin *pinningState
+	ctl  *controllers
+	pin  *pinningState
+	trig *triggerState
 
 	// figures
 	faults        map[string]int
@@ -184,32 +193,40 @@ func newSoak(c *framework.Cluster, bin framework.Binary, o options) *soak {
 		faults:  map[string]int{},
 		drawn:   map[action]int{},
 		seen: map[string]map[string]bool{"lost": {}, "leaked": {}, "unattached": {}, "retained": {},
-			"unpinned": {}, "wrong": {}, "refused": {}},
+			"unpinned": {}, "wrong": {}, "refused": {}, "revisions": {}},
 	}
 	s.pin = newPinningState()
+	s.trig = newTriggerState()
 	s.ctl = newControllers(s)
 	return s
 }
 
 // fleet: the kinds, and which are attached by the Job mode; namespaces and config sharing come from
 // the seed.
+// reload: the config-triggered workloads' Reloader annotation (trigger.go), "" for the others.
 var fleetSpec = []struct {
 	name    string
 	kind    kind
 	jobMode bool
 	pinned  bool
+	reload  string
 }{
-	{"canary-1", canary, false, false},
-	{"canary-2", canary, true, false},
-	{"ref-1", workloadRef, false, false},
-	{"ref-2", workloadRef, true, false},
-	{"web-1", deployment, false, false},
-	{"web-2", deployment, true, false},
-	{"db", statefulSet, false, false},
-	{"agent", daemonSet, false, false},
-	{"cron", cronJob, false, false},
-	{"pin-canary", canary, false, true},
-	{"pin-web", deployment, false, true},
+	{"canary-1", canary, false, false, ""},
+	{"canary-2", canary, true, false, ""},
+	{"ref-1", workloadRef, false, false, ""},
+	{"ref-2", workloadRef, true, false, ""},
+	{"web-1", deployment, false, false, ""},
+	{"web-2", deployment, true, false, ""},
+	{"db", statefulSet, false, false, ""},
+	{"agent", daemonSet, false, false, ""},
+	{"cron", cronJob, false, false, ""},
+	{"pin-canary", canary, false, true, ""},
+	{"pin-web", deployment, false, true, ""},
+	{"trig-canary", canary, false, true, reloadAuto},
+	{"trig-ref", workloadRef, false, true, reloadAuto},
+	{"trig-web", deployment, false, true, reloadList},
+	{"trig-db", statefulSet, false, true, reloadKinds},
+	{"trig-agent", daemonSet, false, true, reloadAuto},
 }
 
 // setUp creates fresh namespaces, starts the controllers and creates the fleet.
@@ -240,6 +257,12 @@ func (s *soak) setUp(ctx context.Context) error {
 			return err
 		}
 	}
+	// Every revision created from now on is counted (trigger.go judges the config changes by it).
+	watch, err := s.watchRevisions(ctx)
+	if err != nil {
+		return err
+	}
+	s.trig.watch = watch
 	// Pinning on in every namespace before anything runs there (pin-toggle flips it later).
 	for _, ns := range namespaces {
 		if err := s.setPinning(ctx, ns, true); err != nil {
@@ -273,11 +296,14 @@ func (s *soak) placeFleet() {
 		s.ns[ns] = &namespaceState{shared: s.revision(ns, "shared-cm", false), secret: s.revision(ns, "shared-secret", true)}
 	}
 	for _, f := range fleetSpec {
-		w := &app{name: f.name, kind: f.kind, jobMode: f.jobMode, pinned: f.pinned, image: "nginx:1.27"}
+		w := &app{name: f.name, kind: f.kind, jobMode: f.jobMode, pinned: f.pinned, reload: f.reload, trigger: f.reload != "", image: "nginx:1.27"}
 		w.ns = namespaces[s.rnd.intn(len(namespaces))]
 		if f.pinned {
 			w.pinSecret = s.rnd.chance(0.5)
 			s.bumpPins(w)
+			if !w.trigger {
+				w.checksum = s.pinChecksum(w)
+			}
 			s.fleet = append(s.fleet, w)
 			continue
 		}

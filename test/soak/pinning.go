@@ -129,13 +129,19 @@ func (w *app) pinKeys() []string {
 	return keys
 }
 
-// bumpPins gives the workload's pinned objects new content (in the model) and its template their
-// checksum: what a config change in a chart does.
+// bumpPins gives the workload's pinned objects new content (in the model): what a config change in a
+// chart does (with pinChecksum on the template) or an edit in place (config-triggered workloads).
 func (s *soak) bumpPins(w *app) {
 	for _, key := range w.pinKeys() {
-		s.pin.objects[key] = map[string]string{"object": key, "step": fmt.Sprint(s.step), "seed": fmt.Sprint(s.o.seed)}
+		s.pin.objects[key] = s.pinContent(key, 0)
 	}
-	w.checksum = s.pinChecksum(w)
+	s.noteState(w)
+}
+
+// pinContent is new content for the pinned object key: the step (and, within a burst, the edit) makes
+// it unlike any before.
+func (s *soak) pinContent(key string, edit int) map[string]string {
+	return map[string]string{"object": key, "step": fmt.Sprint(s.step), "edit": fmt.Sprint(edit), "seed": fmt.Sprint(s.o.seed)}
 }
 
 func (s *soak) pinChecksum(w *app) string {
@@ -152,41 +158,50 @@ func (s *soak) pinChecksum(w *app) string {
 // otherwise (an Update: the soak owns them).
 func (s *soak) putPins(ctx context.Context, w *app) error {
 	for _, key := range w.pinKeys() {
-		kind, name := "ConfigMap", w.pinName(false)
-		if strings.HasPrefix(key, "Secret/") {
-			kind, name = "Secret", w.pinName(true)
+		if err := s.putPin(ctx, w, key); err != nil {
+			return err
 		}
-		data := s.pin.objects[key]
-		labels := map[string]string{api.PinLabel: api.PinValue}
-		err := retryAPI(func() error {
-			if kind == "Secret" {
-				sec, err := s.c.Kube.CoreV1().Secrets(w.ns).Get(ctx, name, metav1.GetOptions{})
-				if apierrors.IsNotFound(err) {
-					_, err = s.c.Kube.CoreV1().Secrets(w.ns).Create(ctx, &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: name, Labels: labels}, StringData: data}, metav1.CreateOptions{})
-					return err
-				}
-				if err != nil {
-					return err
-				}
-				sec.Data, sec.StringData = nil, data
-				_, err = s.c.Kube.CoreV1().Secrets(w.ns).Update(ctx, sec, metav1.UpdateOptions{})
-				return err
-			}
-			cm, err := s.c.Kube.CoreV1().ConfigMaps(w.ns).Get(ctx, name, metav1.GetOptions{})
+	}
+	return nil
+}
+
+// putPin writes the model's content into one pinned object of the workload: its data and nothing
+// else, as `kubectl edit` does (an unchanged content is no write at all).
+func (s *soak) putPin(ctx context.Context, w *app, key string) error {
+	kind, name := "ConfigMap", w.pinName(false)
+	if strings.HasPrefix(key, "Secret/") {
+		kind, name = "Secret", w.pinName(true)
+	}
+	data := s.pin.objects[key]
+	labels := map[string]string{api.PinLabel: api.PinValue}
+	err := retryAPI(func() error {
+		if kind == "Secret" {
+			sec, err := s.c.Kube.CoreV1().Secrets(w.ns).Get(ctx, name, metav1.GetOptions{})
 			if apierrors.IsNotFound(err) {
-				_, err = s.c.Kube.CoreV1().ConfigMaps(w.ns).Create(ctx, &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: name, Labels: labels}, Data: data}, metav1.CreateOptions{})
+				_, err = s.c.Kube.CoreV1().Secrets(w.ns).Create(ctx, &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: name, Labels: labels}, StringData: data}, metav1.CreateOptions{})
 				return err
 			}
 			if err != nil {
 				return err
 			}
-			cm.Data = data
-			_, err = s.c.Kube.CoreV1().ConfigMaps(w.ns).Update(ctx, cm, metav1.UpdateOptions{})
+			sec.Data, sec.StringData = nil, data
+			_, err = s.c.Kube.CoreV1().Secrets(w.ns).Update(ctx, sec, metav1.UpdateOptions{})
 			return err
-		})
-		if err != nil {
-			return fmt.Errorf("writing pinned %s: %w", key, err)
 		}
+		cm, err := s.c.Kube.CoreV1().ConfigMaps(w.ns).Get(ctx, name, metav1.GetOptions{})
+		if apierrors.IsNotFound(err) {
+			_, err = s.c.Kube.CoreV1().ConfigMaps(w.ns).Create(ctx, &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: name, Labels: labels}, Data: data}, metav1.CreateOptions{})
+			return err
+		}
+		if err != nil {
+			return err
+		}
+		cm.Data = data
+		_, err = s.c.Kube.CoreV1().ConfigMaps(w.ns).Update(ctx, cm, metav1.UpdateOptions{})
+		return err
+	})
+	if err != nil {
+		return fmt.Errorf("writing pinned %s: %w", key, err)
 	}
 	return nil
 }
@@ -227,13 +242,18 @@ func (s *soak) setPinning(ctx context.Context, ns string, on bool) error {
 }
 
 // pinConfig changes the workload's pinned objects in place and deploys the new checksum, once its
-// current revision is pinned (a pipeline waits for the previous deploy to start).
+// current revision is pinned (a pipeline waits for the previous deploy to start). On a
+// config-triggered workload it is a judged change (trigger.go): one revision, the deploy's.
 func (s *soak) pinConfig(ctx context.Context, w *app) (string, error) {
-	rs, err := s.waitPinned(ctx, w, time.Minute)
+	if w.trigger {
+		return s.pinConfigTriggered(ctx, w)
+	}
+	wr, err := s.waitPinned(ctx, w, time.Minute)
 	if err != nil {
 		return "", fmt.Errorf("not changed: %w", err)
 	}
 	s.bumpPins(w)
+	w.checksum = s.pinChecksum(w)
 	if err := s.putPins(ctx, w); err != nil {
 		return "", err
 	}
@@ -241,42 +261,47 @@ func (s *soak) pinConfig(ctx context.Context, w *app) (string, error) {
 	if err := s.setTemplate(ctx, w, w.template()); err != nil {
 		return "", err
 	}
-	return fmt.Sprintf("%s changed in place after %s was pinned, checksum %.8s, %s", strings.Join(w.pinKeys(), ", "), rs, w.checksum, s.observed(ctx, w, time.Minute)), nil
+	return fmt.Sprintf("%s changed in place after %s was pinned, checksum %.8s, %s", strings.Join(w.pinKeys(), ", "), wr.current.name, w.checksum, s.observed(ctx, w, time.Minute)), nil
 }
 
 // waitPinned waits until the workload's current revision owns a snapshot of each of its pinned
-// objects (or its namespace has pinning off), recording the revision, and returns its name. A
-// revision the controller did not pin in time is reported as unpinned.
-func (s *soak) waitPinned(ctx context.Context, w *app, timeout time.Duration) (string, error) {
-	var name, why string
+// objects (or its namespace has pinning off), recording the revision, and returns the workload's
+// revisions (current set). A revision the controller did not pin in time is reported as unpinned.
+func (s *soak) waitPinned(ctx context.Context, w *app, timeout time.Duration) (*workloadRevisions, error) {
+	var wr *workloadRevisions
+	var why string
 	err := framework.Eventually(ctx, timeout, "the current revision of "+w.String()+" pinned", func(ctx context.Context) (bool, string, error) {
-		res, err := s.resolve(ctx, w)
+		got, err := s.revisionsOf(ctx, w)
 		if err != nil {
 			return false, err.Error(), nil
 		}
-		rs, err := res.Current()
-		if err != nil {
-			return false, err.Error(), nil
+		if got.current == nil {
+			return false, "its controller has not caught up with its template", nil
 		}
-		name = rs.Name
-		s.recordRevision(rs.UID, rs.Name, rs.CreationTimestamp.Time, w)
+		wr = got
+		cur := wr.current
+		s.recordRevision(cur.uid, cur.name, cur.created, w)
 		if !s.pin.on[w.ns] {
 			return true, "", nil
 		}
 		for _, key := range w.pinKeys() {
 			kind, _, original := splitKey(key)
-			if ok, err := s.ownsSnapshot(ctx, w.ns, kind, original, rs.UID); err != nil || !ok {
-				why = fmt.Sprintf("%s owns no snapshot of %s yet", rs.Name, original)
+			if ok, err := s.ownsSnapshot(ctx, w.ns, kind, original, cur.uid); err != nil || !ok {
+				why = fmt.Sprintf("%s owns no snapshot of %s yet", cur.name, original)
 				return false, why, nil
 			}
 		}
 		return true, "", nil
 	})
-	if err != nil && name != "" && why != "" {
-		s.report([]violation{{kind: "unpinned", key: "ReplicaSet/" + w.ns + "/" + name, id: "revision " + w.ns + "/" + name,
+	if err != nil && wr != nil && why != "" {
+		kind := "ReplicaSet"
+		if !w.kind.hasReplicaSets() {
+			kind = "ControllerRevision"
+		}
+		s.report([]violation{{kind: "unpinned", key: kind + "/" + w.ns + "/" + wr.current.name, id: "revision " + w.ns + "/" + wr.current.name,
 			detail: fmt.Sprintf("not pinned within %s while the controller ran (%s)", timeout, why)}})
 	}
-	return name, err
+	return wr, err
 }
 
 // ownsSnapshot reports whether revision uid owns a snapshot of original: an object named
@@ -459,10 +484,18 @@ func (p *pinningState) unpinnedAllowed(ns string, t time.Time) bool {
 	return p.disrupted.covers(t) && (p.ignore.covers(t) || p.switching.covers(t))
 }
 
+// contentLabel names content the soak wrote by where it was written: the step, and the edit within a
+// config-triggered step (pinContent).
+func contentLabel(m map[string]string) string {
+	return "step " + m["step"] + " edit " + m["edit"]
+}
+
 // pinUse is one reading by a pod of a pinned object, by its own name or through a snapshot.
 type pinUse struct {
 	pod, podUID, owner string
-	ownerUID           types.UID
+	ownerUID           types.UID // the pod's revision ("" when not found)
+	podOwnerUID        types.UID // the pod's controller
+	revisionName       string    // a StatefulSet's or DaemonSet's pod: its ControllerRevision's name
 	created            time.Time
 	pinKey, read       string // the pinned object, and the name the pod reads it by
 }
@@ -474,9 +507,9 @@ func (s *soak) pinningIn(snap *snapshot) []violation {
 		if !w.pinned {
 			continue
 		}
-		for _, rs := range snap.replicaSets {
-			if rs.ns == w.ns && rs.ownerName == w.name {
-				s.recordRevision(rs.uid, rs.name, rs.created, w)
+		for _, r := range snap.revisions {
+			if r.ns == w.ns && r.ownerName == w.name && r.ownerKind == w.kind.apiKind() {
+				s.recordRevision(r.uid, r.name, r.created, w)
 			}
 		}
 	}
@@ -502,8 +535,8 @@ func (s *soak) pinningIn(snap *snapshot) []violation {
 		}
 		if want := rev.content[u.pinKey]; !maps.Equal(got, want) {
 			out = append(out, violation{kind: "wrong", key: "Pod/" + u.pod, id: u.podUID + "/" + u.read,
-				detail: fmt.Sprintf("reads %s (%s step %s) through %s; its revision %s was created with step %s",
-					u.pinKey, kind, got["step"], u.read, rev.name, want["step"])})
+				detail: fmt.Sprintf("reads %s (%s %s) through %s; its revision %s was created with %s",
+					u.pinKey, kind, contentLabel(got), u.read, rev.name, contentLabel(want))})
 		}
 	}
 	for _, e := range snap.refusals {

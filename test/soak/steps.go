@@ -47,7 +47,7 @@ const (
 )
 
 // faultActions are counted as faults.
-var faultActions = []action{actCtlKill, actLeaderKill, actAPIServer, actSpotKill, actCanaryKill, actWebhookKill}
+var faultActions = []action{actCtlKill, actLeaderKill, actAPIServer, actSpotKill, actCanaryKill, actWebhookKill, actTrigRestart}
 
 // pinningActions are the pinning steps (the summary counts them).
 var pinningActions = []action{actPinConfig, actCanaryKill, actWebhookKill, actWebhookPolicy, actPinToggle}
@@ -69,6 +69,7 @@ var weights = []struct {
 	{actCronRun, 4}, {actSpotKill, 8}, {actDelete, 4}, {actRecreate, 6}, {actCfgDelete, 3},
 	{actCtlKill, 4}, {actLeaderKill, 4}, {actAPIServer, 2},
 	{actPinConfig, 10}, {actCanaryKill, 4}, {actWebhookKill, 3}, {actWebhookPolicy, 3}, {actPinToggle, 3},
+	{actTrigEdit, 8}, {actTrigRevert, 5}, {actTrigBurst, 4}, {actTrigPaused, 3}, {actTrigRestart, 3},
 }
 
 // plan is one step, decided.
@@ -81,6 +82,7 @@ type plan struct {
 	picks   []uint64 // spot-kill, canary-kill: which pods; config-delete: which object
 	downFor int      // ctl-kill, pin-toggle: steps until it comes back
 	ns      string   // pin-toggle
+	trig    trigPlan // config-triggered steps (trigger.go)
 }
 
 func (s *soak) eligible(a action) []*app {
@@ -106,6 +108,19 @@ func (s *soak) eligible(a action) []*app {
 		return exists(func(w *app) bool { return w.pinned })
 	case actCanaryKill:
 		return exists(func(w *app) bool { return w.pinned && w.kind == canary })
+	case actTrigEdit, actTrigBurst, actTrigRestart, actTrigRevert, actTrigPaused:
+		if s.ctl.down {
+			return nil // a change is judged against a running controller (trig-restart stops it itself)
+		}
+		return exists(func(w *app) bool {
+			switch a {
+			case actTrigRevert:
+				return w.trigger && w.changesDrawn > 0
+			case actTrigPaused:
+				return w.trigger && w.kind.isRollout()
+			}
+			return w.trigger
+		})
 	case actPromote, actAbort:
 		return exists(func(w *app) bool { return w.kind.isRollout() })
 	case actUndo:
@@ -186,8 +201,28 @@ func (s *soak) choose() plan {
 	case actPinToggle:
 		p.ns = namespaces[s.rnd.intn(len(namespaces))]
 		p.downFor = 1 + s.rnd.intn(4)
+	default:
+		s.drawTrigger(&p)
 	}
 	return p
+}
+
+// countDrawn counts a drawn step, and on a config-triggered workload a step that changes its content
+// (trig-revert needs one before it): from the draw, not from whether it succeeded, so that what can be
+// drawn next depends on the seed alone, as in plan.
+func (s *soak) countDrawn(p plan) {
+	s.drawn[p.a]++
+	if p.w == nil || !p.w.trigger {
+		return
+	}
+	switch p.a {
+	case actTrigEdit, actTrigBurst, actTrigRestart, actTrigPaused, actTrigRevert, actPinConfig:
+		p.w.changesDrawn++
+	case actRecreate:
+		if !p.reuse {
+			p.w.changesDrawn++
+		}
+	}
 }
 
 // plan prints what the seed draws, step by step, as loop would if every step succeeded: the model
@@ -206,7 +241,7 @@ func (s *soak) plan(out io.Writer) {
 			s.pin.offNS = ""
 		}
 		p := s.choose()
-		s.drawn[p.a]++
+		s.countDrawn(p)
 		target := "-"
 		if p.w != nil {
 			target = p.w.describe()
@@ -220,6 +255,7 @@ func (s *soak) plan(out io.Writer) {
 			s.ctl.down, s.ctl.upAt = true, s.step+p.downFor
 		case actPinToggle:
 			s.pin.offNS, s.pin.onAt = p.ns, s.step+p.downFor
+			target = fmt.Sprintf("%s, back at step %d", p.ns, s.pin.onAt)
 		}
 		fmt.Fprintf(out, "step %3d  %-17s %s\n", s.step, p.a, target)
 		if s.step%s.o.settleEvery == 0 {
@@ -254,7 +290,7 @@ func (s *soak) loop(ctx context.Context) error {
 		}
 		s.watchReplicas(ctx)
 		p := s.choose()
-		s.drawn[p.a]++
+		s.countDrawn(p)
 		if p.w != nil && p.w.pinned && (p.a == actPromote || p.a == actAbort || p.a == actUndo || p.a == actHistory) {
 			s.pinnedOps++
 		}
@@ -276,6 +312,7 @@ func (s *soak) loop(ctx context.Context) error {
 		}
 	}
 	s.step = s.o.steps
+	s.trig.events = s.trigEvents(ctx)
 	return nil
 }
 
@@ -395,6 +432,8 @@ func (s *soak) execute(ctx context.Context, p plan) (string, error) {
 		return s.canaryKill(ctx, w, p.picks[0])
 	case actPinToggle:
 		return s.pinToggle(ctx, p.ns, s.step+p.downFor)
+	case actTrigEdit, actTrigRevert, actTrigBurst, actTrigPaused, actTrigRestart:
+		return s.trigStep(ctx, p)
 	case actWebhookPolicy:
 		return s.webhookPolicy(ctx)
 	case actWebhookKill:
@@ -532,6 +571,9 @@ func (s *soak) recreate(ctx context.Context, w *app, reuse bool) (string, error)
 	case !reuse && w.pinned:
 		how = "new content"
 		s.bumpPins(w)
+		if !w.trigger {
+			w.checksum = s.pinChecksum(w)
+		}
 		s.pin.changes++
 	case !reuse:
 		how = "new config"
@@ -615,6 +657,7 @@ func (s *soak) spotKill(ctx context.Context, picks []uint64) (string, error) {
 // -keep) it releases and deletes its namespaces.
 func (s *soak) shutdown(ctx context.Context) {
 	s.ctl.stop()
+	s.trig.watch.close()
 	if err := s.c.Kube.AdmissionregistrationV1().MutatingWebhookConfigurations().Delete(ctx, webhookConfiguration, metav1.DeleteOptions{}); err != nil && !apierrors.IsNotFound(err) {
 		fmt.Fprintf(os.Stderr, "soak: deleting the webhook configuration: %v\n", err)
 	}
@@ -652,5 +695,7 @@ func (s *soak) summary(took time.Duration) {
 		strings.Join(faults, " "), s.unattachedN, s.retained, s.crashes, s.planeRestarts, s.jobFailures, s.errors, took.Round(time.Second), s.o.workDir)
 	fmt.Printf("pinning: steps drawn %s, promote/abort/undo/history of pinned workloads %d; revisions of pinned workloads %d judged, %d best effort (created with pinning off); pinned content changes %d; pods reading a pinned object by its own name as allowed (pinning off, or the webhook down under Ignore) %d; webhook failurePolicy now %s\n",
 		strings.Join(pinning, " "), s.pinnedOps, judged, bestEffort, s.pin.changes, len(s.pin.allowed), s.pin.policy)
-	fmt.Printf("steps=%d faults=%d lost=%d leaked=%d unpinned=%d wrong=%d refused=%d seed=%d\n", s.step, total, s.lost, s.leaked, s.unpinned, s.wrong, s.refused, s.o.seed)
+	fmt.Println(s.trigSummary())
+	fmt.Printf("steps=%d faults=%d lost=%d leaked=%d unpinned=%d wrong=%d refused=%d revisions=%d/%d seed=%d\n", s.step, total, s.lost, s.leaked, s.unpinned, s.wrong, s.refused,
+		s.trig.right, s.trig.judged, s.o.seed)
 }

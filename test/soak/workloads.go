@@ -37,7 +37,8 @@ func (s *soak) create(ctx context.Context, w *app) error {
 	var err error
 	switch w.kind {
 	case canary:
-		err = s.c.CreateRollout(ctx, w.ns, w.name, framework.RolloutSpec{Replicas: 2, RevisionHistoryLimit: w.historyLimit, Template: &t})
+		err = s.c.CreateRollout(ctx, w.ns, w.name, framework.RolloutSpec{Replicas: 2, RevisionHistoryLimit: w.historyLimit, Template: &t,
+			Annotations: w.reloaderAnnotations()})
 	case workloadRef:
 		err = s.createWorkloadRefRollout(ctx, w, t)
 	case deployment:
@@ -56,6 +57,9 @@ func (s *soak) create(ctx context.Context, w *app) error {
 		return err
 	}
 	w.exists = true
+	if err := s.annotateTriggered(ctx, w); err != nil {
+		return err
+	}
 	return s.attachByJob(ctx, w)
 }
 
@@ -82,9 +86,17 @@ func (s *soak) createWorkloadRefRollout(ctx context.Context, w *app, t corev1.Po
 	if w.historyLimit != nil {
 		spec["revisionHistoryLimit"] = int64(*w.historyLimit)
 	}
+	meta := map[string]any{"name": w.name, "namespace": w.ns}
+	if ann := w.reloaderAnnotations(); ann != nil {
+		m := map[string]any{}
+		for k, v := range ann {
+			m[k] = v
+		}
+		meta["annotations"] = m
+	}
 	u := &unstructured.Unstructured{Object: map[string]any{
 		"apiVersion": "argoproj.io/v1alpha1", "kind": "Rollout",
-		"metadata": map[string]any{"name": w.name, "namespace": w.ns},
+		"metadata": meta,
 		"spec":     spec,
 	}}
 	_, err := s.c.Dynamic.Resource(workload.RolloutGVR).Namespace(w.ns).Create(ctx, u, metav1.CreateOptions{})
