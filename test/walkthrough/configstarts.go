@@ -39,13 +39,7 @@ func (s *Story) ConfigStarts(ctx context.Context) error {
 				}
 				return s.expectReads(ctx, v1.RS, v1)
 			}},
-		step{"a spot node is replaced: delete a stable pod during the pause", func(ctx context.Context) error {
-			if err := s.spotReplacement(ctx, v1); err != nil {
-				return err
-			}
-			s.say("✓ the OLD content, although ConfigMap %s itself now holds the faulty one: the outage stays in the canary", PinnedConfigMap)
-			return nil
-		}},
+		s.pinnedSpotReplacement(&v1),
 		step{"abort the canary", func(ctx context.Context) error {
 			if err := s.abortCanary(ctx, v1, v2); err != nil {
 				return err

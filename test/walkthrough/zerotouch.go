@@ -48,13 +48,7 @@ func (s *Story) ZeroTouch(ctx context.Context) error {
 				}
 				return s.expectReads(ctx, v1.RS, v1)
 			}},
-		step{"a spot node is replaced: delete a stable pod during the pause", func(ctx context.Context) error {
-			if err := s.spotReplacement(ctx, v1); err != nil {
-				return err
-			}
-			s.say("✓ the OLD content, although ConfigMap %s itself now holds the faulty one: the outage stays in the canary", PinnedConfigMap)
-			return nil
-		}},
+		s.pinnedSpotReplacement(&v1),
 		step{"abort the canary", func(ctx context.Context) error {
 			if err := s.abortCanary(ctx, v1, v2); err != nil {
 				return err
@@ -306,4 +300,16 @@ func describe(data map[string]string) string {
 	}
 	sort.Strings(keys)
 	return fmt.Sprintf("%d keys (%s)", len(keys), strings.Join(keys, ", "))
+}
+
+// pinnedSpotReplacement is the step both pinned stories share: a stable pod deleted during the pause
+// comes back reading the content of its revision, *v1 (set by an earlier step), not the live one.
+func (s *Story) pinnedSpotReplacement(v1 *revision) step {
+	return step{"a spot node is replaced: delete a stable pod during the pause", func(ctx context.Context) error {
+		if err := s.spotReplacement(ctx, *v1); err != nil {
+			return err
+		}
+		s.say("✓ the OLD content, although ConfigMap %s itself now holds the faulty one: the outage stays in the canary", PinnedConfigMap)
+		return nil
+	}}
 }
