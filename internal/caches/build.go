@@ -1,7 +1,6 @@
 package caches
 
 import (
-	"maps"
 	"strings"
 	"time"
 
@@ -65,16 +64,23 @@ func New(clients *kube.Clients, o Options) (*Caches, error) {
 	users := map[Kind][]cache.SharedIndexInformer{}
 	configs := map[refs.Kind][]cache.SharedIndexInformer{}
 	optedIn := labels.SelectorFromSet(labels.Set{api.RevisionedLabel: api.RevisionedValue}).String()
+	// What a Pod or revision shares with its controller is found in the controller's cache, once
+	// the informers below are joined into c.Users (before any starts).
+	share := newSharing(func(kind Kind, ns, name string) *User {
+		inf, ok := c.Users[kind]
+		if !ok {
+			return nil
+		}
+		u, _, _ := inf.Get(ns, name)
+		return u
+	})
 	for _, ns := range namespaces {
 		typed := informers.NewSharedInformerFactoryWithOptions(clients.Kube, 0,
-			informers.WithNamespace(ns), informers.WithTransform(transform(o.ReplicaSetLabels)))
-		// Pods: without the factory's namespace index, which nothing reads (podIndexers).
+			informers.WithNamespace(ns), informers.WithTransform(transform(share, o.ReplicaSetLabels)))
+		// Pods: the namespace index only (a pod is never found by the reload-list or template indexes).
 		pods := typed.InformerFor(&corev1.Pod{}, func(c kubernetes.Interface, resync time.Duration) cache.SharedIndexInformer {
-			return coreinformers.NewFilteredPodInformer(c, ns, resync, cache.Indexers{}, nil)
+			return coreinformers.NewFilteredPodInformer(c, ns, resync, cache.Indexers{cache.NamespaceIndex: cache.MetaNamespaceIndexFunc}, nil)
 		})
-		if err := pods.AddIndexers(podIndexers()); err != nil {
-			return nil, err
-		}
 		users[Pod] = append(users[Pod], pods)
 		for kind, inf := range map[Kind]cache.SharedIndexInformer{
 			ReplicaSet:         typed.Apps().V1().ReplicaSets().Informer(),
@@ -95,7 +101,7 @@ func New(clients *kube.Clients, o Options) (*Caches, error) {
 		if o.Rollouts {
 			dyn := dynamicinformer.NewFilteredDynamicSharedInformerFactory(clients.Dynamic, 0, ns, nil)
 			inf := dyn.ForResource(workload.RolloutGVR).Informer()
-			if err := inf.SetTransform(transform(o.ReplicaSetLabels)); err != nil {
+			if err := inf.SetTransform(transform(share, o.ReplicaSetLabels)); err != nil {
 				return nil, err
 			}
 			if err := inf.AddIndexers(UserIndexers()); err != nil {
@@ -109,10 +115,10 @@ func New(clients *kube.Clients, o Options) (*Caches, error) {
 		// cached; filtered by the opt-in label unless the config trigger needs them all.
 		var err error
 		if o.AllConfigs {
-			err = c.metadataInformers(clients, ns, "", o.ConfigKinds, trimAll, allConfigIndexers, configs)
+			err = c.metadataInformers(clients, ns, "", o.ConfigKinds, trimAll(share), allConfigIndexers, configs)
 		} else {
-			err = c.metadataInformers(clients, ns, optedIn, o.ConfigKinds, trimConfig,
-				func(refs.Kind) cache.Indexers { return ConfigIndexers() }, configs)
+			err = c.metadataInformers(clients, ns, optedIn, o.ConfigKinds, trimConfig(share),
+				func(refs.Kind) cache.Indexers { return cache.Indexers{} }, configs)
 		}
 		if err != nil {
 			return nil, err
@@ -141,13 +147,9 @@ func (c *Caches) widen() {
 	}
 }
 
-// allConfigIndexers are the indexes of the widened config informers: those of the opted-in ones,
-// and the snapshots' (ByPin, ByCopied), since the pinning snapshots are a view of them too.
-func allConfigIndexers(kind refs.Kind) cache.Indexers {
-	ix := ConfigIndexers()
-	maps.Copy(ix, snapshotIndexers(kind))
-	return ix
-}
+// allConfigIndexers are the indexes of the widened config informers besides the namespace index:
+// the snapshots' (ByPin, ByCopied), since the pinning snapshots are a view of them.
+func allConfigIndexers(kind refs.Kind) cache.Indexers { return snapshotIndexers(kind) }
 
 // Start starts every informer; they stop when stop closes.
 func (c *Caches) Start(stop <-chan struct{}) {
@@ -161,55 +163,69 @@ func (c *Caches) WaitForSync(stop <-chan struct{}) bool {
 	return cache.WaitForCacheSync(stop, c.synced...)
 }
 
-// trimConfig drops what we never read of a config object's metadata: managedFields and the
-// last-applied annotation can be larger than everything else together (client-side apply copies a
-// ConfigMap's whole data into it).
-func trimConfig(obj any) (any, error) {
-	if m, ok := obj.(*metav1.PartialObjectMetadata); ok {
-		m.ManagedFields = nil
-		m.Annotations = nil
+// trimConfig is the transform of the opted-in config informers: it drops what we never read of a
+// config object's metadata (managedFields and the last-applied annotation can be larger than
+// everything else together: client-side apply copies a ConfigMap's whole data into it; the labels of
+// tools and users), and shares what the objects repeat (sharing.configMeta).
+func trimConfig(s *sharing) cache.TransformFunc {
+	return func(obj any) (any, error) {
+		if m, ok := obj.(*metav1.PartialObjectMetadata); ok {
+			m.ManagedFields = nil
+			m.Annotations = nil
+			m.Labels = ourLabels(m.Labels)
+			s.configMeta(m)
+		}
+		return obj, nil
 	}
-	return obj, nil
+}
+
+// ourLabels are the labels of ours among labels (nil if none): the only ones anything reads of a
+// config object.
+func ourLabels(labels map[string]string) map[string]string {
+	var out map[string]string
+	for k, v := range labels {
+		if strings.HasPrefix(k, api.Prefix) {
+			if out == nil {
+				out = map[string]string{}
+			}
+			out[k] = v
+		}
+	}
+	return out
 }
 
 // trimAll is the transform of the widened config informers, which hold every ConfigMap and Secret of
 // the cluster: of the labels only ours, of the annotations only what a reader needs (Reloader's match
 // and ignore, a snapshot's original name, a record's content). Everything else a tool or a user put
 // there (Helm's and Argo CD's tracking, the last-applied copy of the data) goes.
-func trimAll(obj any) (any, error) {
-	m, ok := obj.(*metav1.PartialObjectMetadata)
-	if !ok {
-		return obj, nil
-	}
-	m.ManagedFields = nil
-	var labels map[string]string
-	for k, v := range m.Labels {
-		if strings.HasPrefix(k, api.Prefix) {
-			if labels == nil {
-				labels = map[string]string{}
-			}
-			labels[k] = v
+func trimAll(s *sharing) cache.TransformFunc {
+	return func(obj any) (any, error) {
+		m, ok := obj.(*metav1.PartialObjectMetadata)
+		if !ok {
+			return obj, nil
 		}
-	}
-	m.Labels = labels
-	keep := []string{api.ReloaderMatch, api.ReloaderIgnore}
-	switch {
-	case labels[api.SnapshotLabel] == api.SnapshotValue:
-		keep = append(keep, api.OriginalNameAnnotation)
-	case labels[api.RecordLabel] == api.RecordValue:
-		keep = append(keep, api.RecordAnnotation)
-	}
-	var annotations map[string]string
-	for _, k := range keep {
-		if v, ok := m.Annotations[k]; ok {
-			if annotations == nil {
-				annotations = map[string]string{}
-			}
-			annotations[k] = v
+		m.ManagedFields = nil
+		labels := ourLabels(m.Labels)
+		keep := []string{api.ReloaderMatch, api.ReloaderIgnore}
+		switch {
+		case labels[api.SnapshotLabel] == api.SnapshotValue:
+			keep = append(keep, api.OriginalNameAnnotation)
+		case labels[api.RecordLabel] == api.RecordValue:
+			keep = append(keep, api.RecordAnnotation)
 		}
+		var annotations map[string]string
+		for _, k := range keep {
+			if v, ok := m.Annotations[k]; ok {
+				if annotations == nil {
+					annotations = map[string]string{}
+				}
+				annotations[k] = v
+			}
+		}
+		m.Labels, m.Annotations = labels, annotations
+		s.configMeta(m)
+		return m, nil
 	}
-	m.Annotations = annotations
-	return m, nil
 }
 
 // metadataInformers adds to into, for each kind, a metadata-only informer of namespace ns filtered by

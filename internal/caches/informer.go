@@ -11,45 +11,28 @@ import (
 
 	"github.com/configmap-attacher/configmap-attacher/internal/api"
 	"github.com/configmap-attacher/configmap-attacher/internal/refs"
+	"github.com/configmap-attacher/configmap-attacher/internal/revision"
 )
 
-// Index names. On User informers: which users reference a config object (ByConfig), which a
-// workload controls (ByOwner), which Rollouts take their template from a Deployment (ByTemplateRef,
-// "namespace/deployment"), and which workloads name objects of a kind in a Reloader reload list
-// (ByReloadList, "namespace/Kind"). On config informers: which config objects a revision owns (ByOwner).
+// Index names, besides the namespace index every informer has: on User informers, which Rollouts
+// take their template from a Deployment (ByTemplateRef, "namespace/deployment") and which workloads
+// name objects of a kind in a Reloader reload list (ByReloadList, "namespace/Kind"), both kept by few
+// objects.
+//
+// There is no index by config object, owner or uid: an index keeps a set for every value, ~270 bytes,
+// and nearly every value is one object's (each revision reads its own ConfigMap; most revisions own
+// one or two). With 150,000 Pods those sets weighed more than the objects. Who uses a config object,
+// what a revision owns, are found by looking through the objects of one namespace (InNamespace), as
+// kube-controller-manager's ReplicaSet controller lists a namespace's pods for each ReplicaSet.
 const (
-	ByConfig      = "byConfig"
-	ByOwner       = "byOwner"
-	ByUID         = "byUID"
 	ByTemplateRef = "byTemplateRef"
 	ByReloadList  = "byReloadList"
 )
 
-// ConfigIndexers are the indexes every config informer has.
-func ConfigIndexers() cache.Indexers { return cache.Indexers{ByOwner: indexConfigByOwner} }
-
-// indexConfigByOwner lists every owner of a config object, not only a controller.
-func indexConfigByOwner(obj any) ([]string, error) {
-	m, ok := obj.(*metav1.PartialObjectMetadata)
-	if !ok {
-		return nil, nil
-	}
-	out := make([]string, len(m.OwnerReferences))
-	for i, o := range m.OwnerReferences {
-		out[i] = string(o.UID)
-	}
-	return out, nil
-}
-
-// ConfigKey is the ByConfig index value of a config object.
-func ConfigKey(namespace string, r refs.Ref) string {
-	return fmt.Sprintf("%s/%s/%s", namespace, r.Kind, r.Name)
-}
-
-// UserIndexers are the indexes every User informer has.
+// UserIndexers are the indexes every User informer has besides the namespace index. Each keeps an
+// entry only for the few objects that have a value.
 func UserIndexers() cache.Indexers {
-	return cache.Indexers{ByConfig: indexByConfig, ByOwner: indexByOwner, ByUID: indexByUID,
-		ByTemplateRef: indexByTemplateRef, ByReloadList: indexByReloadList}
+	return cache.Indexers{ByTemplateRef: indexByTemplateRef, ByReloadList: indexByReloadList}
 }
 
 func indexByTemplateRef(obj any) ([]string, error) {
@@ -77,34 +60,17 @@ func indexByReloadList(obj any) ([]string, error) {
 	return out, nil
 }
 
-func indexByConfig(obj any) ([]string, error) {
-	u, ok := obj.(*User)
-	if !ok {
-		return nil, nil
-	}
-	keys := make([]string, len(u.Refs))
-	for i, r := range u.Refs {
-		keys[i] = ConfigKey(u.Namespace, r)
-	}
-	return keys, nil
+// Using matches the Users whose pods or pod template reference r.
+func Using(r refs.Ref) func(*User) bool { return func(u *User) bool { return u.Uses(r) } }
+
+// ControlledBy matches the Users whose controller has uid.
+func ControlledBy(uid types.UID) func(*User) bool {
+	return func(u *User) bool { return u.Owner != nil && u.Owner.UID == uid }
 }
 
-func indexByUID(obj any) ([]string, error) {
-	if u, ok := obj.(*User); ok {
-		return []string{string(u.UID)}, nil
-	}
-	return nil, nil
-}
-
-func indexByOwner(obj any) ([]string, error) {
-	u, ok := obj.(*User)
-	if !ok {
-		return nil, nil
-	}
-	if owner := metav1.GetControllerOfNoCopy(u); owner != nil {
-		return []string{string(owner.UID)}, nil
-	}
-	return nil, nil
+// OwnedBy matches the config objects among whose owners is uid.
+func OwnedBy(uid types.UID) func(*metav1.PartialObjectMetadata) bool {
+	return func(m *metav1.PartialObjectMetadata) bool { return revision.OwnedBy(&m.ObjectMeta, uid) }
 }
 
 // Informer is one resource's cache over one or more namespaces (a single informer when watching all
@@ -177,6 +143,26 @@ func (i *Informer[T]) ByIndex(index, value string) ([]T, error) {
 		}
 		for _, o := range objs {
 			if t, ok := i.shows(o); ok {
+				out = append(out, t)
+			}
+		}
+	}
+	return out, errors.Join(errs...)
+}
+
+// InNamespace returns the cached objects of namespace that match (the namespace index, then match on
+// each). See the index names for why there is no index to ask instead.
+func (i *Informer[T]) InNamespace(namespace string, match func(T) bool) ([]T, error) {
+	var out []T
+	var errs []error
+	for _, inf := range i.informers {
+		objs, err := inf.GetIndexer().ByIndex(cache.NamespaceIndex, namespace)
+		if err != nil {
+			errs = append(errs, err)
+			continue
+		}
+		for _, o := range objs {
+			if t, ok := i.shows(o); ok && match(t) {
 				out = append(out, t)
 			}
 		}
@@ -282,9 +268,13 @@ func UserOf(obj any) (*User, bool) {
 
 // NewUserInformerForTest is a User informer that is never started: tests add objects to it directly.
 func NewUserInformerForTest(users ...*User) *Informer[*User] {
-	indexers := UserIndexers()
-	indexers[cache.NamespaceIndex] = cache.MetaNamespaceIndexFunc // as the informer factories add it
-	return newUserInformerForTest(indexers, users...)
+	return newUserInformerForTest(withNamespaceIndex(UserIndexers()), users...)
+}
+
+// withNamespaceIndex adds the namespace index, as the informer factories do.
+func withNamespaceIndex(ix cache.Indexers) cache.Indexers {
+	ix[cache.NamespaceIndex] = cache.MetaNamespaceIndexFunc
+	return ix
 }
 
 func newUserInformerForTest(indexers cache.Indexers, users ...*User) *Informer[*User] {
@@ -297,7 +287,7 @@ func newUserInformerForTest(indexers cache.Indexers, users ...*User) *Informer[*
 
 // NewConfigInformerForTest is a config informer that is never started: tests add objects to it directly.
 func NewConfigInformerForTest(objs ...*metav1.PartialObjectMetadata) *Informer[*metav1.PartialObjectMetadata] {
-	inf := cache.NewSharedIndexInformer(nil, &metav1.PartialObjectMetadata{}, 0, ConfigIndexers())
+	inf := cache.NewSharedIndexInformer(nil, &metav1.PartialObjectMetadata{}, 0, withNamespaceIndex(cache.Indexers{}))
 	for _, o := range objs {
 		_ = inf.GetIndexer().Add(o)
 	}
@@ -315,20 +305,19 @@ func NewForTest(users []*User, configs []*metav1.PartialObjectMetadata) *Caches 
 		byKind[u.Kind()] = append(byKind[u.Kind()], u)
 	}
 	for _, k := range UserKinds() {
-		indexers := UserIndexers()
-		indexers[cache.NamespaceIndex] = cache.MetaNamespaceIndexFunc // as the informer factories add it
+		indexers := withNamespaceIndex(UserIndexers())
 		if k == Pod {
-			indexers = podIndexers()
+			indexers = withNamespaceIndex(cache.Indexers{}) // as New builds the Pod informer
 		}
 		cs.Users[k] = newUserInformerForTest(indexers, byKind[k]...)
 	}
+	trim := trimAll(newSharing(nil))
 	for _, k := range refs.Kinds() {
-		ix := allConfigIndexers(k)
-		ix[cache.NamespaceIndex] = cache.MetaNamespaceIndexFunc // as the informer factories add it
+		ix := withNamespaceIndex(allConfigIndexers(k))
 		inf := cache.NewSharedIndexInformer(nil, &metav1.PartialObjectMetadata{}, 0, ix)
 		for _, m := range configs {
 			if m.Kind == string(k) {
-				trimmed, _ := trimAll(m.DeepCopy())
+				trimmed, _ := trim(m.DeepCopy())
 				_ = inf.GetIndexer().Add(trimmed)
 			}
 		}
@@ -339,9 +328,9 @@ func NewForTest(users []*User, configs []*metav1.PartialObjectMetadata) *Caches 
 }
 
 // UsersOf returns every cached object, of any kind, whose pods or pod template reference r, and the
-// cached objects with the given uids (the revisions a pinning snapshot belongs to, which need it while
-// they exist, pods or not).
-func (c *Caches) UsersOf(namespace string, r refs.Ref, owners ...types.UID) ([]*User, error) {
+// cached objects the given owner references name (the revisions a pinning snapshot belongs to, which
+// need it while they exist, pods or not).
+func (c *Caches) UsersOf(namespace string, r refs.Ref, owners ...metav1.OwnerReference) ([]*User, error) {
 	var out []*User
 	var errs []error
 	for _, kind := range UserKinds() {
@@ -349,20 +338,23 @@ func (c *Caches) UsersOf(namespace string, r refs.Ref, owners ...types.UID) ([]*
 		if !ok {
 			continue
 		}
-		us, err := inf.ByIndex(ByConfig, ConfigKey(namespace, r))
+		us, err := inf.InNamespace(namespace, Using(r))
 		if err != nil {
 			errs = append(errs, err)
 		}
 		out = append(out, us...)
-		for _, uid := range owners {
-			if kind == Pod {
-				break // never a snapshot's revision (podIndexers)
-			}
-			us, err := inf.ByIndex(ByUID, string(uid))
-			if err != nil {
-				errs = append(errs, err)
-			}
-			out = append(out, us...)
+	}
+	for _, o := range owners {
+		inf, ok := c.Users[Kind(o.Kind)]
+		if !ok {
+			continue
+		}
+		u, exists, err := inf.Get(namespace, o.Name)
+		if err != nil {
+			errs = append(errs, err)
+		}
+		if exists && u.UID == o.UID {
+			out = append(out, u)
 		}
 	}
 	return out, errors.Join(errs...)
@@ -380,11 +372,4 @@ func (c *Caches) CountConfigs(match func(*metav1.PartialObjectMetadata) bool) in
 		}
 	}
 	return n
-}
-
-// podIndexers are the indexes of the Pod informer, the largest cache: only ByConfig, which protection
-// reads. No ByUID (a pod is never a snapshot's revision), no ByOwner (a pod with a controller is
-// never attached, so nothing looks pods up by it) and no namespace index.
-func podIndexers() cache.Indexers {
-	return cache.Indexers{ByConfig: indexByConfig}
 }

@@ -77,7 +77,7 @@ func TestTrimAll(t *testing.T) {
 	m.Annotations = map[string]string{api.ReloaderMatch: "true", "meta.helm.sh/release-name": "r",
 		"kubectl.kubernetes.io/last-applied-configuration": "{...}", api.OriginalNameAnnotation: "y"}
 	m.ManagedFields = []metav1.ManagedFieldsEntry{{Manager: "helm"}}
-	out, _ := trimAll(m)
+	out, _ := trimAll(newSharing(nil))(m)
 	got := out.(*metav1.PartialObjectMetadata)
 	if len(got.Labels) != 1 || got.Labels[api.PinLabel] != api.PinValue {
 		t.Errorf("labels %v, want only ours", got.Labels)
@@ -90,7 +90,7 @@ func TestTrimAll(t *testing.T) {
 	}
 	s := cm("x-0123456789", map[string]string{api.SnapshotLabel: api.SnapshotValue})
 	s.Annotations = map[string]string{api.OriginalNameAnnotation: "x"}
-	out, _ = trimAll(s)
+	out, _ = trimAll(newSharing(nil))(s)
 	if out.(*metav1.PartialObjectMetadata).Annotations[api.OriginalNameAnnotation] != "x" {
 		t.Error("a snapshot lost its original name: the pinning view indexes by it")
 	}
@@ -118,11 +118,9 @@ func TestCountConfigsCountsEveryKind(t *testing.T) {
 func TestWidenedConfigInformersCarryTheSnapshotIndexes(t *testing.T) {
 	for _, kind := range refs.Kinds() {
 		all := allConfigIndexers(kind)
-		for _, want := range []cache.Indexers{ConfigIndexers(), snapshotIndexers(kind)} {
-			for name := range want {
-				if _, ok := all[name]; !ok {
-					t.Errorf("%s: the widened informer lacks index %s", kind, name)
-				}
+		for _, name := range []string{ByPin, ByCopied} {
+			if _, ok := all[name]; !ok {
+				t.Errorf("%s: the widened informer lacks index %s", kind, name)
 			}
 		}
 	}

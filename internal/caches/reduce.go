@@ -20,19 +20,20 @@ import (
 // Reduce turns an object of a kind that uses config (typed, or an unstructured Rollout) into the User
 // the caches keep of it, labels included. The live double-check of the protection controller reduces
 // what it lists the same way, so cache and API server are judged alike.
-func Reduce(obj any) (*User, error) { return reduceObject(obj, true) }
+func Reduce(obj any) (*User, error) { return reduceObject(nil, obj, true) }
 
-// reduceObject is Reduce; keepLabels says whether workloads and revisions keep their labels.
-func reduceObject(obj any, keepLabels bool) (*User, error) {
+// reduceObject is Reduce; keepLabels says whether ReplicaSets keep their labels, s shares what an
+// object has in common with its controller (nil: nothing).
+func reduceObject(s *sharing, obj any, keepLabels bool) (*User, error) {
 	switch o := obj.(type) {
 	case *User:
 		return o, nil // transforms may see an object twice
 	case *corev1.Pod:
-		u := reduce("v1", Pod, &o.ObjectMeta, refs.FromPodSpec(&o.Spec), keepLabels)
+		u := reduce(s, "v1", Pod, &o.ObjectMeta, refs.FromPodSpec(&o.Spec), keepLabels)
 		u.Finished = o.Status.Phase == corev1.PodSucceeded || o.Status.Phase == corev1.PodFailed
 		return u, nil
 	case *appsv1.ReplicaSet:
-		u := reduce("apps/v1", ReplicaSet, &o.ObjectMeta, refs.FromPodSpec(&o.Spec.Template.Spec), keepLabels)
+		u := reduce(s, "apps/v1", ReplicaSet, &o.ObjectMeta, refs.FromPodSpec(&o.Spec.Template.Spec), keepLabels)
 		u.Number = revision.Number(o.Annotations)
 		return u, nil
 	case *appsv1.ControllerRevision:
@@ -40,19 +41,19 @@ func reduceObject(obj any, keepLabels bool) (*User, error) {
 		if err != nil {
 			return nil, err
 		}
-		u := reduce("apps/v1", ControllerRevision, &o.ObjectMeta, refs.FromPodSpec(spec), keepLabels)
+		u := reduce(s, "apps/v1", ControllerRevision, &o.ObjectMeta, refs.FromPodSpec(spec), keepLabels)
 		u.Number = o.Revision
 		return u, nil
 	case *batchv1.Job:
-		return reduce("batch/v1", Job, &o.ObjectMeta, refs.FromPodSpec(&o.Spec.Template.Spec), keepLabels), nil
+		return reduce(s, "batch/v1", Job, &o.ObjectMeta, refs.FromPodSpec(&o.Spec.Template.Spec), keepLabels), nil
 	case *batchv1.CronJob:
-		return reduce("batch/v1", CronJob, &o.ObjectMeta, refs.FromPodSpec(&o.Spec.JobTemplate.Spec.Template.Spec), keepLabels), nil
+		return reduce(s, "batch/v1", CronJob, &o.ObjectMeta, refs.FromPodSpec(&o.Spec.JobTemplate.Spec.Template.Spec), keepLabels), nil
 	case *appsv1.Deployment:
-		return reduceWorkload("apps/v1", Deployment, &o.ObjectMeta, &o.Spec.Template, o.Status.ObservedGeneration, keepLabels), nil
+		return reduceWorkload(s, "apps/v1", Deployment, &o.ObjectMeta, &o.Spec.Template, o.Status.ObservedGeneration, keepLabels), nil
 	case *appsv1.StatefulSet:
-		return reduceWorkload("apps/v1", StatefulSet, &o.ObjectMeta, &o.Spec.Template, o.Status.ObservedGeneration, keepLabels), nil
+		return reduceWorkload(s, "apps/v1", StatefulSet, &o.ObjectMeta, &o.Spec.Template, o.Status.ObservedGeneration, keepLabels), nil
 	case *appsv1.DaemonSet:
-		return reduceWorkload("apps/v1", DaemonSet, &o.ObjectMeta, &o.Spec.Template, o.Status.ObservedGeneration, keepLabels), nil
+		return reduceWorkload(s, "apps/v1", DaemonSet, &o.ObjectMeta, &o.Spec.Template, o.Status.ObservedGeneration, keepLabels), nil
 	case *unstructured.Unstructured:
 		ro, err := workload.RolloutFromUnstructured(o)
 		if err != nil {
@@ -65,30 +66,30 @@ func reduceObject(obj any, keepLabels bool) (*User, error) {
 			observed = ro.Generation
 		}
 		if ro.Spec.Template == nil { // a Rollout with workloadRef has none: its Deployment is watched
-			u := reduceWorkload(o.GetAPIVersion(), Rollout, &ro.ObjectMeta, &corev1.PodTemplateSpec{}, observed, keepLabels)
+			u := reduceWorkload(s, o.GetAPIVersion(), Rollout, &ro.ObjectMeta, &corev1.PodTemplateSpec{}, observed, keepLabels)
 			if ref := ro.Spec.WorkloadRef; ref != nil && ref.Kind == "Deployment" {
 				u.Status.TemplateRef = ref.Name
 				u.Status.TemplateRefObserved, _ = strconv.ParseInt(ro.Status.WorkloadObservedGeneration, 10, 64)
 			}
 			return u, nil
 		}
-		return reduceWorkload(o.GetAPIVersion(), Rollout, &ro.ObjectMeta, ro.Spec.Template, observed, keepLabels), nil
+		return reduceWorkload(s, o.GetAPIVersion(), Rollout, &ro.ObjectMeta, ro.Spec.Template, observed, keepLabels), nil
 	}
 	return nil, fmt.Errorf("%T is not a kind that uses config", obj)
 }
 
 // reduceWorkload reduces a Deployment, StatefulSet, DaemonSet or Rollout: its pod template's references
 // and Reloader annotations, and whether its controller observed generation observed.
-func reduceWorkload(apiVersion string, kind Kind, meta *metav1.ObjectMeta, t *corev1.PodTemplateSpec, observed int64, keepLabels bool) *User {
-	u := reduce(apiVersion, kind, meta, refs.FromPodSpec(&t.Spec), keepLabels)
+func reduceWorkload(s *sharing, apiVersion string, kind Kind, meta *metav1.ObjectMeta, t *corev1.PodTemplateSpec, observed int64, keepLabels bool) *User {
+	u := reduce(s, apiVersion, kind, meta, refs.FromPodSpec(&t.Spec), keepLabels)
 	u.TemplateAnnotations = reloaderAnnotations(t.Annotations)
 	u.Status = &WorkloadStatus{Observed: observed >= meta.Generation}
 	return u
 }
 
 // transform is the informers' transform: everything they store is a User. keepLabels: see reduce.
-func transform(keepLabels bool) cache.TransformFunc {
-	return func(obj any) (any, error) { return reduceObject(obj, keepLabels) }
+func transform(s *sharing, keepLabels bool) cache.TransformFunc {
+	return func(obj any) (any, error) { return reduceObject(s, obj, keepLabels) }
 }
 
 // controllerRevisionSpec decodes the pod spec a StatefulSet's or DaemonSet's ControllerRevision keeps.

@@ -1,6 +1,7 @@
 package caches
 
 import (
+	"slices"
 	"testing"
 	"unsafe"
 
@@ -12,44 +13,63 @@ import (
 	"github.com/configmap-attacher/configmap-attacher/internal/refs"
 )
 
-func TestReducedPodsShareTheirRevisionsStrings(t *testing.T) {
-	a, b := benchPod(0), benchPod(10) // same namespace, owner and config; separate copies of each string
-	ua, err := transform(false)(a)
+func TestAPodSharesNamespaceOwnerAndReferencesWithItsCachedReplicaSet(t *testing.T) {
+	ru, err := Reduce(benchReplicaSet(0))
 	if err != nil {
 		t.Fatal(err)
 	}
-	ub, err := transform(false)(b)
-	if err != nil {
-		t.Fatal(err)
+	cached := map[string]*User{ru.Namespace + "/" + ru.Name: ru}
+	s := newSharing(func(kind Kind, ns, name string) *User {
+		if kind != ReplicaSet {
+			t.Errorf("looked up the pod's controller as a %s", kind)
+		}
+		return cached[ns+"/"+name]
+	})
+	wantRefs := []refs.Ref{{Kind: refs.ConfigMap, Name: "settings"}, {Kind: refs.ConfigMap, Name: "web-0-config-v0"}, {Kind: refs.Secret, Name: "web-0-secret"}}
+	reduced := func(p *corev1.Pod) *User {
+		t.Helper()
+		u, err := reduceObject(s, p, false)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return u
 	}
-	pa, pb := ua.(*User), ub.(*User)
-	want := []refs.Ref{{Kind: refs.ConfigMap, Name: "settings"}, {Kind: refs.ConfigMap, Name: "web-config-v3"}, {Kind: refs.Secret, Name: "web-secret"}}
-	for _, u := range []*User{pa, pb} {
-		if u.Namespace != "tenant-0000" || len(u.OwnerReferences) != 1 || u.OwnerReferences[0].Name != "web-0-7d9f8b6c4d" ||
-			u.OwnerReferences[0].Kind != "ReplicaSet" || u.OwnerReferences[0].APIVersion != "apps/v1" ||
-			u.OwnerReferences[0].UID != "5c3b2a19-0b7a-4c39-9e2d-000000000000" || u.Labels != nil {
-			t.Fatalf("reduced pod %s: namespace %q, owners %+v, labels %v", u.Name, u.Namespace, u.OwnerReferences, u.Labels)
+	a, b := reduced(benchPod(0)), reduced(benchPod(1)) // two pods of ReplicaSet 0: separate copies of every string
+	for _, u := range []*User{a, b} {
+		if u.Namespace != "tenant-0000" || u.Owner == nil || u.Owner.Name != "web-0-00000000" || u.Owner.Kind != "ReplicaSet" ||
+			u.Owner.APIVersion != "apps/v1" || u.Owner.UID != benchUID("ReplicaSet", 0) || u.Owner.Controller == nil || !*u.Owner.Controller || u.Labels != nil {
+			t.Fatalf("reduced pod %s: namespace %q, owner %+v, labels %v", u.Name, u.Namespace, u.Owner, u.Labels)
 		}
-		if len(u.Refs) != len(want) {
-			t.Fatalf("refs %v, want %v", u.Refs, want)
+		if !slices.Equal(u.Refs, wantRefs) {
+			t.Fatalf("refs %v, want %v", u.Refs, wantRefs)
 		}
-		for i := range want {
-			if u.Refs[i] != want[i] {
-				t.Fatalf("refs %v, want %v", u.Refs, want)
-			}
+		if u.ResourceVersion != "" || u.Generation != 0 || !u.CreationTimestamp.IsZero() {
+			t.Errorf("a pod keeps resourceVersion %q, generation %d, creation %v: nothing reads them", u.ResourceVersion, u.Generation, u.CreationTimestamp)
 		}
-	}
-	same := func(what, x, y string) {
-		if unsafe.StringData(x) != unsafe.StringData(y) {
-			t.Errorf("%s: each pod keeps its own copy", what)
+		if unsafe.StringData(u.Namespace) != unsafe.StringData(ru.Namespace) || u.Owner != ru.self || unsafe.SliceData(u.Refs) != unsafe.SliceData(ru.Refs) {
+			t.Errorf("pod %s keeps copies of its own of what its ReplicaSet holds", u.Name)
 		}
 	}
-	same("namespace", pa.Namespace, pb.Namespace)
-	same("owner name", pa.OwnerReferences[0].Name, pb.OwnerReferences[0].Name)
-	same("owner uid", string(pa.OwnerReferences[0].UID), string(pb.OwnerReferences[0].UID))
-	same("config name", pa.Refs[1].Name, pb.Refs[1].Name)
-	if pa.Name == pb.Name || pa.UID == pb.UID {
-		t.Errorf("two pods reduced to one identity: %s %s", pa.Name, pa.UID)
+	if a.Name == b.Name || a.UID == b.UID {
+		t.Errorf("two pods reduced to one identity: %s %s", a.Name, a.UID)
+	}
+
+	pinned := benchPod(2) // the webhook renamed its ConfigMap: it reads the snapshot
+	pinned.Spec.Volumes[0].Projected.Sources[0].ConfigMap.Name = "web-0-config-v0-5d8f9c"
+	if u := reduced(pinned); u.Owner != ru.self || unsafe.SliceData(u.Refs) == unsafe.SliceData(ru.Refs) || !slices.Contains(u.Refs, refs.Ref{Kind: refs.ConfigMap, Name: "web-0-config-v0-5d8f9c"}) {
+		t.Errorf("pinned pod: owner %p (ReplicaSet's %p), refs %v: want the shared owner and references of its own", u.Owner, ru.self, u.Refs)
+	}
+
+	orphan := benchPod(4) // ReplicaSet 1, not cached (yet)
+	u := reduced(orphan)
+	if u.Owner == nil || u.Owner.Name != orphan.OwnerReferences[0].Name || u.Owner.UID != orphan.OwnerReferences[0].UID || u.Owner == ru.self {
+		t.Errorf("pod of a ReplicaSet not cached: owner %+v, want its own copy of %+v", u.Owner, orphan.OwnerReferences[0])
+	}
+
+	replaced := benchPod(3) // a ReplicaSet of the same name, deleted and made again: another uid
+	replaced.OwnerReferences[0].UID = "another-uid"
+	if u := reduced(replaced); u.Owner == ru.self || u.Owner.UID != "another-uid" {
+		t.Errorf("pod of another ReplicaSet of the same name: owner %+v, want its own", u.Owner)
 	}
 }
 
@@ -68,7 +88,7 @@ func TestReduceKeepsOnlyTheLabelsRead(t *testing.T) {
 		{"Pod", &corev1.Pod{ObjectMeta: meta}, true, false},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			u, err := reduceObject(tc.obj, tc.keepLabels)
+			u, err := reduceObject(nil, tc.obj, tc.keepLabels)
 			if err != nil {
 				t.Fatal(err)
 			}

@@ -8,7 +8,6 @@ package caches
 import (
 	"fmt"
 	"maps"
-	"strings"
 	"unique"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -40,20 +39,37 @@ func UserKinds() []Kind {
 	return []Kind{Pod, ReplicaSet, ControllerRevision, Job, CronJob, Deployment, StatefulSet, DaemonSet, Rollout}
 }
 
-// User is a cached object that uses config, reduced to what the controllers read.
+// User is a cached object that uses config, reduced to what the controllers read. The caches hold
+// one per Pod, workload and revision of the cluster, so it keeps no metav1.ObjectMeta (most of whose
+// fields nothing reads), and what it has in common with its controller (namespace, the controller's
+// reference, config references) points into the controller's User (share.go). Nothing may modify a
+// cached User or what it points to.
 type User struct {
 	// TypeMeta is the original object's apiVersion and kind.
 	metav1.TypeMeta
-	// ObjectMeta keeps identity, owners and the deletion timestamp, a ReplicaSet's labels when they
-	// are read (reduce); of the annotations only attach-all and, on workloads, Jobs, CronJobs and bare
-	// pods, Reloader's (api.ReloaderWorkloadAnnotations).
-	metav1.ObjectMeta
+	Namespace, Name string
+	UID             types.UID
+	// ResourceVersion, Generation and CreationTimestamp are kept for workloads and revisions; a
+	// Pod's are not read, and not kept.
+	ResourceVersion   string
+	Generation        int64
+	CreationTimestamp metav1.Time
+	DeletionTimestamp *metav1.Time
+	// Owner is the controller's reference (nil when none): the only owner anything reads. Of it
+	// apiVersion, kind, name, uid and controller are kept, not blockOwnerDeletion.
+	Owner *metav1.OwnerReference
+	// Labels are a ReplicaSet's, when they are read (reduce); nil for every other kind. Of the
+	// annotations only attach-all and, on workloads, Jobs, CronJobs and bare pods, Reloader's
+	// (api.ReloaderWorkloadAnnotations).
+	Labels, Annotations map[string]string
 	// Refs are the config objects its pod spec references, distinct and sorted.
 	Refs []refs.Ref
 	// Number is the revision number of a ReplicaSet or ControllerRevision, 0 for other kinds.
 	Number int64
 	// Finished is true for a pod the kubelet is done with: it reads no config any more.
 	Finished bool
+	// ShutDown is true for a pod deleted with no grace period left: the kubelet has stopped it.
+	ShutDown bool
 	// TemplateAnnotations are Reloader's annotations on a workload's pod template, where Reloader
 	// looks when the workload's own metadata has none.
 	TemplateAnnotations map[string]string
@@ -61,9 +77,14 @@ type User struct {
 	// has caught up with their spec.
 	Status *WorkloadStatus
 
-	// shape keeps alive the one copy of the strings a Pod shares with the other pods of its revision
-	// (internPodShape); the zero Handle for other kinds.
-	shape unique.Handle[podShape]
+	// self is the reference its dependents' Users share as their Owner; nil for a Pod.
+	self *metav1.OwnerReference
+}
+
+// GetObjectMeta gives client-go's key and index functions (meta.Accessor) the identity of a User,
+// which keeps no ObjectMeta: a fresh one holding namespace, name, uid and resourceVersion only.
+func (u *User) GetObjectMeta() metav1.Object {
+	return &metav1.ObjectMeta{Namespace: u.Namespace, Name: u.Name, UID: u.UID, ResourceVersion: u.ResourceVersion}
 }
 
 // WorkloadStatus is what the config trigger reads of a workload's status.
@@ -107,18 +128,20 @@ func (u *User) Revision() *revision.Revision {
 	}
 }
 
-// DeepCopyObject makes User a runtime.Object, as informer stores require.
+// DeepCopyObject makes User a runtime.Object, as informer stores require. What the User shares with
+// others (owner, references) is shared by the copy too: it is never modified.
 func (u *User) DeepCopyObject() runtime.Object {
-	out := &User{TypeMeta: u.TypeMeta, Refs: append([]refs.Ref(nil), u.Refs...), Number: u.Number, Finished: u.Finished, shape: u.shape}
-	u.ObjectMeta.DeepCopyInto(&out.ObjectMeta)
-	if u.TemplateAnnotations != nil {
-		out.TemplateAnnotations = maps.Clone(u.TemplateAnnotations)
+	out := *u
+	if u.DeletionTimestamp != nil {
+		t := *u.DeletionTimestamp
+		out.DeletionTimestamp = &t
 	}
+	out.Labels, out.Annotations, out.TemplateAnnotations = maps.Clone(u.Labels), maps.Clone(u.Annotations), maps.Clone(u.TemplateAnnotations)
 	if u.Status != nil {
 		st := *u.Status
 		out.Status = &st
 	}
-	return out
+	return &out
 }
 
 // Live reports whether the object can still make a pod read config: a pod the kubelet has not finished
@@ -126,39 +149,39 @@ func (u *User) DeepCopyObject() runtime.Object {
 // being deleted). Like pvcprotection, a pod being deleted still counts until the kubelet is done.
 func (u *User) Live() bool {
 	if u.Kind() == Pod {
-		shutDown := u.DeletionTimestamp != nil && u.DeletionGracePeriodSeconds != nil && *u.DeletionGracePeriodSeconds == 0
-		return !u.Finished && !shutDown
+		return !u.Finished && !u.ShutDown
 	}
 	return u.DeletionTimestamp == nil
 }
 
 // reduce builds the User of an object from its metadata and pod spec references. Pods keep no labels
-// (the largest cache, and nothing reads them), and share their namespace, owners and references with
-// the other pods of their revision (internPodShape). A ReplicaSet keeps its labels with keepLabels (they
-// are read when -replicaset-selector is set); nothing reads the labels of other kinds. Of the
-// annotations only attach-all, and Reloader's where the config trigger reads them: on workloads, Jobs,
-// CronJobs and bare pods (a controller's pods and revisions inherit them from its template or
-// metadata, and nothing reads them there).
-func reduce(apiVersion string, kind Kind, meta *metav1.ObjectMeta, used refs.Set, keepLabels bool) *User {
+// (the largest cache, and nothing reads them), no resourceVersion, generation nor creation time. A
+// ReplicaSet keeps its labels with keepLabels (they are read when -replicaset-selector is set);
+// nothing reads the labels of other kinds. Of the annotations only attach-all, and Reloader's where
+// the config trigger reads them: on workloads, Jobs, CronJobs and bare pods (a controller's pods and
+// revisions inherit them from its template or metadata, and nothing reads them there). s shares what
+// an object has in common with its controller; nil shares nothing.
+func reduce(s *sharing, apiVersion string, kind Kind, meta *metav1.ObjectMeta, used refs.Set, keepLabels bool) *User {
+	controller := metav1.GetControllerOfNoCopy(meta)
 	u := &User{
-		TypeMeta: metav1.TypeMeta{APIVersion: apiVersion, Kind: string(kind)},
-		ObjectMeta: metav1.ObjectMeta{
-			Name: meta.Name, Namespace: meta.Namespace, UID: meta.UID, ResourceVersion: meta.ResourceVersion,
-			Generation: meta.Generation, CreationTimestamp: meta.CreationTimestamp,
-			DeletionTimestamp: meta.DeletionTimestamp, DeletionGracePeriodSeconds: meta.DeletionGracePeriodSeconds,
-			OwnerReferences: meta.OwnerReferences,
-		},
-		Refs: used.Sorted(),
+		TypeMeta:  metav1.TypeMeta{APIVersion: unique.Make(apiVersion).Value(), Kind: string(kind)},
+		Namespace: unique.Make(meta.Namespace).Value(), Name: meta.Name, UID: meta.UID,
+		DeletionTimestamp: meta.DeletionTimestamp,
 	}
+	s.controller(u, controller, used.Sorted())
 	if kind == Pod {
-		internPodShape(u)
-	} else if kind == ReplicaSet && keepLabels {
+		u.ShutDown = meta.DeletionTimestamp != nil && meta.DeletionGracePeriodSeconds != nil && *meta.DeletionGracePeriodSeconds == 0
+	} else {
+		u.ResourceVersion, u.Generation, u.CreationTimestamp = meta.ResourceVersion, meta.Generation, meta.CreationTimestamp
+		u.self = &metav1.OwnerReference{APIVersion: u.APIVersion, Kind: string(kind), Name: u.Name, UID: u.UID, Controller: s.trueFlag()}
+	}
+	if kind == ReplicaSet && keepLabels {
 		u.Labels = meta.Labels
 	}
 	if v, ok := meta.Annotations[api.AttachAllAnnotation]; ok {
 		u.Annotations = map[string]string{api.AttachAllAnnotation: v}
 	}
-	if kind != ReplicaSet && kind != ControllerRevision && (kind != Pod || metav1.GetControllerOfNoCopy(meta) == nil) {
+	if kind != ReplicaSet && kind != ControllerRevision && (kind != Pod || controller == nil) {
 		if r := reloaderAnnotations(meta.Annotations); r != nil {
 			if u.Annotations == nil {
 				u.Annotations = r
@@ -185,36 +208,4 @@ func reloaderAnnotations(annotations map[string]string) map[string]string {
 		}
 	}
 	return out
-}
-
-// podShape is what the pods of one revision have in common: namespace, owners and the config they
-// read, each list flattened into one string (fields separated by NUL) so that the shape is comparable.
-type podShape struct {
-	namespace, owners, refs string
-}
-
-// internPodShape points the pod's namespace, owner reference strings and reference names into one
-// shared copy of its shape (unique.Make), instead of the copies its decoding made: a revision's pods
-// keep one copy between them, for as long as one of them is cached.
-func internPodShape(u *User) {
-	var owners, used strings.Builder
-	for _, o := range u.OwnerReferences {
-		fmt.Fprintf(&owners, "%s\x00%s\x00%s\x00%s\x00", o.APIVersion, o.Kind, o.Name, o.UID)
-	}
-	for _, r := range u.Refs {
-		fmt.Fprintf(&used, "%s\x00%s\x00", r.Kind, r.Name)
-	}
-	u.shape = unique.Make(podShape{namespace: u.Namespace, owners: owners.String(), refs: used.String()})
-	shared := u.shape.Value()
-	u.Namespace = shared.namespace
-	// The list is the decoded object's, which nothing else holds: its strings are replaced in place.
-	f := strings.Split(shared.owners, "\x00") // substrings share the canonical bytes
-	for i := range u.OwnerReferences {
-		o := &u.OwnerReferences[i]
-		o.APIVersion, o.Kind, o.Name, o.UID = f[4*i], f[4*i+1], f[4*i+2], types.UID(f[4*i+3])
-	}
-	f = strings.Split(shared.refs, "\x00")
-	for i := range u.Refs {
-		u.Refs[i].Name = f[2*i+1]
-	}
 }

@@ -108,7 +108,7 @@ func (c *Controller) revisionHandler() cache.ResourceEventHandler {
 			o, okO := caches.UserOf(old)
 			n, okN := caches.UserOf(cur)
 			if okO && okN && (o.UID != n.UID || !slices.Equal(o.Refs, n.Refs) || (o.DeletionTimestamp == nil) != (n.DeletionTimestamp == nil) ||
-				!equalOwners(o.OwnerReferences, n.OwnerReferences) || !labels.Equals(o.Labels, n.Labels) ||
+				!sameController(o.Owner, n.Owner) || !labels.Equals(o.Labels, n.Labels) ||
 				o.Annotations[api.AttachAllAnnotation] != n.Annotations[api.AttachAllAnnotation]) {
 				c.enqueue(n)
 			}
@@ -116,16 +116,8 @@ func (c *Controller) revisionHandler() cache.ResourceEventHandler {
 	}
 }
 
-func equalOwners(a, b []metav1.OwnerReference) bool {
-	if len(a) != len(b) {
-		return false
-	}
-	for i := range a {
-		if a[i].UID != b[i].UID {
-			return false
-		}
-	}
-	return true
+func sameController(a, b *metav1.OwnerReference) bool {
+	return (a == nil) == (b == nil) && (a == nil || a.UID == b.UID)
 }
 
 // configHandler enqueues the revisions that use a config object whenever it appears, changes (for
@@ -137,7 +129,7 @@ func (c *Controller) configHandler(kind refs.Kind) cache.ResourceEventHandler {
 			return
 		}
 		c.pending.observe(m)
-		c.enqueueUsers(caches.ByConfig, caches.ConfigKey(m.Namespace, refs.Ref{Kind: kind, Name: m.Name}))
+		c.enqueueUsers(m.Namespace, caches.Using(refs.Ref{Kind: kind, Name: m.Name}), true)
 	}
 	return cache.ResourceEventHandlerFuncs{
 		AddFunc:    enqueue,
@@ -151,28 +143,32 @@ func (c *Controller) workloadHandler() cache.ResourceEventHandler {
 	return cache.ResourceEventHandlerFuncs{
 		AddFunc: func(obj any) {
 			if u, ok := caches.UserOf(obj); ok {
-				c.enqueueUsers(caches.ByOwner, string(u.UID))
+				c.enqueueUsers(u.Namespace, caches.ControlledBy(u.UID), false)
 			}
 		},
 		UpdateFunc: func(old, cur any) {
 			o, okO := caches.UserOf(old)
 			n, okN := caches.UserOf(cur)
 			if okO && okN && o.Annotations[api.AttachAllAnnotation] != n.Annotations[api.AttachAllAnnotation] {
-				c.enqueueUsers(caches.ByOwner, string(n.UID))
+				c.enqueueUsers(n.Namespace, caches.ControlledBy(n.UID), false)
 			}
 		},
 	}
 }
 
-// enqueueUsers enqueues the revisions, of every kind, whose index has value. Pods are not indexed by
-// owner: a pod with a controller is never attached.
-func (c *Controller) enqueueUsers(index, value string) {
+// enqueueUsers enqueues the revisions of namespace, of every kind, that match; bare pods only with
+// withPods (a pod with a controller is never attached, so no pod is a workload's revision).
+func (c *Controller) enqueueUsers(namespace string, match func(*caches.User) bool, withPods bool) {
 	for _, kind := range RevisionKinds() {
 		inf, ok := c.caches.Users[kind]
-		if !ok || (kind == caches.Pod && index == caches.ByOwner) {
+		if !ok || (kind == caches.Pod && !withPods) {
 			continue
 		}
-		users, err := inf.ByIndex(index, value)
+		m := match
+		if kind == caches.Pod {
+			m = func(u *caches.User) bool { return u.Owner == nil && match(u) }
+		}
+		users, err := inf.InNamespace(namespace, m)
 		if err != nil {
 			utilruntime.HandleError(err)
 		}

@@ -86,7 +86,7 @@ func (c *Controller) sync(ctx context.Context, key string) (reconcile.Result, er
 func (c *Controller) detachUnused(ctx context.Context, u *caches.User) error {
 	var errs []error
 	for kind, inf := range c.caches.Configs {
-		owned, err := inf.ByIndex(caches.ByOwner, string(u.UID))
+		owned, err := inf.InNamespace(u.Namespace, caches.OwnedBy(u.UID))
 		if err != nil {
 			errs = append(errs, err)
 			continue
@@ -121,7 +121,7 @@ func (c *Controller) cachedOwnedBy(o attach.Object, uid types.UID) bool {
 // -replicaset-selector, a ControllerRevision of a StatefulSet or DaemonSet, any Job or CronJob, and a
 // Pod no controller manages (a controller's pods read config through its revision).
 func (c *Controller) follows(u *caches.User) bool {
-	owner := metav1.GetControllerOfNoCopy(u)
+	owner := u.Owner
 	switch u.Kind() {
 	case caches.ReplicaSet:
 		return c.opts.ReplicaSetSelector.Matches(labels.Set(u.Labels))
@@ -147,7 +147,7 @@ func (c *Controller) attachAll(u *caches.User) bool {
 		return false
 	}
 	w := u
-	if owner := metav1.GetControllerOfNoCopy(u); owner != nil {
+	if owner := u.Owner; owner != nil {
 		inf, ok := c.caches.Users[caches.Kind(owner.Kind)]
 		if !ok {
 			return false

@@ -155,7 +155,7 @@ func (c *Controller) namespaceHandler() cache.ResourceEventHandler {
 func (c *Controller) enqueueUsers(ns string, r refs.Ref) {
 	for _, kind := range revisionKinds() {
 		if inf, ok := c.caches.Users[kind]; ok {
-			users, _ := inf.ByIndex(caches.ByConfig, caches.ConfigKey(ns, r))
+			users, _ := inf.InNamespace(ns, caches.Using(r))
 			for _, u := range users {
 				c.loop.Queue.Add(u.Key())
 			}
@@ -253,7 +253,7 @@ func isRevision(u *caches.User) bool {
 	if u.Kind() == caches.ReplicaSet {
 		return true
 	}
-	owner := metav1.GetControllerOfNoCopy(u)
+	owner := u.Owner
 	if owner == nil {
 		return false
 	}
@@ -298,7 +298,7 @@ func (c *Controller) driftOf(ns string, r refs.Ref) (string, bool) {
 		if !ok {
 			continue
 		}
-		users, _ := inf.ByIndex(caches.ByConfig, caches.ConfigKey(ns, r))
+		users, _ := inf.InNamespace(ns, caches.Using(r))
 		for _, u := range users {
 			snap, ok := c.caches.Pinning.Snapshot(ns, string(u.UID), r)
 			if !ok || u.DeletionTimestamp != nil {
@@ -355,7 +355,7 @@ func (c *Controller) unpinned(u *caches.User) []string {
 	if !u.Live() || !c.caches.Pinning.Enabled(u.Namespace) {
 		return nil
 	}
-	owner := metav1.GetControllerOfNoCopy(u)
+	owner := u.Owner
 	if owner == nil || (owner.Kind != "ReplicaSet" && owner.Kind != "StatefulSet" && owner.Kind != "DaemonSet") {
 		return nil
 	}

@@ -199,7 +199,7 @@ func queued(c *Controller) []string {
 func TestControllerPinsRevisionsOfAnObjectLabelledLate(t *testing.T) {
 	rs := replicaSet(t, "web-5d8f", "rs-new")
 	other := &caches.User{TypeMeta: metav1.TypeMeta{APIVersion: "apps/v1", Kind: "ReplicaSet"},
-		ObjectMeta: metav1.ObjectMeta{Name: "api-7c9a", Namespace: ns, UID: "rs-other"}, Refs: []refs.Ref{{Kind: refs.ConfigMap, Name: "unrelated"}}}
+		Name: "api-7c9a", Namespace: ns, UID: "rs-other", Refs: []refs.Ref{{Kind: refs.ConfigMap, Name: "unrelated"}}}
 	sec, _ := SnapshotName(appSecret())
 	pinned := []*metav1.PartialObjectMetadata{snapshot(refs.Secret, sec, "app-env", "rs-new")} // app-env is pinned already
 	f := newFixture(t, []*caches.User{rs, other}, pinned, appConfig("v1"), appSecret())

@@ -275,7 +275,7 @@ func (w *Webhook) revisionOf(ctx context.Context, pod *corev1.Pod) (*revision.Re
 func (w *Webhook) controllerRevisionUID(ctx context.Context, ns, name string, owner types.UID) (types.UID, error) {
 	if inf, ok := w.Caches.Users[caches.ControllerRevision]; ok {
 		if u, exists, err := inf.Get(ns, name); err == nil && exists {
-			if c := metav1.GetControllerOfNoCopy(u); c != nil && c.UID == owner {
+			if c := u.Owner; c != nil && c.UID == owner {
 				return u.UID, nil
 			}
 		}

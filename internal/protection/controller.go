@@ -21,7 +21,6 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/types"
 	utilruntime "k8s.io/apimachinery/pkg/util/runtime"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/cache"
@@ -157,7 +156,7 @@ func (c *Controller) heldBy(u *caches.User) []string {
 		if !ok {
 			continue
 		}
-		owned, err := inf.ByIndex(caches.ByOwner, string(u.UID))
+		owned, err := inf.InNamespace(u.Namespace, caches.OwnedBy(u.UID))
 		if err != nil {
 			utilruntime.HandleError(err)
 		}
@@ -278,18 +277,14 @@ func optOut(ctx context.Context, w *attach.Writer, f Finalizers, kind refs.Kind,
 
 // snapshotOwners are the revisions a pinning snapshot belongs to: each needs it while it exists, with
 // pods or not (a rollback recreates its pods from it).
-func snapshotOwners(m *metav1.PartialObjectMetadata) []types.UID {
+func snapshotOwners(m *metav1.PartialObjectMetadata) []metav1.OwnerReference {
 	if m.Labels[api.SnapshotLabel] != api.SnapshotValue {
 		return nil
 	}
-	out := make([]types.UID, len(m.OwnerReferences))
-	for i, o := range m.OwnerReferences {
-		out[i] = o.UID
-	}
-	return out
+	return m.OwnerReferences
 }
 
-func (c *Controller) liveCachedUsers(ns string, r refs.Ref, owners []types.UID) ([]*caches.User, error) {
+func (c *Controller) liveCachedUsers(ns string, r refs.Ref, owners []metav1.OwnerReference) ([]*caches.User, error) {
 	all, err := c.caches.UsersOf(ns, r, owners...)
 	var live []*caches.User
 	for _, u := range all {

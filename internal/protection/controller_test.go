@@ -28,10 +28,10 @@ import (
 // liveUsers stands in for the API server's answer when the cache says "unused".
 type liveUsers []*caches.User
 
-func (l liveUsers) Users(_ context.Context, ns string, r refs.Ref, owners ...types.UID) ([]*caches.User, error) {
+func (l liveUsers) Users(_ context.Context, ns string, r refs.Ref, owners ...metav1.OwnerReference) ([]*caches.User, error) {
 	var out []*caches.User
 	for _, u := range l {
-		if u.Namespace == ns && (u.Uses(r) || slices.Contains(owners, u.UID)) && u.Live() {
+		if u.Namespace == ns && (u.Uses(r) || slices.ContainsFunc(owners, func(o metav1.OwnerReference) bool { return o.UID == u.UID })) && u.Live() {
 			out = append(out, u)
 		}
 	}

@@ -10,7 +10,6 @@ import (
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
-	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/kubernetes"
 
@@ -22,7 +21,7 @@ import (
 // UserLister finds the live users of a config object: what references it, and the given owners (a
 // pinning snapshot's revisions).
 type UserLister interface {
-	Users(ctx context.Context, namespace string, r refs.Ref, owners ...types.UID) ([]*caches.User, error)
+	Users(ctx context.Context, namespace string, r refs.Ref, owners ...metav1.OwnerReference) ([]*caches.User, error)
 }
 
 // APIUsers lists users straight from the API server: the check pvcprotection makes before it lets a
@@ -37,7 +36,7 @@ type APIUsers struct {
 
 // Users lists every live object in namespace whose pods or pod template reference r, or whose uid is
 // one of owners.
-func (a APIUsers) Users(ctx context.Context, ns string, r refs.Ref, owners ...types.UID) ([]*caches.User, error) {
+func (a APIUsers) Users(ctx context.Context, ns string, r refs.Ref, owners ...metav1.OwnerReference) ([]*caches.User, error) {
 	var objs []runtime.Object
 	add := func(list runtime.Object, err error) error {
 		if err != nil {
@@ -78,7 +77,7 @@ func (a APIUsers) Users(ctx context.Context, ns string, r refs.Ref, owners ...ty
 		if err != nil {
 			return nil, err
 		}
-		if u.Live() && (u.Uses(r) || slices.Contains(owners, u.UID)) {
+		if u.Live() && (u.Uses(r) || slices.ContainsFunc(owners, func(o metav1.OwnerReference) bool { return o.UID == u.UID })) {
 			out = append(out, u)
 		}
 	}

@@ -52,8 +52,8 @@ func TestWhatASyncWaitsForBringsTheWorkloadBack(t *testing.T) {
 		}},
 		{name: "the Deployment a Rollout's workloadRef names appears", want: []string{demo}, event: func(f *fixture) {
 			ro := &caches.User{TypeMeta: metav1.TypeMeta{APIVersion: "argoproj.io/v1alpha1", Kind: "Rollout"},
-				ObjectMeta: metav1.ObjectMeta{Name: "demo", Namespace: ns, UID: "uid-demo", Annotations: auto},
-				Status:     &caches.WorkloadStatus{TemplateRef: "web"}}
+				Name: "demo", Namespace: ns, UID: "uid-demo", Annotations: auto,
+				Status: &caches.WorkloadStatus{TemplateRef: "web"}}
 			if err := f.store(caches.Rollout).Indexers()[0].Add(ro); err != nil {
 				t.Fatal(err)
 			}

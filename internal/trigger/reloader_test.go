@@ -61,7 +61,7 @@ func TestSelectFollowsAsReloaderDoes(t *testing.T) {
 		{"SecretProviderClass annotations are reported", map[string]string{api.ReloaderProviderClassAuto: "true"}, nil, refs.ConfigMap, object("a", nil), true, false, false, "Secrets Store CSI"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			u := &caches.User{TypeMeta: metav1.TypeMeta{Kind: "Rollout"}, ObjectMeta: metav1.ObjectMeta{Annotations: tc.meta}, TemplateAnnotations: tc.tmpl}
+			u := &caches.User{TypeMeta: metav1.TypeMeta{Kind: "Rollout"}, Annotations: tc.meta, TemplateAnnotations: tc.tmpl}
 			s := Select(u)
 			if got := s.Follows(tc.kind, tc.obj, tc.read); got != tc.want {
 				t.Errorf("Follows = %v, want %v", got, tc.want)
@@ -77,7 +77,7 @@ func TestSelectFollowsAsReloaderDoes(t *testing.T) {
 }
 
 func TestSelectRefusesAMalformedList(t *testing.T) {
-	u := &caches.User{ObjectMeta: metav1.ObjectMeta{Annotations: map[string]string{api.ReloaderConfigMapReload: "app-config,[broken"}}}
+	u := &caches.User{Annotations: map[string]string{api.ReloaderConfigMapReload: "app-config,[broken"}}
 	s := Select(u)
 	if len(s.Invalid) != 1 || !strings.Contains(s.Invalid[0], `"[broken"`) || !strings.Contains(s.Invalid[0], api.ReloaderConfigMapReload) {
 		t.Fatalf("Invalid = %q, want the annotation and the bad entry named", s.Invalid)
@@ -88,8 +88,8 @@ func TestSelectRefusesAMalformedList(t *testing.T) {
 }
 
 func TestNamedListsThePlainNamesNotExcluded(t *testing.T) {
-	u := &caches.User{ObjectMeta: metav1.ObjectMeta{Annotations: map[string]string{
-		api.ReloaderConfigMapReload: "a, app-.*, b", api.ReloaderConfigMapExclude: "b"}}}
+	u := &caches.User{Annotations: map[string]string{
+		api.ReloaderConfigMapReload: "a, app-.*, b", api.ReloaderConfigMapExclude: "b"}}
 	if got := Select(u).Named(refs.ConfigMap); len(got) != 1 || got[0] != "a" {
 		t.Errorf("Named = %v, want [a]: patterns cannot be missing, excluded names are not followed", got)
 	}

@@ -9,7 +9,6 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
-	"k8s.io/apimachinery/pkg/types"
 	kubefake "k8s.io/client-go/kubernetes/fake"
 	metafake "k8s.io/client-go/metadata/fake"
 	k8stesting "k8s.io/client-go/testing"
@@ -27,7 +26,7 @@ import (
 
 type noLiveUsers struct{}
 
-func (noLiveUsers) Users(context.Context, string, refs.Ref, ...types.UID) ([]*caches.User, error) {
+func (noLiveUsers) Users(context.Context, string, refs.Ref, ...metav1.OwnerReference) ([]*caches.User, error) {
 	return nil, nil
 }
 

@@ -354,7 +354,7 @@ func (c *Controller) revisions(w *caches.User) []*caches.User {
 	if !ok {
 		return nil
 	}
-	all, _ := inf.ByIndex(caches.ByOwner, string(w.UID))
+	all, _ := inf.InNamespace(w.Namespace, caches.ControlledBy(w.UID))
 	var out []*caches.User
 	for _, r := range all {
 		if r.DeletionTimestamp == nil {

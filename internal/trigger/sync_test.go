@@ -621,7 +621,7 @@ func mustUser(t *testing.T, inf *caches.Informer[*caches.User], name string) *ca
 // A Rollout with workloadRef: its template, and so our annotation, is in the Deployment it names.
 func TestTheHolderOfARolloutWithWorkloadRefIsItsDeployment(t *testing.T) {
 	ro := &caches.User{TypeMeta: metav1.TypeMeta{APIVersion: "argoproj.io/v1alpha1", Kind: "Rollout"},
-		ObjectMeta: metav1.ObjectMeta{Name: "demo", Namespace: ns}, Status: &caches.WorkloadStatus{TemplateRef: "demo-template"}}
+		Name: "demo", Namespace: ns, Status: &caches.WorkloadStatus{TemplateRef: "demo-template"}}
 	if h := holderOf(ro); h.String() != "Deployment "+ns+"/demo-template" || h.gvr.Resource != "deployments" {
 		t.Errorf("holder %s (%s), want the Deployment demo-template", h, h.gvr)
 	}

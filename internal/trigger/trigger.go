@@ -222,7 +222,7 @@ func (c *Controller) revisionHandler() cache.ResourceEventHandler {
 
 // enqueueController enqueues the workload controlling revision u.
 func (c *Controller) enqueueController(u *caches.User) {
-	if ref := metav1.GetControllerOfNoCopy(u); ref != nil {
+	if ref := u.Owner; ref != nil {
 		for _, k := range workloadKinds() {
 			if string(k) == ref.Kind {
 				c.loop.Queue.Add(caches.Key(k, u.Namespace, ref.Name))
@@ -313,7 +313,7 @@ func (c *Controller) followers(kind refs.Kind, ns, name string) []*caches.User {
 		if !ok {
 			continue
 		}
-		add(inf.ByIndex(caches.ByConfig, caches.ConfigKey(ns, refs.Ref{Kind: kind, Name: name})))
+		add(inf.InNamespace(ns, caches.Using(refs.Ref{Kind: kind, Name: name})))
 		add(inf.ByIndex(caches.ByReloadList, caches.ReloadListKey(ns, kind)))
 	}
 	return out
@@ -323,7 +323,7 @@ func (c *Controller) followers(kind refs.Kind, ns, name string) []*caches.User {
 // told we do not start its revisions.
 func (c *Controller) enqueueUnsupported(obj any) {
 	u, ok := caches.UserOf(obj)
-	if ok && optedInAnyKind(u) && (u.Kind() != caches.Pod || metav1.GetControllerOfNoCopy(u) == nil) {
+	if ok && optedInAnyKind(u) && (u.Kind() != caches.Pod || u.Owner == nil) {
 		c.enqueue(u)
 	}
 }

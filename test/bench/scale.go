@@ -489,8 +489,10 @@ func (e env) probeRevision(ctx context.Context, name string) (string, string, er
 // restartWithPending stops nothing (ours is not running between the scenarios) and prepares what a
 // controller finds after being down during deploys: n Deployments moved to a new opted-in ConfigMap
 // (n new ReplicaSets to attach) and n in-use opted-in ConfigMaps deleted (held by our finalizer, which
-// must stay while their pods use them). Then it starts ours and measures the time until every pending
-// attach is done, and counts every finalizer of ours removed meanwhile.
+// must stay while their pods use them). Once the Deployment controller has made every new ReplicaSet
+// (through kube-controller-manager's client limit of 20 requests a second that takes a while, and is
+// not ours to time), it starts ours and measures the time until every pending attach is done, and
+// counts every finalizer of ours removed meanwhile.
 func (e env) restartWithPending(ctx context.Context, g *grower, n int) error {
 	if n > g.tenants {
 		n = g.tenants
@@ -523,6 +525,11 @@ func (e env) restartWithPending(ctx context.Context, g *grower, n int) error {
 	}); err != nil {
 		return err
 	}
+	made := time.Now()
+	if err := g.waitRevisions(ctx, n, appRevisions+1); err != nil {
+		return err
+	}
+	fmt.Printf("  the %d new ReplicaSets were made in %s\n", n, time.Since(made).Round(time.Second))
 	mw.resetRemovals()
 	start := time.Now()
 	p, err := e.startOurs(ctx)
@@ -546,6 +553,32 @@ func (e env) restartWithPending(ctx context.Context, g *grower, n int) error {
 	fmt.Printf("restart: synced after %s; every pending attach (%d) done %s after start; our finalizers removed meanwhile: %d; "+
 		"in-use ConfigMaps being deleted and still held: %d of %d\n", synced.Round(time.Millisecond), n, took.Round(time.Millisecond), removed, held, n)
 	return nil
+}
+
+// waitRevisions waits until web-0 of the first n tenants has a ReplicaSet reading its config revision
+// k: the revision its Deployment was just moved to.
+func (g *grower) waitRevisions(ctx context.Context, n, k int) error {
+	app := fmt.Sprintf("web-%d", 0)
+	want := fmt.Sprintf("%s-config-v%d", app, k)
+	return framework.Eventually(ctx, 30*time.Minute, "the pending ReplicaSets", func(ctx context.Context) (bool, string, error) {
+		made := 0
+		for i := range n {
+			list, err := g.kube.AppsV1().ReplicaSets(tenantName(i)).List(ctx, metav1.ListOptions{LabelSelector: "app=" + app})
+			if err != nil {
+				return false, err.Error(), nil
+			}
+			for _, rs := range list.Items {
+				if v := rs.Spec.Template.Spec.Volumes; len(v) > 0 && v[0].Projected != nil && v[0].Projected.Sources[0].ConfigMap.Name == want {
+					made++
+					break
+				}
+			}
+		}
+		if made < n {
+			time.Sleep(2 * time.Second) // n LISTs a round: not at Eventually's pace
+		}
+		return made == n, fmt.Sprintf("%d of %d", made, n), nil
+	})
 }
 
 // metaWatch follows opted-in ConfigMaps of every namespace, metadata only: which have owners, and
