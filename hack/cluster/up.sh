@@ -179,7 +179,7 @@ start_rollouts_controller() {
     POD_NAMESPACE=$ROLLOUTS_NAMESPACE setsid bash -c 'echo $$ >"$0"; exec "$@"' "$ROLLOUTS_PID_FILE" \
       "$TOOLS_BIN/rollouts-controller" --kubeconfig "$KUBECONFIG_PATH" \
       --leader-elect=false --metricsPort "$metrics" --healthzPort "$healthz" \
-      --loglevel info --logformat text \
+      --loglevel info --logformat text ${ROLLOUTS_CONTROLLER_ARGS:-} \
       </dev/null >>"$ROLLOUTS_LOG" 2>&1 &
     disown
     local i

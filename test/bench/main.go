@@ -65,6 +65,8 @@ type env struct {
 	// controllerEnv is added to the environment of our controller (and the baseline) in the memory
 	// and scale scenarios, e.g. GOMEMLIMIT.
 	controllerEnv []string
+	// profiles: scale, a directory for our controller's heap profile at each measurement.
+	profiles string
 }
 
 func run(ctx context.Context, args []string) error {
@@ -95,6 +97,7 @@ func run(ctx context.Context, args []string) error {
 	budget := fs.Duration("scale-budget", time.Hour, "scale: no step starts that would end the run after this")
 	baselineBin := fs.String("baseline-bin", "", "memory, scale: another build of configmap-attacher (e.g. main's) to measure beside ours")
 	controllerEnv := fs.String("controller-env", "", "memory, scale: environment of our controller (and the baseline), space-separated (e.g. \"GOMEMLIMIT=200MiB\")")
+	profiles := fs.String("scale-profiles", "", "scale: keep our controller's heap profile at each measurement in this directory")
 	controllerFlags := fs.String("controller-flags", "", "extra flags for the controller, space-separated (e.g. \"-workers=16 -kube-api-qps=300\")")
 	if len(args) == 0 {
 		return fmt.Errorf("usage: bench job|controller|memory|webhook|reloader|scale [flags]")
@@ -124,6 +127,9 @@ func run(ctx context.Context, args []string) error {
 			name = "scale"
 			os.Setenv("CLUSTER_NODES", "1")
 			os.Setenv("CLUSTER_KWOKCTL_CONFIG", filepath.Join(root, "test/bench/scale-kwokctl.yaml"))
+			// Argo Rollouts' client limit (40 requests a second) and 10 workers would bound the build
+			// as kube-controller-manager's would (scale-kwokctl.yaml).
+			os.Setenv("ROLLOUTS_CONTROLLER_ARGS", "--qps 300 --burst 600 --rollout-threads 20")
 		}
 	}
 	c, err := framework.Start(ctx, framework.StartOptions{RepoRoot: root, Kubeconfig: *kubeconfig, Name: name, Progress: os.Stderr})
@@ -154,7 +160,7 @@ func run(ctx context.Context, args []string) error {
 	}
 	e := env{c: c, meta: meta, root: root, bin: framework.Binary{Path: bin, Kubeconfig: c.Kubeconfig}, floor: floor,
 		controllerFlags: strings.Fields(*controllerFlags), controllerEnv: strings.Fields(*controllerEnv), controllerLog: *controllerLog, controllerLogLevel: *controllerLogLevel, breakdown: *breakdown,
-		triggerObjects: triggerObjects{unlabelled: *unlabelled, annotated: *annotated}}
+		triggerObjects: triggerObjects{unlabelled: *unlabelled, annotated: *annotated}, profiles: *profiles}
 	if *withPeers {
 		e.peers = findPeers(root)
 	}

@@ -24,6 +24,7 @@ type memProc struct {
 	name  string
 	start func(ctx context.Context) (*framework.Process, error)
 	p     *framework.Process
+	pprof string // where the process serves /debug/pprof/ ("" when it does not)
 }
 
 // memory: peak RSS (VmHWM) of our controller and the peers, all running at once on the same cluster

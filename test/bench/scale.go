@@ -4,6 +4,8 @@ import (
 	"context"
 	"fmt"
 	"hash/fnv"
+	"io"
+	"net/http"
 	"os"
 	"path/filepath"
 	"sort"
@@ -79,8 +81,10 @@ type scaleOptions struct {
 type scaleStep struct {
 	pods, nodes, tenants int
 	build                time.Duration
-	// ours: through the watch (started at the previous step's size), then started anew.
-	watchRSS, startRSS  int64
+	// ours: through the watch (started at the previous step's size), then started anew; peak RSS and
+	// the live heap (after a forced collection: what the caches hold).
+	watchRSS, startRSS   int64
+	watchHeap, startHeap int64
 	watchCPU, startCPU  float64
 	synced, firstAttach time.Duration
 	lists, watches      int
@@ -137,7 +141,7 @@ func (e env) scale(ctx context.Context, o scaleOptions) error {
 		if err != nil {
 			return err
 		}
-		s.watchRSS, s.watchCPU = through[ours].rss, through[ours].cpu
+		s.watchRSS, s.watchCPU, s.watchHeap = through[ours].rss, through[ours].cpu, through[ours].heap
 		s.peersWatch = peerRSS(through)
 		s.kcm, s.apiserver, s.etcd = e.componentRSS("kube-controller-manager"), e.componentRSS("kube-apiserver"), e.componentRSS("etcd")
 		procs.stop()
@@ -274,8 +278,16 @@ func cpuSeconds(pid int) float64 {
 
 // scaleProcs are ours and the peers, run on the whole cluster (their default scope).
 func (e env) scaleProcs() *procSet {
-	ps := &procSet{}
-	ps.add(ours, func(ctx context.Context) (*framework.Process, error) { return e.startOurs(ctx) })
+	ps := &procSet{profiles: e.profiles}
+	ps.add(ours, func(ctx context.Context) (*framework.Process, error) {
+		// With profiling on its own address: measure reads its live heap there.
+		addr, err := freeAddr()
+		if err != nil {
+			return nil, err
+		}
+		ps.procs[0].pprof = addr
+		return e.startOurs(ctx, "-profiling", "-metrics-bind-address", addr)
+	})
 	if e.baseline.Path != "" {
 		ps.add(baselineName, func(ctx context.Context) (*framework.Process, error) { return e.startController(ctx, e.baseline) })
 	}
@@ -298,11 +310,15 @@ const baselineName = "configmap-attacher (baseline)"
 // procSet starts, measures and stops processes together.
 type procSet struct {
 	procs []*memProc
+	// profiles, when set, is a directory where measure keeps each heap profile of ours.
+	profiles string
+	measured int
 }
 
 type procFigures struct {
-	rss int64
-	cpu float64
+	rss  int64
+	cpu  float64
+	heap int64 // the live heap after a forced collection, where the process serves its profiles
 }
 
 func (ps *procSet) add(name string, start func(context.Context) (*framework.Process, error)) {
@@ -335,9 +351,66 @@ func (ps *procSet) measure(ctx context.Context) (map[string]procFigures, error) 
 		if err != nil {
 			return nil, err
 		}
-		out[m.name] = procFigures{rss: rss, cpu: cpuSeconds(m.p.Pid())}
+		f := procFigures{rss: rss, cpu: cpuSeconds(m.p.Pid())}
+		if m.pprof != "" { // after the RSS: the forced collection shrinks nothing of the peak, but moves the heap
+			ps.measured++
+			if f.heap, err = liveHeap(ctx, m.pprof, ps.profiles, fmt.Sprintf("ours-%02d", ps.measured)); err != nil {
+				return nil, fmt.Errorf("%s: %w", m.name, err)
+			}
+		}
+		out[m.name] = f
 	}
 	return out, nil
+}
+
+// liveHeap reads a process's heap in use after a forced collection from its /debug/pprof/heap
+// (HeapAlloc of the MemStats it prints) and, when dir is set, keeps the heap profile there as
+// <name>.pprof (go tool pprof -sample_index=inuse_space).
+func liveHeap(ctx context.Context, addr, dir, name string) (int64, error) {
+	get := func(query string) ([]byte, error) {
+		req, err := http.NewRequestWithContext(ctx, http.MethodGet, "http://"+addr+"/debug/pprof/heap?"+query, nil)
+		if err != nil {
+			return nil, err
+		}
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			return nil, err
+		}
+		defer resp.Body.Close()
+		if resp.StatusCode != http.StatusOK {
+			return nil, fmt.Errorf("heap profile: %s", resp.Status)
+		}
+		return io.ReadAll(resp.Body)
+	}
+	text, err := get("gc=1&debug=1")
+	if err != nil {
+		return 0, err
+	}
+	var heap int64 = -1
+	for _, line := range strings.Split(string(text), "\n") {
+		if v, ok := strings.CutPrefix(line, "# HeapAlloc = "); ok {
+			heap, err = strconv.ParseInt(strings.TrimSpace(v), 10, 64)
+			if err != nil {
+				return 0, err
+			}
+		}
+	}
+	if heap < 0 {
+		return 0, fmt.Errorf("no HeapAlloc in the heap profile of %s", addr)
+	}
+	if dir != "" {
+		b, err := get("gc=1")
+		if err != nil {
+			return 0, err
+		}
+		if err := os.MkdirAll(dir, 0o755); err != nil {
+			return 0, err
+		}
+		if err := os.WriteFile(filepath.Join(dir, name+".pprof"), b, 0o644); err != nil {
+			return 0, err
+		}
+	}
+	return heap, nil
 }
 
 func (ps *procSet) stop() {
@@ -434,7 +507,7 @@ func (e env) startAnew(ctx context.Context, procs *procSet, s *scaleStep, step i
 	if err != nil {
 		return err
 	}
-	s.startRSS, s.startCPU = started[ours].rss, started[ours].cpu
+	s.startRSS, s.startCPU, s.startHeap = started[ours].rss, started[ours].cpu, started[ours].heap
 	s.peersStart = peerRSS(started)
 	fmt.Printf("  started anew: ours synced after %s, first attach after %s; API requests meanwhile (cluster-wide): %d LIST (%s), %d more watches open\n",
 		s.synced.Round(time.Millisecond), s.firstAttach.Round(time.Millisecond), s.lists, strings.Join(s.listResources, ", "), s.watches)

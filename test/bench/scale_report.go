@@ -49,6 +49,7 @@ func mibOrDash(b int64) string {
 // scaleTables renders the memory table and the time/load table.
 func scaleTables(steps []scaleStep, baseline int64) [][][]string {
 	mem := [][]string{{"Pods", "nodes", "configmap-attacher, through the watch", "configmap-attacher, started anew", "KiB per Pod (anew − empty cluster)",
+		"ours, live heap (watch / anew)",
 		"kube-controller-manager", "ours / kube-controller-manager", "configmap-rs-operator (watch / anew)", "Reloader (watch / anew)", "ours / best peer",
 		"baseline build (watch / anew)"}}
 	load := [][]string{{"Pods", "built in", "ours CPU (growth / start)", "caches synced", "first attach", "API requests at start: LISTs / watches opened",
@@ -72,7 +73,7 @@ func scaleTables(steps []scaleStep, baseline int64) [][][]string {
 		oursMax := max(s.watchRSS, s.startRSS)
 		perPod := float64(s.startRSS-baseline) / 1024 / float64(s.pods)
 		mem = append(mem, []string{podsLabel(s.pods), withCommas(s.nodes), mib(s.watchRSS), mib(s.startRSS), fmt.Sprintf("%.2f", perPod),
-			mibOrDash(s.kcm), ratioTo(oursMax, s.kcm), peer(rsOperator), peer("reloader"), ratioTo(oursMax, best), peer(baselineName)})
+			mibOrDash(s.watchHeap) + " / " + mibOrDash(s.startHeap), mibOrDash(s.kcm), ratioTo(oursMax, s.kcm), peer(rsOperator), peer("reloader"), ratioTo(oursMax, best), peer(baselineName)})
 		load = append(load, []string{podsLabel(s.pods), s.build.Round(time.Second).String(), fmt.Sprintf("%.1f s / %.1f s", s.watchCPU, s.startCPU),
 			secs(s.synced), secs(s.firstAttach), fmt.Sprintf("%d / %d", s.lists, s.watches),
 			fmt.Sprintf("%.2f / %.2f", s.storm.p50, s.storm.p99), fmt.Sprintf("%.2f / %.2f", s.webhook.p50, s.webhook.p99),
