@@ -50,8 +50,32 @@ type Caches struct {
 	// Pinning is set when zero-touch pinning is on (NewPinning).
 	Pinning *Pinning
 
-	start  []func(stop <-chan struct{})
-	synced []cache.InformerSynced
+	// start and stageSynced by stage; synced is every informer's.
+	start       [stages][]func(stop <-chan struct{})
+	stageSynced [stages][]cache.InformerSynced
+	synced      []cache.InformerSynced
+}
+
+// The informers start in stages, each once the one before has synced: workloads and config objects,
+// then revisions, then pods. A revision that arrives after its workload, a pod after its revision,
+// shares with it what they have in common (sharing.controller); started together, the Pod informer
+// would show most pods before their ReplicaSet.
+const (
+	stageWorkloads = iota
+	stageRevisions
+	stagePods
+	stages
+)
+
+// stageOf is the stage in which the informer of a kind starts.
+func stageOf(k Kind) int {
+	switch k {
+	case Pod:
+		return stagePods
+	case ReplicaSet, ControllerRevision, Job:
+		return stageRevisions
+	}
+	return stageWorkloads
 }
 
 // New builds the informers; nothing is watched until Start.
@@ -75,28 +99,32 @@ func New(clients *kube.Clients, o Options) (*Caches, error) {
 		return u
 	})
 	for _, ns := range namespaces {
-		typed := informers.NewSharedInformerFactoryWithOptions(clients.Kube, 0,
-			informers.WithNamespace(ns), informers.WithTransform(transform(share, o.ReplicaSetLabels)))
+		// A factory per stage (stageOf), each starting its own informers.
+		var typed [stages]informers.SharedInformerFactory
+		for st := range typed {
+			typed[st] = informers.NewSharedInformerFactoryWithOptions(clients.Kube, 0,
+				informers.WithNamespace(ns), informers.WithTransform(transform(share, o.ReplicaSetLabels)))
+			c.start[st] = append(c.start[st], typed[st].Start)
+		}
 		// Pods: the namespace index only (a pod is never found by the reload-list or template indexes).
-		pods := typed.InformerFor(&corev1.Pod{}, func(c kubernetes.Interface, resync time.Duration) cache.SharedIndexInformer {
+		pods := typed[stagePods].InformerFor(&corev1.Pod{}, func(c kubernetes.Interface, resync time.Duration) cache.SharedIndexInformer {
 			return coreinformers.NewFilteredPodInformer(c, ns, resync, cache.Indexers{cache.NamespaceIndex: cache.MetaNamespaceIndexFunc}, nil)
 		})
 		users[Pod] = append(users[Pod], pods)
 		for kind, inf := range map[Kind]cache.SharedIndexInformer{
-			ReplicaSet:         typed.Apps().V1().ReplicaSets().Informer(),
-			ControllerRevision: typed.Apps().V1().ControllerRevisions().Informer(),
-			Job:                typed.Batch().V1().Jobs().Informer(),
-			CronJob:            typed.Batch().V1().CronJobs().Informer(),
-			Deployment:         typed.Apps().V1().Deployments().Informer(),
-			StatefulSet:        typed.Apps().V1().StatefulSets().Informer(),
-			DaemonSet:          typed.Apps().V1().DaemonSets().Informer(),
+			ReplicaSet:         typed[stageOf(ReplicaSet)].Apps().V1().ReplicaSets().Informer(),
+			ControllerRevision: typed[stageOf(ControllerRevision)].Apps().V1().ControllerRevisions().Informer(),
+			Job:                typed[stageOf(Job)].Batch().V1().Jobs().Informer(),
+			CronJob:            typed[stageOf(CronJob)].Batch().V1().CronJobs().Informer(),
+			Deployment:         typed[stageOf(Deployment)].Apps().V1().Deployments().Informer(),
+			StatefulSet:        typed[stageOf(StatefulSet)].Apps().V1().StatefulSets().Informer(),
+			DaemonSet:          typed[stageOf(DaemonSet)].Apps().V1().DaemonSets().Informer(),
 		} {
 			if err := inf.AddIndexers(UserIndexers()); err != nil {
 				return nil, err
 			}
 			users[kind] = append(users[kind], inf)
 		}
-		c.start = append(c.start, typed.Start)
 
 		if o.Rollouts {
 			dyn := dynamicinformer.NewFilteredDynamicSharedInformerFactory(clients.Dynamic, 0, ns, nil)
@@ -108,7 +136,7 @@ func New(clients *kube.Clients, o Options) (*Caches, error) {
 				return nil, err
 			}
 			users[Rollout] = append(users[Rollout], inf)
-			c.start = append(c.start, dyn.Start)
+			c.start[stageOf(Rollout)] = append(c.start[stageOf(Rollout)], dyn.Start)
 		}
 
 		// Config objects: metadata only, so their data (up to 1 MiB each) is never downloaded nor
@@ -125,10 +153,10 @@ func New(clients *kube.Clients, o Options) (*Caches, error) {
 		}
 	}
 	for kind, infs := range users {
-		c.Users[kind] = joined[*User](c, infs)
+		c.Users[kind] = joined[*User](c, stageOf(kind), infs)
 	}
 	for kind, infs := range configs {
-		c.Configs[kind] = joined[*metav1.PartialObjectMetadata](c, infs)
+		c.Configs[kind] = joined[*metav1.PartialObjectMetadata](c, stageWorkloads, infs)
 	}
 	if o.AllConfigs {
 		c.widen()
@@ -151,11 +179,18 @@ func (c *Caches) widen() {
 // the snapshots' (ByPin, ByCopied), since the pinning snapshots are a view of them.
 func allConfigIndexers(kind refs.Kind) cache.Indexers { return snapshotIndexers(kind) }
 
-// Start starts every informer; they stop when stop closes.
+// Start starts the informers, stage by stage, in the background; they stop when stop closes.
 func (c *Caches) Start(stop <-chan struct{}) {
-	for _, s := range c.start {
-		s(stop)
-	}
+	go func() {
+		for st := range stages {
+			for _, start := range c.start[st] {
+				start(stop)
+			}
+			if !cache.WaitForCacheSync(stop, c.stageSynced[st]...) {
+				return
+			}
+		}
+	}()
 }
 
 // WaitForSync waits until every informer has synced; false if stop closed first.
@@ -244,15 +279,16 @@ func (c *Caches) metadataInformers(clients *kube.Clients, ns, selector string, k
 		}
 		into[kind] = append(into[kind], inf)
 	}
-	c.start = append(c.start, meta.Start)
+	c.start[stageWorkloads] = append(c.start[stageWorkloads], meta.Start)
 	return nil
 }
 
 // joined makes one Informer of a resource's per-namespace informers, and has the caches wait for
-// each to sync.
-func joined[T runtime.Object](c *Caches, infs []cache.SharedIndexInformer) *Informer[T] {
+// each to sync, and the next stage for those of stage.
+func joined[T runtime.Object](c *Caches, stage int, infs []cache.SharedIndexInformer) *Informer[T] {
 	for _, inf := range infs {
 		c.synced = append(c.synced, inf.HasSynced)
+		c.stageSynced[stage] = append(c.stageSynced[stage], inf.HasSynced)
 	}
 	return NewInformer[T](infs...)
 }

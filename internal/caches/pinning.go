@@ -103,7 +103,7 @@ func (c *Caches) NewPinning(clients *kube.Clients, o Options) error {
 			}
 			pins[kind] = append(pins[kind], inf)
 		}
-		c.start = append(c.start, typed.Start)
+		c.start[stageWorkloads] = append(c.start[stageWorkloads], typed.Start)
 
 		if c.AllConfigs != nil {
 			continue // the snapshots are a view of the config informers (below)
@@ -115,10 +115,10 @@ func (c *Caches) NewPinning(clients *kube.Clients, o Options) error {
 		}
 	}
 	for kind, infs := range pins {
-		p.Pins[kind] = joined[runtime.Object](c, infs)
+		p.Pins[kind] = joined[runtime.Object](c, stageWorkloads, infs)
 	}
 	for kind, infs := range snaps {
-		p.Snapshots[kind] = joined[*metav1.PartialObjectMetadata](c, infs)
+		p.Snapshots[kind] = joined[*metav1.PartialObjectMetadata](c, stageWorkloads, infs)
 	}
 	for kind, inf := range c.AllConfigs {
 		p.Snapshots[kind] = inf.Filtered(isSnapshot)
@@ -130,7 +130,8 @@ func (c *Caches) NewPinning(clients *kube.Clients, o Options) error {
 	}
 	p.Namespaces = NewInformer[*metav1.PartialObjectMetadata](nsInf)
 	c.synced = append(c.synced, nsInf.HasSynced)
-	c.start = append(c.start, nsFactory.Start)
+	c.stageSynced[stageWorkloads] = append(c.stageSynced[stageWorkloads], nsInf.HasSynced)
+	c.start[stageWorkloads] = append(c.start[stageWorkloads], nsFactory.Start)
 	c.Pinning = p
 	return nil
 }
