@@ -90,7 +90,7 @@ func run(ctx context.Context, args []string) error {
 	inFlight := fs.Int("in-flight", 64, "webhook: CREATE requests in flight at once")
 	rounds := fs.Int("rounds", 5, "webhook: storms, each with fresh pods")
 	workloads := fs.Int("workloads", 100, "reloader: workloads per tool (half Deployments, half Rollouts)")
-	scaleSteps := fs.String("scale-steps", "1000,10000,50000,150000", "scale: Pod counts to grow the cluster to, ascending, comma-separated")
+	scaleSteps := fs.String("scale-steps", "1000,10000,50000,100000,150000", "scale: Pod counts to grow the cluster to, ascending, comma-separated")
 	stormRollouts := fs.Int("scale-storm-rollouts", 100, "scale: Rollouts changed at once in the storm at each step")
 	pending := fs.Int("scale-pending", 200, "scale: revisions left to attach (and in-use ConfigMaps deleted) while the controller is down, at the largest step")
 	scaleOut := fs.String("scale-out", "docs/benchmarks", "scale: directory for scale.md and scale-rss.svg (relative to the repository)")

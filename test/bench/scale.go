@@ -91,6 +91,7 @@ type scaleStep struct {
 	listResources       []string
 	kcm, apiserver      int64 // VmRSS
 	etcd                int64
+	used                int64 // the machine's memory in use with everything running, grown to this step
 	peersWatch          map[string]int64
 	peersStart          map[string]int64
 	storm, webhook      stormRatios
@@ -144,6 +145,7 @@ func (e env) scale(ctx context.Context, o scaleOptions) error {
 		s.watchRSS, s.watchCPU, s.watchHeap = through[ours].rss, through[ours].cpu, through[ours].heap
 		s.peersWatch = peerRSS(through)
 		s.kcm, s.apiserver, s.etcd = e.componentRSS("kube-controller-manager"), e.componentRSS("kube-apiserver"), e.componentRSS("etcd")
+		s.used = memUsed()
 		procs.stop()
 
 		if err := e.startAnew(ctx, procs, &s, i); err != nil {
@@ -202,21 +204,21 @@ func (e env) fastClient() (kubernetes.Interface, error) {
 }
 
 // canGrow says why the next step should not run ("" when it may): the machine's memory, from the
-// growth of every process so far, or the time budget.
+// growth of everything running between the last two steps (the control plane, kwok, ours, the
+// peers), or the time budget.
 func (e env) canGrow(steps []scaleStep, target int, runStart time.Time, budget time.Duration) string {
 	if len(steps) == 0 {
 		return ""
 	}
 	last := steps[len(steps)-1]
 	avail, err := memAvailable()
-	if err == nil && len(steps) >= 1 {
-		// What the cluster's processes and ours hold per Pod, from the last step.
-		held := last.apiserver + last.etcd + last.kcm + last.startRSS
-		perPod := float64(held) / float64(last.pods)
+	if err == nil && len(steps) >= 2 {
+		prev := steps[len(steps)-2]
+		perPod := float64(last.used-prev.used) / float64(last.pods-prev.pods)
 		need := int64(perPod * float64(target-last.pods))
 		if need > avail-2<<30 {
-			return fmt.Sprintf("%d Pods would need ~%s more (kube-apiserver, etcd, kube-controller-manager and ours held %s at %d Pods), "+
-				"%s is available", target, mib(need), mib(held), last.pods, mib(avail))
+			return fmt.Sprintf("%d Pods would need ~%s more (the machine's memory in use grew by %s from %d to %d Pods), %s is available",
+				target, mib(need), mib(last.used-prev.used), prev.pods, last.pods, mib(avail))
 		}
 	}
 	perPod := last.stepTime.Seconds() / float64(last.pods)
@@ -232,18 +234,34 @@ func (e env) canGrow(steps []scaleStep, target int, runStart time.Time, budget t
 	return ""
 }
 
-func memAvailable() (int64, error) {
+// memUsed is the machine's memory in use (MemTotal − MemAvailable).
+func memUsed() int64 {
+	total, err := meminfo("MemTotal:")
+	if err != nil {
+		return 0
+	}
+	avail, err := memAvailable()
+	if err != nil {
+		return 0
+	}
+	return total - avail
+}
+
+func memAvailable() (int64, error) { return meminfo("MemAvailable:") }
+
+// meminfo reads a field of /proc/meminfo, in bytes.
+func meminfo(field string) (int64, error) {
 	b, err := os.ReadFile("/proc/meminfo")
 	if err != nil {
 		return 0, err
 	}
 	for _, line := range strings.Split(string(b), "\n") {
-		if f := strings.Fields(line); len(f) >= 2 && f[0] == "MemAvailable:" {
+		if f := strings.Fields(line); len(f) >= 2 && f[0] == field {
 			kb, err := strconv.ParseInt(f[1], 10, 64)
 			return kb << 10, err
 		}
 	}
-	return 0, fmt.Errorf("no MemAvailable")
+	return 0, fmt.Errorf("no %s in /proc/meminfo", field)
 }
 
 // componentRSS is the VmRSS of a control plane process of the cluster (0 if unknown).
