@@ -93,7 +93,14 @@ func New(c *caches.Caches, writer *attach.Writer, m *metrics.Metrics, o Options)
 // Loop is the controller's queue and workers.
 func (c *Controller) Loop() *reconcile.Loop { return c.loop }
 
-func (c *Controller) enqueue(u *caches.User) { c.loop.Queue.Add(u.Key()) }
+// enqueue queues a revision. A pod with a controller is no revision of its own (its controller's
+// revision reads the config): a cluster's pods would fill the queue at every start for nothing.
+func (c *Controller) enqueue(u *caches.User) {
+	if u.Kind() == caches.Pod && u.Owner != nil {
+		return
+	}
+	c.loop.Queue.Add(u.Key())
+}
 
 func (c *Controller) revisionHandler() cache.ResourceEventHandler {
 	return cache.ResourceEventHandlerFuncs{
@@ -157,18 +164,14 @@ func (c *Controller) workloadHandler() cache.ResourceEventHandler {
 }
 
 // enqueueUsers enqueues the revisions of namespace, of every kind, that match; bare pods only with
-// withPods (a pod with a controller is never attached, so no pod is a workload's revision).
+// withPods (no pod is a workload's revision).
 func (c *Controller) enqueueUsers(namespace string, match func(*caches.User) bool, withPods bool) {
 	for _, kind := range RevisionKinds() {
 		inf, ok := c.caches.Users[kind]
 		if !ok || (kind == caches.Pod && !withPods) {
 			continue
 		}
-		m := match
-		if kind == caches.Pod {
-			m = func(u *caches.User) bool { return u.Owner == nil && match(u) }
-		}
-		users, err := inf.InNamespace(namespace, m)
+		users, err := inf.InNamespace(namespace, match)
 		if err != nil {
 			utilruntime.HandleError(err)
 		}
