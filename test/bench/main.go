@@ -95,6 +95,7 @@ func run(ctx context.Context, args []string) error {
 	pending := fs.Int("scale-pending", 200, "scale: revisions left to attach (and in-use ConfigMaps deleted) while the controller is down, at the largest step")
 	scaleOut := fs.String("scale-out", "docs/benchmarks", "scale: directory for scale.md and scale-rss.svg (relative to the repository)")
 	budget := fs.Duration("scale-budget", time.Hour, "scale: no step starts that would end the run after this")
+	peersMax := fs.Int("scale-peers-max", 0, "scale: run the peers and the baseline build only up to this many Pods (0: at every size)")
 	baselineBin := fs.String("baseline-bin", "", "memory, scale: another build of configmap-attacher (e.g. main's) to measure beside ours")
 	controllerEnv := fs.String("controller-env", "", "memory, scale: environment of our controller (and the baseline), space-separated (e.g. \"GOMEMLIMIT=200MiB\")")
 	profiles := fs.String("scale-profiles", "", "scale: keep our controller's heap profile at each measurement in this directory")
@@ -185,7 +186,7 @@ func run(ctx context.Context, args []string) error {
 		return e.againstReloader(ctx, *workloads, *keep)
 	case "scale":
 		return e.scale(ctx, scaleOptions{steps: steps, stormRollouts: *stormRollouts, webhookPods: *webhookPods, inFlight: *inFlight,
-			pending: *pending, outDir: inRepo(root, *scaleOut), budget: *budget, keep: *keep})
+			pending: *pending, outDir: inRepo(root, *scaleOut), budget: *budget, peersMax: *peersMax, keep: *keep})
 	}
 	return fmt.Errorf("unknown scenario %q: job, controller, memory, webhook, reloader or scale", scenario)
 }

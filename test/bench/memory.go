@@ -25,7 +25,13 @@ type memProc struct {
 	start func(ctx context.Context) (*framework.Process, error)
 	p     *framework.Process
 	pprof string // where the process serves /debug/pprof/ ("" when it does not)
+	// scale scenario: the largest size it runs at (0: every size), and whether only started anew.
+	upTo     int
+	anewOnly bool
 }
+
+// runsAt reports whether the process runs at a cluster of pods Pods.
+func (m *memProc) runsAt(pods int) bool { return m.upTo == 0 || pods <= m.upTo }
 
 // memory: peak RSS (VmHWM) of our controller and the peers, all running at once on the same cluster
 // and objects: labelled 64 KiB ConfigMaps arriving through their watches, then each process started
@@ -204,13 +210,19 @@ func (e env) startOurs(ctx context.Context, args ...string) (*framework.Process,
 
 // startController starts a build of our controller like startOurs.
 func (e env) startController(ctx context.Context, bin framework.Binary, args ...string) (*framework.Process, error) {
+	return e.startControllerWith(ctx, bin, nil, args...)
+}
+
+// startControllerWith starts a build of our controller like startOurs, with env added to its
+// environment.
+func (e env) startControllerWith(ctx context.Context, bin framework.Binary, env []string, args ...string) (*framework.Process, error) {
 	probe, err := freeAddr()
 	if err != nil {
 		return nil, err
 	}
 	args = append(append([]string{"controller", "-leader-elect=false", "-metrics-bind-address", "",
 		"-health-probe-bind-address", probe}, args...), e.controllerFlags...)
-	p, err := bin.Start(ctx, append([]string{"LOG_LEVEL=warn"}, e.controllerEnv...), args...)
+	p, err := bin.Start(ctx, append(append([]string{"LOG_LEVEL=warn"}, e.controllerEnv...), env...), args...)
 	if err != nil {
 		return nil, err
 	}

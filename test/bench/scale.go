@@ -74,17 +74,22 @@ type scaleOptions struct {
 	pending       int
 	outDir        string
 	budget        time.Duration
+	peersMax      int
 	keep          bool
 }
 
 // scaleStep is what one step measured.
 type scaleStep struct {
+	target               int // the Pods the step grows to (pods: how many it holds then)
 	pods, nodes, tenants int
 	build                time.Duration
 	// ours: through the watch (started at the previous step's size), then started anew; peak RSS and
 	// the live heap (after a forced collection: what the caches hold).
 	watchRSS, startRSS   int64
 	watchHeap, startHeap int64
+	// limit: the GOMEMLIMIT of ours' second start (sizedLimit of watchHeap), whose peak RSS is
+	// peersStart[limitedName].
+	limit int64
 	watchCPU, startCPU  float64
 	synced, firstAttach time.Duration
 	lists, watches      int
@@ -111,9 +116,9 @@ func (e env) scale(ctx context.Context, o scaleOptions) error {
 			return err
 		}
 	}
-	procs := e.scaleProcs()
+	procs := e.scaleProcs(o.peersMax)
 	defer procs.stop()
-	base, err := procs.start(ctx, e)
+	base, err := procs.start(ctx, o.steps[0])
 	if err != nil {
 		return err
 	}
@@ -129,7 +134,7 @@ func (e env) scale(ctx context.Context, o scaleOptions) error {
 			break
 		}
 		stepStart := time.Now()
-		s := scaleStep{}
+		s := scaleStep{target: target}
 		fmt.Printf("\n== step %d: growing to %d Pods ==\n", i+1, target)
 		if err := g.growTo(ctx, target); err != nil {
 			return fmt.Errorf("growing to %d Pods: %w", target, err)
@@ -148,6 +153,10 @@ func (e env) scale(ctx context.Context, o scaleOptions) error {
 		s.used = memUsed()
 		procs.stop()
 
+		// Ours once more, started anew with the soft memory limit the sizing rule gives for what the
+		// first one holds at this size (docs/controller.md, Sizing).
+		s.limit = sizedLimit(s.watchHeap)
+		procs.limit = s.limit
 		if err := e.startAnew(ctx, procs, &s, i); err != nil {
 			return err
 		}
@@ -176,7 +185,7 @@ func (e env) scale(ctx context.Context, o scaleOptions) error {
 		}
 		if !last {
 			// The next step's "through the watch" figures: processes started at this size.
-			if _, err := procs.start(ctx, e); err != nil {
+			if _, err := procs.start(ctx, o.steps[i+1]); err != nil {
 				return err
 			}
 		}
@@ -294,10 +303,12 @@ func cpuSeconds(pid int) float64 {
 	return (u + s) / 100 // USER_HZ
 }
 
-// scaleProcs are ours and the peers, run on the whole cluster (their default scope).
-func (e env) scaleProcs() *procSet {
+// scaleProcs are ours and the peers, run on the whole cluster (their default scope); the peers and
+// the baseline build only up to peersMax Pods (0: at every size), to leave the machine's memory to the
+// cluster, ours and kube-controller-manager at the largest steps.
+func (e env) scaleProcs(peersMax int) *procSet {
 	ps := &procSet{profiles: e.profiles}
-	ps.add(ours, func(ctx context.Context) (*framework.Process, error) {
+	ps.add(ours, 0, false, func(ctx context.Context) (*framework.Process, error) {
 		// With profiling on its own address: measure reads its live heap there.
 		addr, err := freeAddr()
 		if err != nil {
@@ -306,24 +317,43 @@ func (e env) scaleProcs() *procSet {
 		ps.procs[0].pprof = addr
 		return e.startOurs(ctx, "-profiling", "-metrics-bind-address", addr)
 	})
+	ps.add(limitedName, 0, true, func(ctx context.Context) (*framework.Process, error) {
+		return e.startControllerWith(ctx, e.bin, []string{fmt.Sprintf("GOMEMLIMIT=%dMiB", ps.limit>>20)})
+	})
 	if e.baseline.Path != "" {
-		ps.add(baselineName, func(ctx context.Context) (*framework.Process, error) { return e.startController(ctx, e.baseline) })
+		ps.add(baselineName, peersMax, false, func(ctx context.Context) (*framework.Process, error) { return e.startController(ctx, e.baseline) })
 	}
 	n := 0
 	if e.peers.rsOperator != "" {
-		ps.add(rsOperator, func(ctx context.Context) (*framework.Process, error) {
+		ps.add(rsOperator, peersMax, false, func(ctx context.Context) (*framework.Process, error) {
 			n++
 			return e.startRSOperator(ctx, probeNamespace, 1000+n)
 		})
 	}
 	if e.peers.reloader != "" {
-		ps.add("reloader", e.startReloader)
+		ps.add("reloader", peersMax, false, e.startReloader)
 	}
 	return ps
 }
 
-// baselineName names the -baseline-bin controller (another build of ours, e.g. main's) in the tables.
-const baselineName = "configmap-attacher (baseline)"
+// baselineName names the -baseline-bin controller (another build of ours, e.g. main's) in the tables,
+// limitedName ours started anew with the sizing rule's GOMEMLIMIT.
+const (
+	baselineName = "configmap-attacher (baseline)"
+	limitedName  = "configmap-attacher (GOMEMLIMIT)"
+)
+
+// sizedLimit is the memory limit docs/controller.md gives for a controller whose live heap is live
+// (what it holds after a collection; it grows with the cluster): 64 MiB for what is not heap (the
+// binary's pages, the runtime, stacks: the empty cluster's RSS is ~35 MiB with a 3 MiB heap) and
+// half the live heap again as room, so that each collection frees at least a third of the heap and
+// the collector, which the soft limit (GOMEMLIMIT, the chart sets it to the limit) starts when the
+// heap reaches it, runs seldom. Rounded up to 32 MiB.
+func sizedLimit(live int64) int64 {
+	const mi = 1 << 20
+	l := 64*mi + live*3/2
+	return (l + 32*mi - 1) / (32 * mi) * (32 * mi)
+}
 
 // procSet starts, measures and stops processes together.
 type procSet struct {
@@ -331,6 +361,8 @@ type procSet struct {
 	// profiles, when set, is a directory where measure keeps each heap profile of ours.
 	profiles string
 	measured int
+	// limit is the GOMEMLIMIT of limitedName's next start.
+	limit int64
 }
 
 type procFigures struct {
@@ -339,12 +371,19 @@ type procFigures struct {
 	heap int64 // the live heap after a forced collection, where the process serves its profiles
 }
 
-func (ps *procSet) add(name string, start func(context.Context) (*framework.Process, error)) {
-	ps.procs = append(ps.procs, &memProc{name: name, start: start})
+// add adds a process that runs at every size up to upTo Pods (0: every size); with anewOnly it is
+// only started anew (startAnew), not through the watch.
+func (ps *procSet) add(name string, upTo int, anewOnly bool, start func(context.Context) (*framework.Process, error)) {
+	ps.procs = append(ps.procs, &memProc{name: name, start: start, upTo: upTo, anewOnly: anewOnly})
 }
 
-func (ps *procSet) start(ctx context.Context, _ env) (map[string]procFigures, error) {
+// start starts, to be measured through the watch, the processes that run at the size the cluster
+// grows to next.
+func (ps *procSet) start(ctx context.Context, next int) (map[string]procFigures, error) {
 	for _, m := range ps.procs {
+		if m.anewOnly || !m.runsAt(next) {
+			continue
+		}
 		p, err := m.start(ctx)
 		if err != nil {
 			return nil, fmt.Errorf("%s: %w", m.name, err)
@@ -517,6 +556,9 @@ func (e env) startAnew(ctx context.Context, procs *procSet, s *scaleStep, step i
 	sort.Strings(s.listResources)
 	// The others start once ours is measured, so that their starts do not load the API server during ours.
 	for _, m := range procs.procs[1:] {
+		if !m.runsAt(s.target) {
+			continue
+		}
 		if m.p, err = m.start(ctx); err != nil {
 			return fmt.Errorf("%s: %w", m.name, err)
 		}

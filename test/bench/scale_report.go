@@ -49,7 +49,7 @@ func mibOrDash(b int64) string {
 // scaleTables renders the memory table and the time/load table.
 func scaleTables(steps []scaleStep, baseline int64) [][][]string {
 	mem := [][]string{{"Pods", "nodes", "configmap-attacher, through the watch", "configmap-attacher, started anew", "KiB per Pod (anew − empty cluster)",
-		"ours, live heap (watch / anew)",
+		"ours, live heap (watch / anew)", "ours with GOMEMLIMIT (sizing rule), started anew", "with GOMEMLIMIT / kube-controller-manager",
 		"kube-controller-manager", "ours / kube-controller-manager", "configmap-rs-operator (watch / anew)", "Reloader (watch / anew)", "ours / best peer",
 		"baseline build (watch / anew)"}}
 	load := [][]string{{"Pods", "built in", "ours CPU (growth / start)", "caches synced", "first attach", "API requests at start: LISTs / watches opened",
@@ -65,7 +65,7 @@ func scaleTables(steps []scaleStep, baseline int64) [][][]string {
 		best := int64(0)
 		for _, m := range []map[string]int64{s.peersWatch, s.peersStart} {
 			for name, v := range m {
-				if name != baselineName && v > 0 && (best == 0 || v < best) {
+				if name != baselineName && name != limitedName && v > 0 && (best == 0 || v < best) {
 					best = v
 				}
 			}
@@ -73,7 +73,8 @@ func scaleTables(steps []scaleStep, baseline int64) [][][]string {
 		oursMax := max(s.watchRSS, s.startRSS)
 		perPod := float64(s.startRSS-baseline) / 1024 / float64(s.pods)
 		mem = append(mem, []string{podsLabel(s.pods), withCommas(s.nodes), mib(s.watchRSS), mib(s.startRSS), fmt.Sprintf("%.2f", perPod),
-			mibOrDash(s.watchHeap) + " / " + mibOrDash(s.startHeap), mibOrDash(s.kcm), ratioTo(oursMax, s.kcm), peer(rsOperator), peer("reloader"), ratioTo(oursMax, best), peer(baselineName)})
+			mibOrDash(s.watchHeap) + " / " + mibOrDash(s.startHeap),
+			fmt.Sprintf("%s (limit %s)", mibOrDash(s.peersStart[limitedName]), mibOrDash(s.limit)), ratioTo(s.peersStart[limitedName], s.kcm), mibOrDash(s.kcm), ratioTo(oursMax, s.kcm), peer(rsOperator), peer("reloader"), ratioTo(oursMax, best), peer(baselineName)})
 		load = append(load, []string{podsLabel(s.pods), s.build.Round(time.Second).String(), fmt.Sprintf("%.1f s / %.1f s", s.watchCPU, s.startCPU),
 			secs(s.synced), secs(s.firstAttach), fmt.Sprintf("%d / %d", s.lists, s.watches),
 			fmt.Sprintf("%.2f / %.2f", s.storm.p50, s.storm.p99), fmt.Sprintf("%.2f / %.2f", s.webhook.p50, s.webhook.p99),
@@ -139,6 +140,7 @@ func plotRSS(path string, steps []scaleStep) error {
 	}{
 		{"configmap-attacher (started anew)", func(s scaleStep) int64 { return s.startRSS }},
 		{"configmap-attacher (through the watch)", func(s scaleStep) int64 { return s.watchRSS }},
+		{"configmap-attacher with GOMEMLIMIT (started anew)", func(s scaleStep) int64 { return s.peersStart[limitedName] }},
 		{"kube-controller-manager", func(s scaleStep) int64 { return s.kcm }},
 		{"configmap-rs-operator (started anew)", func(s scaleStep) int64 { return s.peersStart[rsOperator] }},
 		{"Reloader (started anew)", func(s scaleStep) int64 { return s.peersStart["reloader"] }},
