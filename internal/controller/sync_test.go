@@ -90,6 +90,18 @@ func configMaps(optedIn bool, names ...string) []*metav1.PartialObjectMetadata {
 	return out
 }
 
+// drainQueue takes every key out of the controller's queue, sorted.
+func (f *fixture) drainQueue() []string {
+	var got []string
+	for f.c.loop.Queue.Len() > 0 {
+		k, _ := f.c.loop.Queue.Get()
+		got = append(got, k)
+		f.c.loop.Queue.Done(k)
+	}
+	sort.Strings(got)
+	return got
+}
+
 func key(rs *appsv1.ReplicaSet) string { return caches.Key(caches.ReplicaSet, rs.Namespace, rs.Name) }
 
 func TestSyncAttachesOnlyOptedInObjects(t *testing.T) {
@@ -246,13 +258,7 @@ func TestConfigEventEnqueuesItsReplicaSets(t *testing.T) {
 	rs3 := testutil.ReplicaSet(ro, workload.Rollout, "ccc", 3, testutil.PodSpec([]string{"other"}))
 	f := newFixture(t, []*caches.User{user(rs1), user(rs2), user(rs3)}, nil)
 	f.c.configHandler(refs.ConfigMap).OnAdd(testutil.ConfigMeta(refs.ConfigMap, "shared", true), false)
-	var got []string
-	for f.c.loop.Queue.Len() > 0 {
-		k, _ := f.c.loop.Queue.Get()
-		got = append(got, k)
-		f.c.loop.Queue.Done(k)
-	}
-	sort.Strings(got)
+	got := f.drainQueue()
 	if want := []string{key(rs1), key(rs2)}; !slices.Equal(got, want) {
 		t.Fatalf("enqueued %v, want %v", got, want)
 	}
@@ -385,13 +391,7 @@ func TestRevisionEventsQueueBarePodsButNotAControllersPods(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			f := newFixture(t, []*caches.User{user(rs), bare, controlled}, nil)
 			tt.event(f)
-			var got []string
-			for f.c.loop.Queue.Len() > 0 {
-				k, _ := f.c.loop.Queue.Get()
-				got = append(got, k)
-				f.c.loop.Queue.Done(k)
-			}
-			sort.Strings(got)
+			got := f.drainQueue()
 			if !slices.Equal(got, tt.want) {
 				t.Errorf("queued %v, want %v", got, tt.want)
 			}
