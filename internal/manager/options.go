@@ -39,12 +39,15 @@ type Options struct {
 	MetricsAddr string
 	ProbeAddr   string
 	// Profiling serves Go's runtime profiles (net/http/pprof) at /debug/pprof/ on the metrics address.
-	Profiling      bool
-	LeaderElect    bool
-	LeaderElection LeaderElectionOptions
-	Client         kube.ClientOptions
-	Pinning        PinningOptions
-	Trigger        TriggerOptions
+	Profiling bool
+	// MemoryLimitRatio is the share of the container's memory limit (its cgroup's) given to the Go
+	// runtime as its soft limit, unless GOMEMLIMIT is set; 0: none (memlimit.go).
+	MemoryLimitRatio float64
+	LeaderElect      bool
+	LeaderElection   LeaderElectionOptions
+	Client           kube.ClientOptions
+	Pinning          PinningOptions
+	Trigger          TriggerOptions
 }
 
 // TriggerOptions: a config change starts a revision (docs/config-starts.md). On with -pinning.
@@ -88,12 +91,13 @@ func NewOptions(lookup func(string) (string, bool)) *Options {
 		ns = "kube-system"
 	}
 	return &Options{
-		Secrets:     true,
-		Workers:     8,
-		HeldResync:  5 * time.Minute,
-		MetricsAddr: ":8080",
-		ProbeAddr:   ":8081",
-		LeaderElect: true,
+		Secrets:          true,
+		Workers:          8,
+		HeldResync:       5 * time.Minute,
+		MemoryLimitRatio: 0.9,
+		MetricsAddr:      ":8080",
+		ProbeAddr:        ":8081",
+		LeaderElect:      true,
 		LeaderElection: LeaderElectionOptions{
 			Namespace: ns, Name: "configmap-attacher",
 			LeaseDuration: 15 * time.Second, RenewDeadline: 10 * time.Second, RetryPeriod: 2 * time.Second,
@@ -132,6 +136,8 @@ func (o *Options) AddFlags(fs *flag.FlagSet) {
 	fs.StringVar(&o.MetricsAddr, "metrics-bind-address", o.MetricsAddr, "address serving /metrics (empty disables)")
 	fs.StringVar(&o.ProbeAddr, "health-probe-bind-address", o.ProbeAddr, "address serving /healthz and /readyz (empty disables)")
 	fs.BoolVar(&o.Profiling, "profiling", o.Profiling, "serve Go's runtime profiles at /debug/pprof/ on the metrics address (heap, CPU, goroutines; for diagnosis, off by default)")
+	fs.Float64Var(&o.MemoryLimitRatio, "memory-limit-ratio", o.MemoryLimitRatio, "the Go runtime's soft memory limit as this share of the container's memory limit (its cgroup's), unless GOMEMLIMIT is set: "+
+		"the heap is collected before the container reaches its limit (0 disables)")
 	fs.BoolVar(&o.LeaderElect, "leader-elect", o.LeaderElect, "elect a leader through a Lease so several replicas are safe")
 	fs.StringVar(&o.LeaderElection.Namespace, "leader-election-namespace", o.LeaderElection.Namespace, "namespace of the Lease (default: $POD_NAMESPACE, else kube-system)")
 	fs.StringVar(&o.LeaderElection.Name, "leader-election-id", o.LeaderElection.Name, "name of the Lease")
@@ -183,6 +189,9 @@ func (o *Options) Validate() error {
 	}
 	if o.Workers < 1 {
 		errs = append(errs, "-workers must be at least 1")
+	}
+	if o.MemoryLimitRatio < 0 || o.MemoryLimitRatio > 1 {
+		errs = append(errs, fmt.Sprintf("-memory-limit-ratio %g is not a share: give a number from 0 (no soft limit) to 1, e.g. 0.9", o.MemoryLimitRatio))
 	}
 	if o.HeldResync < 0 {
 		errs = append(errs, fmt.Sprintf("-held-resync %s is negative: give a period such as 5m, or 0 to disable the resync", o.HeldResync))

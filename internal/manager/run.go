@@ -39,6 +39,7 @@ import (
 // replica keeps the caches warm and, with pinning, serves the webhook; only the leader writes.
 func Run(ctx context.Context, o *Options, clients *kube.Clients) error {
 	log := logging.FromContext(ctx)
+	setMemoryLimit(ctx, o.MemoryLimitRatio)
 	if err := kube.WaitReachable(ctx, clients.Kube, clients.Config.Host); err != nil {
 		return err
 	}

@@ -371,8 +371,11 @@ func TestImageControllerAttachesInCluster(t *testing.T) {
 		t.Fatalf("the chart's args %q: want -leader-elect=true", args)
 	}
 	env := containerEnv(t, c, ns)
-	if want := "GOMEMLIMIT=536870912"; !slices.Contains(env, want) { // the chart's default limit, 512Mi
-		t.Fatalf("the chart's env %q: want %s", env, want)
+	// The chart's memory limit, as the kubelet sets it: the container's cgroup, where the controller
+	// reads it for the Go runtime's soft limit (-memory-limit-ratio).
+	limit, ok := c.Resources.Limits[corev1.ResourceMemory]
+	if !ok || !slices.Contains(args, "-memory-limit-ratio=0.9") {
+		t.Fatalf("the chart's container: memory limit %v, args %q: want a limit and -memory-limit-ratio=0.9", c.Resources.Limits, args)
 	}
 
 	// A revision waits to be attached before the container starts: its attach measures start-up.
@@ -382,7 +385,7 @@ func TestImageControllerAttachesInCluster(t *testing.T) {
 
 	in := podEnvironment(t, ns, pod.ServiceAccountName)
 	name := containerName(t, "controller")
-	full := append(append(in.podmanArgs(name, env), ref), args...)
+	full := append(append(append(in.podmanArgs(name, env), "--memory", fmt.Sprint(limit.Value())), ref), args...)
 	p := startContainer(t, name, full)
 	t.Logf("when: podman %s", strings.Join(full, " "))
 
@@ -390,6 +393,11 @@ func TestImageControllerAttachesInCluster(t *testing.T) {
 	firstAttach := time.Since(p.start)
 	t.Logf("then: %s attached to ReplicaSet %s %s after the container started", v1, rs1.Name, firstAttach.Round(time.Millisecond))
 	r.expectLeaderIn(p)
+	// 90% of the 512Mi limit, rounded down: 536870912 * 9 / 10.
+	if want := `"bytes":483183820`; !strings.Contains(p.logs(), want) {
+		t.Fatalf("the controller did not take its soft memory limit from the container's (want %s in its log):\n%s", want, p.logs())
+	}
+	t.Logf("then: its soft memory limit is 90%% of the container's %s", limit.String())
 	waitHTTP(t, "http://"+probeAddr+"/readyz")
 	waitHTTP(t, "http://"+metricsAddr+"/metrics")
 	t.Logf("then: it holds the Lease %s/%s; /readyz and /metrics answer 200", ns, r.fullname())
@@ -406,9 +414,7 @@ func TestImageControllerAttachesInCluster(t *testing.T) {
 }
 
 // containerEnv resolves the chart's env for a container outside a pod: literal values as they are,
-// POD_NAMESPACE (the downward API's metadata.namespace) as the release namespace, and a resource of
-// the container itself (GOMEMLIMIT: limits.memory) as the kubelet does: the quantity divided by the
-// divisor (1 when unset), rounded up.
+// POD_NAMESPACE (the downward API's metadata.namespace) as the release namespace.
 func containerEnv(t *testing.T, c corev1.Container, ns string) []string {
 	t.Helper()
 	var out []string
@@ -418,17 +424,6 @@ func containerEnv(t *testing.T, c corev1.Container, ns string) []string {
 			out = append(out, e.Name+"="+e.Value)
 		case e.ValueFrom.FieldRef != nil && e.ValueFrom.FieldRef.FieldPath == "metadata.namespace":
 			out = append(out, e.Name+"="+ns)
-		case e.ValueFrom.ResourceFieldRef != nil && e.ValueFrom.ResourceFieldRef.ContainerName == c.Name &&
-			e.ValueFrom.ResourceFieldRef.Resource == "limits.memory":
-			limit, ok := c.Resources.Limits[corev1.ResourceMemory]
-			if !ok {
-				t.Fatalf("the chart's env %s reads limits.memory, but container %s has no memory limit", e.Name, c.Name)
-			}
-			divisor := e.ValueFrom.ResourceFieldRef.Divisor.Value()
-			if divisor == 0 {
-				divisor = 1
-			}
-			out = append(out, fmt.Sprintf("%s=%d", e.Name, (limit.Value()+divisor-1)/divisor))
 		default:
 			t.Fatalf("the chart's env %s: cannot resolve %+v outside a pod", e.Name, e.ValueFrom)
 		}
