@@ -89,7 +89,7 @@ type scaleStep struct {
 	watchHeap, startHeap int64
 	// limit: the GOMEMLIMIT of ours' second start (sizedLimit of watchHeap), whose peak RSS is
 	// peersStart[limitedName].
-	limit int64
+	limit               int64
 	watchCPU, startCPU  float64
 	synced, firstAttach time.Duration
 	lists, watches      int
