@@ -23,6 +23,7 @@ import (
 	"flag"
 	"fmt"
 	"os"
+	"os/exec"
 	"os/signal"
 	"path/filepath"
 	"strconv"
@@ -131,6 +132,14 @@ func run(ctx context.Context, args []string) error {
 			// Argo Rollouts' client limit (40 requests a second) and 10 workers would bound the build
 			// as kube-controller-manager's would (scale-kwokctl.yaml).
 			os.Setenv("ROLLOUTS_CONTROLLER_ARGS", "--qps 300 --burst 600 --rollout-threads 20")
+			// Its steps count from an empty cluster: what an interrupted run left (up to 150,000
+			// Pods, and nodes whose TTL annotation kube-controller-manager now owns) goes first.
+			down := exec.CommandContext(ctx, filepath.Join(root, "hack/cluster/down.sh"))
+			down.Env = append(os.Environ(), "CLUSTER_NAME="+name)
+			down.Stdout, down.Stderr = os.Stderr, os.Stderr
+			if err := down.Run(); err != nil {
+				return fmt.Errorf("deleting the scale cluster of an earlier run: %w", err)
+			}
 		}
 	}
 	c, err := framework.Start(ctx, framework.StartOptions{RepoRoot: root, Kubeconfig: *kubeconfig, Name: name, Progress: os.Stderr})
