@@ -343,12 +343,13 @@ const (
 	limitedName  = "configmap-attacher (GOMEMLIMIT)"
 )
 
-// sizedLimit is the memory limit docs/controller.md gives for a controller whose live heap is live
-// (what it holds after a collection; it grows with the cluster): 64 MiB for what is not heap (the
-// binary's pages, the runtime, stacks: the empty cluster's RSS is ~35 MiB with a 3 MiB heap) and
-// half the live heap again as room, so that each collection frees at least a third of the heap and
-// the collector, which the soft limit (GOMEMLIMIT, the chart sets it to the limit) starts when the
-// heap reaches it, runs seldom. Rounded up to 32 MiB.
+// sizedLimit is the soft memory limit (GOMEMLIMIT) docs/controller.md's sizing rule gives for a
+// controller whose live heap is live (what it holds after a collection; it grows with the cluster):
+// 64 MiB for what is not heap (the binary's pages, the runtime, stacks: the empty cluster's RSS is
+// ~35 MiB with a 3 MiB heap) and half the live heap again as room, so that each collection frees at
+// least a third of the heap and the collector, which the soft limit starts when the heap reaches it,
+// runs seldom. Rounded up to 32 MiB. In a container the controller sets it to -memory-limit-ratio
+// (0.9) of the memory limit: the limit to give is this ÷ 0.9.
 func sizedLimit(live int64) int64 {
 	const mi = 1 << 20
 	l := 64*mi + live*3/2
