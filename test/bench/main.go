@@ -23,7 +23,6 @@ import (
 	"flag"
 	"fmt"
 	"os"
-	"os/exec"
 	"os/signal"
 	"path/filepath"
 	"strconv"
@@ -134,10 +133,7 @@ func run(ctx context.Context, args []string) error {
 			os.Setenv("ROLLOUTS_CONTROLLER_ARGS", "--qps 300 --burst 600 --rollout-threads 20")
 			// Its steps count from an empty cluster: what an interrupted run left (up to 150,000
 			// Pods, and nodes whose TTL annotation kube-controller-manager now owns) goes first.
-			down := exec.CommandContext(ctx, filepath.Join(root, "hack/cluster/down.sh"))
-			down.Env = append(os.Environ(), "CLUSTER_NAME="+name)
-			down.Stdout, down.Stderr = os.Stderr, os.Stderr
-			if err := down.Run(); err != nil {
+			if err := framework.DeleteCluster(ctx, root, name, os.Stderr); err != nil {
 				return fmt.Errorf("deleting the scale cluster of an earlier run: %w", err)
 			}
 		}

@@ -111,8 +111,13 @@ func (c *Cluster) Stop(ctx context.Context, progress io.Writer) error {
 	if !c.owned {
 		return nil
 	}
-	cmd := exec.CommandContext(ctx, filepath.Join(c.root, "hack/cluster/down.sh"))
-	cmd.Env = append(os.Environ(), "CLUSTER_NAME="+c.name)
+	return DeleteCluster(ctx, c.root, c.name, progress)
+}
+
+// DeleteCluster deletes the local cluster name (hack/cluster/down.sh); fine when there is none.
+func DeleteCluster(ctx context.Context, root, name string, progress io.Writer) error {
+	cmd := exec.CommandContext(ctx, filepath.Join(root, "hack/cluster/down.sh"))
+	cmd.Env = append(os.Environ(), "CLUSTER_NAME="+name)
 	cmd.Stdout, cmd.Stderr = progress, progress
 	return cmd.Run()
 }
