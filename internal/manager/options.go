@@ -50,16 +50,16 @@ type Options struct {
 	Trigger          TriggerOptions
 }
 
-// TriggerOptions: a config change starts a revision (docs/config-starts.md). On with -pinning.
+// TriggerOptions: a config change starts a revision (docs/config-starts.md), with or without pinning.
 type TriggerOptions struct {
-	// ReloaderAnnotations honours Reloader's annotations; false for a cluster still running Reloader.
+	// ReloaderAnnotations turns the trigger on: Reloader's annotations on workloads are honoured.
 	ReloaderAnnotations bool
 	// Settle is how long content must stay unchanged before a revision is started for it.
 	Settle time.Duration
 }
 
-// TriggerEnabled reports whether the config trigger runs: with pinning, unless turned off.
-func (o *Options) TriggerEnabled() bool { return o.Pinning.Enabled && o.Trigger.ReloaderAnnotations }
+// TriggerEnabled reports whether the config trigger runs: -reloader-annotations, pinning or not.
+func (o *Options) TriggerEnabled() bool { return o.Trigger.ReloaderAnnotations }
 
 // PinningOptions turn on zero-touch pinning and say how the API server reaches its webhook.
 type PinningOptions struct {
@@ -105,7 +105,7 @@ func NewOptions(lookup func(string) (string, bool)) *Options {
 		// Each attach is one PATCH; client-go's default 5 QPS would queue a 500-Rollout deploy for minutes.
 		Client:  kube.ClientOptions{QPS: 100, Burst: 200},
 		Pinning: PinningOptions{BindAddress: ":9443", Configuration: "configmap-attacher", FailurePolicy: "Fail"},
-		Trigger: TriggerOptions{ReloaderAnnotations: true, Settle: trigger.DefaultSettle},
+		Trigger: TriggerOptions{Settle: trigger.DefaultSettle},
 	}
 }
 
@@ -151,8 +151,8 @@ func (o *Options) AddFlags(fs *flag.FlagSet) {
 	fs.StringVar(&o.Pinning.Configuration, "webhook-configuration-name", o.Pinning.Configuration, "name of the MutatingWebhookConfiguration")
 	fs.StringVar(&o.Pinning.FailurePolicy, "webhook-failure-policy", o.Pinning.FailurePolicy, "Fail or Ignore, with -webhook-url (docs/pinning.md: the trade-off)")
 	fs.StringVar(&o.Pinning.CertSecret, "webhook-cert-secret", o.Pinning.CertSecret, "Secret (in the leader election namespace) holding the webhook's serving certificate (default: <webhook-configuration-name>-webhook-tls)")
-	fs.BoolVar(&o.Trigger.ReloaderAnnotations, "reloader-annotations", o.Trigger.ReloaderAnnotations, "with -pinning, honour Reloader's annotations on workloads: a change of the config they select starts a new revision "+
-		"(docs/config-starts.md); false while the cluster still runs Reloader (a migration)")
+	fs.BoolVar(&o.Trigger.ReloaderAnnotations, "reloader-annotations", o.Trigger.ReloaderAnnotations, "honour Reloader's annotations on workloads, with or without -pinning: a change of the config they select starts a new revision "+
+		"by writing one annotation on the pod template (docs/config-starts.md); off while the cluster still runs Reloader")
 	fs.DurationVar(&o.Trigger.Settle, "config-settle", o.Trigger.Settle, "how long a config object must stay unchanged before a revision is started for its change: a burst of edits within it starts one")
 	fs.Float64Var(&o.Client.QPS, "kube-api-qps", o.Client.QPS, "client-side rate limit for API requests")
 	fs.IntVar(&o.Client.Burst, "kube-api-burst", o.Client.Burst, "client-side burst for API requests")

@@ -151,6 +151,9 @@ func (c *Controller) warnUnpinned(w *caches.User, objs []followed, pinned map[st
 	if c.caches.Pinning == nil || !c.caches.Pinning.Enabled(w.Namespace) {
 		fix = append([]string{fmt.Sprintf("kubectl label namespace %s %s=%s", w.Namespace, api.PinningNamespaceLabel, api.PinningEnabled)}, fix...)
 	}
+	if c.caches.Pinning == nil {
+		fix = append([]string{"run the controller with -pinning (chart: pinning.enabled=true)"}, fix...)
+	}
 	c.events.Eventf(involved(w), corev1.EventTypeWarning, ReasonUnpinned, "%s not pinned: after a change, pods of older revisions of %s that start "+
 		"(a spot replacement, a scale-up) read the new content; fix: %s", strings.Join(names, ", "), describe(w), strings.Join(fix, "; "))
 }

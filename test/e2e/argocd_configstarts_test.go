@@ -74,7 +74,7 @@ const watchFor = 2 * time.Minute
 func configStartsThroughArgoCD(t *testing.T, ns string, app framework.GitApp) {
 	ctx := context.Background()
 	startArgoCD(t)
-	startPinningController(t, "Fail", ns)
+	startTriggerController(t, ns)
 	repo, err := framework.ServeGitRepo(ctx)
 	must(t, err)
 	t.Cleanup(func() { _ = repo.Close() })

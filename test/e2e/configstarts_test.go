@@ -83,7 +83,7 @@ func TestConfigStartsTheWriteUpsCanaryWithNothingButTheConfigMapEdited(t *testin
 	t.Parallel()
 	ctx := context.Background()
 	s := story(t, "config-starts", nil)
-	ctrl, err := walkthrough.StartPinningController(ctx, e2e.cluster, e2e.bin, "walkthrough-"+s.Namespace, s.Namespace)
+	ctrl, err := walkthrough.StartTriggerController(ctx, e2e.cluster, e2e.bin, "walkthrough-"+s.Namespace, s.Namespace)
 	must(t, err)
 	t.Cleanup(func() {
 		must(t, ctrl.Stop(context.Background()))
@@ -175,7 +175,7 @@ func TestConfigStartsADeploymentAndARevertReusesItsReplicaSet(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	ns := givenNamespace(t, "config-starts-deployment")
-	startPinningController(t, "Fail", ns)
+	startTriggerController(t, ns)
 	w := triggered{t: t, ns: ns}
 	w.put(pinV1)
 	_, err := e2e.cluster.CreateDeployment(ctx, ns, "web", framework.PodTemplate("web", []string{"app-config"}, nil), nil)
@@ -227,7 +227,7 @@ func TestConfigStartsAStatefulSetPartitionedUpdate(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	ns := givenNamespace(t, "config-starts-statefulset")
-	startPinningController(t, "Fail", ns)
+	startTriggerController(t, ns)
 	w := triggered{t: t, ns: ns}
 	w.put(pinV1)
 	sts, err := e2e.cluster.CreateStatefulSet(ctx, ns, "db", 2, framework.PodTemplate("db", []string{"app-config"}, nil))
@@ -267,7 +267,7 @@ func TestConfigStartsADaemonSet(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	ns := givenNamespace(t, "config-starts-daemonset")
-	startPinningController(t, "Fail", ns)
+	startTriggerController(t, ns)
 	w := triggered{t: t, ns: ns}
 	w.put(pinV1)
 	tmpl := framework.PodTemplate("agent", []string{"app-config"}, nil)
@@ -305,7 +305,7 @@ func TestConfigStartsARolloutWithWorkloadRef(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	ns := givenNamespace(t, "config-starts-workloadref")
-	startPinningController(t, "Fail", ns)
+	startTriggerController(t, ns)
 	w := triggered{t: t, ns: ns}
 	w.put(pinV1)
 	tmpl := framework.PodTemplate("demo", []string{"app-config"}, nil)
@@ -342,7 +342,7 @@ func TestConfigStartsNothingMoreWhenAHelmUpgradeChangesConfigAndChecksumTogether
 	t.Parallel()
 	ctx := context.Background()
 	ns := givenNamespace(t, "config-starts-helm")
-	startPinningController(t, "Fail", ns)
+	startTriggerController(t, ns)
 	h := helmCLI(t)
 	values := func(data map[string]string) string {
 		b, err := json.Marshal(map[string]any{"config": data})
@@ -380,7 +380,7 @@ func TestConfigStartsNeverFightsAToolRevertingIt(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	ns := givenNamespace(t, "config-starts-fight")
-	startPinningController(t, "Fail", ns)
+	startTriggerController(t, ns)
 	w := triggered{t: t, ns: ns}
 	w.put(pinV1)
 	tmpl := framework.PodTemplate("web", []string{"app-config"}, nil)
@@ -418,7 +418,7 @@ func TestConfigStartsBadInputIsToldAndNothingIsWritten(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	ns := givenNamespace(t, "config-starts-bad-input")
-	startPinningController(t, "Fail", ns)
+	startTriggerController(t, ns)
 	w := triggered{t: t, ns: ns}
 	w.put(pinV1)
 	for name, annotations := range map[string]map[string]string{
@@ -474,7 +474,7 @@ func TestConfigStartsWithUnpinnedConfigTellsTheLabelThatFixesIt(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	ns := givenNamespace(t, "config-starts-unpinned")
-	startPinningController(t, "Fail", ns)
+	startTriggerController(t, ns)
 	_, err := e2e.cluster.PutConfigMap(ctx, ns, "plain-config", pinV1)
 	must(t, err)
 	_, err = e2e.cluster.CreateDeployment(ctx, ns, "web", framework.PodTemplate("web", []string{"plain-config"}, nil), nil)
@@ -492,9 +492,10 @@ func TestConfigStartsWithUnpinnedConfigTellsTheLabelThatFixesIt(t *testing.T) {
 }
 
 // The chart grants our first write on workloads (patch on Deployments, StatefulSets, DaemonSets,
-// Rollouts) only while the feature is on: with pinning (pinning.reloaderAnnotations, default true);
-// never without pinning or with pinning.reloaderAnnotations=false. TestChartPinningRBACSuffices proves
-// the grant suffices.
+// Rollouts) only while the trigger's own value is on (reloaderAnnotations, default off), with pinning
+// or without; the deprecated pinning.reloaderAnnotations is honoured when set, with pinning. A
+// Reloader cluster's chart with pinning on and the trigger off grants no patch on workloads.
+// TestChartPinningRBACSuffices proves the grant suffices.
 func TestConfigStartsChartGrantsPatchOnWorkloadsOnlyWhileOn(t *testing.T) {
 	t.Parallel()
 	h := helmCLI(t)
@@ -503,10 +504,13 @@ func TestConfigStartsChartGrantsPatchOnWorkloadsOnlyWhileOn(t *testing.T) {
 		patch bool
 		flag  string // the controller's, "" for none
 	}{
-		{[]string{"pinning.enabled=true"}, true, "-reloader-annotations=true"},
-		{[]string{"pinning.enabled=true", "watchNamespaces={a}"}, true, "-reloader-annotations=true"},
+		{[]string{"pinning.enabled=true"}, false, "-reloader-annotations=false"},
+		{nil, false, "-reloader-annotations=false"},
+		{[]string{"reloaderAnnotations=true"}, true, "-reloader-annotations=true"},
+		{[]string{"pinning.enabled=true", "reloaderAnnotations=true"}, true, "-reloader-annotations=true"},
+		{[]string{"pinning.enabled=true", "watchNamespaces={a}", "reloaderAnnotations=true"}, true, "-reloader-annotations=true"},
+		{[]string{"pinning.enabled=true", "pinning.reloaderAnnotations=true"}, true, "-reloader-annotations=true"}, // deprecated, honoured
 		{[]string{"pinning.enabled=true", "pinning.reloaderAnnotations=false"}, false, "-reloader-annotations=false"},
-		{nil, false, ""},
 	} {
 		args := []string{"template", "cma", chartPath("configmap-attacher"), "-n", "cma"}
 		for _, s := range tc.sets {
@@ -514,7 +518,7 @@ func TestConfigStartsChartGrantsPatchOnWorkloadsOnlyWhileOn(t *testing.T) {
 		}
 		objs, err := framework.ParseManifests(helmRun(t, h, args...))
 		must(t, err)
-		var patched []string
+		var patched, created []string
 		flag := ""
 		for _, o := range objs {
 			if o.GetKind() == "Deployment" {
@@ -540,6 +544,9 @@ func TestConfigStartsChartGrantsPatchOnWorkloadsOnlyWhileOn(t *testing.T) {
 						}
 					}
 				}
+				if slices.Contains(verbs, any("create")) && slices.Contains(resources, any("configmaps")) {
+					created = append(created, o.GetKind())
+				}
 			}
 		}
 		if tc.patch != (len(patched) > 0) {
@@ -547,6 +554,9 @@ func TestConfigStartsChartGrantsPatchOnWorkloadsOnlyWhileOn(t *testing.T) {
 		}
 		if flag != tc.flag {
 			t.Errorf("--set %v: controller flag %q, want %q", tc.sets, flag, tc.flag)
+		}
+		if tc.patch && len(created) == 0 {
+			t.Errorf("--set %v: the trigger is on but no rule lets it create its records (ConfigMaps)", tc.sets)
 		}
 		t.Logf("--set %v: patch on workloads: %v %s", tc.sets, patched, flag)
 	}
@@ -561,7 +571,7 @@ func TestConfigStartsWidenedCacheTouchesOnlyOptedInObjects(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	ns := givenNamespace(t, "config-starts-widened")
-	startPinningController(t, "Fail", ns)
+	startTriggerController(t, ns)
 	ours := configRevision(t, ns, "web-cm", "v1")
 	plain := configRevisionLabelled(t, ns, "plain", false)
 	selected := configRevisionLabelled(t, ns, "selected", false)

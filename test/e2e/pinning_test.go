@@ -35,6 +35,13 @@ func startPinningController(t *testing.T, failurePolicy string, namespaces ...st
 	return startPinningControllerWith(t, failurePolicy, nil, namespaces...)
 }
 
+// startTriggerController is startPinningController with the config trigger on: -reloader-annotations,
+// its own switch (pinning alone does not turn it on).
+func startTriggerController(t *testing.T, namespaces ...string) *framework.Process {
+	t.Helper()
+	return startPinningControllerWith(t, "Fail", []string{"-reloader-annotations"}, namespaces...)
+}
+
 // startPinningControllerWith is startPinningController with more controller flags.
 func startPinningControllerWith(t *testing.T, failurePolicy string, extraArgs []string, namespaces ...string) *framework.Process {
 	t.Helper()
