@@ -681,6 +681,32 @@ func TestATakeBackIsConditionalOnTheResourceVersionRead(t *testing.T) {
 	}
 }
 
+// A change of a config object's metadata only (a label) changes no content: no revision, as with
+// Reloader ("should NOT reload when only ConfigMap labels change").
+func TestAMetadataOnlyChangeStartsNothing(t *testing.T) {
+	f := newFixture(t, auto, configMap("app-config", "v1", nil))
+	f.observe()
+	f.sync()
+	cms := f.kube.CoreV1().ConfigMaps(ns)
+	cm, err := cms.Get(context.Background(), "app-config", metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	old := metaOf(cm)
+	cm.Labels = map[string]string{"team": "payments"}
+	f.rv++
+	cm.ResourceVersion = strconv.Itoa(f.rv)
+	if _, err := cms.Update(context.Background(), cm, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	_ = f.cs.AllConfigs[refs.ConfigMap].Indexers()[0].Update(metaOf(cm))
+	f.c.configHandler(refs.ConfigMap).OnUpdate(old, metaOf(cm))
+	f.sync()
+	f.tick(time.Minute)
+	f.sync()
+	f.expectApplies(0)
+}
+
 // Opting out (the annotation removed) stops all triggering.
 func TestOptingOutStopsTriggering(t *testing.T) {
 	f := newFixture(t, auto, configMap("app-config", "v1", nil))
