@@ -31,9 +31,9 @@ import (
 )
 
 // A config change starts a revision (docs/config-starts.md): workloads opt in with Reloader's own
-// annotations, the user edits only the ConfigMap, and the controller (with -pinning, nothing else)
+// annotations, the user edits only the ConfigMap, and the controller (-pinning -reloader-annotations)
 // writes configmap-attacher.io/config-hash on the pod template with server-side apply. The settle
-// window is the default (5 s).
+// window is the default (trigger.DefaultSettle).
 
 // settled is long enough for the controller to have acted on a change: the settle window, then a
 // margin for a loaded machine.
