@@ -6,6 +6,7 @@ import (
 	"maps"
 	"sort"
 	"strings"
+	"time"
 
 	"github.com/configmap-attacher/configmap-attacher/internal/api"
 	"github.com/configmap-attacher/configmap-attacher/internal/caches"
@@ -78,6 +79,7 @@ func (c *Controller) decide(ctx context.Context, l *look) (reconcile.Result, err
 		}
 	}
 	from := c.origin(ctx, l)
+	c.notePending(w.Key(), from == pending)
 	madeWith := c.revisionContent(ctx, newest, l.objs, l.pinned, rec)
 	ack := &rec.Acknowledged
 	switch from {
@@ -168,10 +170,12 @@ func (c *Controller) origin(ctx context.Context, l *look) origin {
 			return byUs
 		case r != nil:
 			rec.resolveWrote(l.revs) // a newer one since: classified below
-		case newest.UID == ack.Revision && templateCarries(l.tmpl, wr):
+		case newest.UID == ack.Revision && templateCarries(l.tmpl, wr) && c.pendingFor(l.w.Key()) < pendingPatience:
 			return pending
 		case newest.UID == ack.Revision:
-			ack.Wrote = nil // undone before its revision was made: the template changed back
+			// Undone before its revision was made (the template changed back), or its revision never
+			// became the newest: as a template changed back.
+			ack.Wrote = nil
 			return older
 		default:
 			ack.Wrote = nil // another revision instead of ours: someone changed the template meanwhile
@@ -204,6 +208,11 @@ func (c *Controller) origin(ctx context.Context, l *look) origin {
 	}
 	return madeSince
 }
+
+// pendingPatience is how long a write of ours may wait for the revision it makes to become the newest
+// (a cache behind, a controller slow to catch up) before it counts as undone: the trigger must never
+// stop looking at a workload for good.
+const pendingPatience = time.Minute
 
 // templateCarries reports whether the pod template still carries what our write put there.
 func templateCarries(tmpl *caches.User, wr *wrote) bool {

@@ -1,9 +1,13 @@
 package trigger
 
 import (
+	"context"
+	"errors"
 	"maps"
 	"testing"
 	"time"
+
+	"github.com/configmap-attacher/configmap-attacher/internal/caches"
 )
 
 // Forced orders for an object that is not pinned: an edit lands after a revision was made (by our own
@@ -76,5 +80,33 @@ func TestAnEditBeforeTheFirstLookAtAnUnpinnedRevisionStartsOne(t *testing.T) {
 				t.Errorf("config-hash %q, want 2ef6a29b63 (ConfigMap/app-config holding v3)", v)
 			}
 		})
+	}
+}
+
+// Our write's revision never becomes the newest (say its controller never renumbers the one it goes
+// back to): the workload is not waited on for good; after a minute the write counts as undone, and
+// the next change is acted on again (here refused until the newest revision is the template's, a
+// retried error, not a silent wait).
+func TestAWriteWhoseRevisionNeverComesIsNotWaitedOnForGood(t *testing.T) {
+	f := newFixture(t, auto, configMap("app-config", "v1", nil))
+	f.observe()
+	f.sync()
+	f.edit("app-config", "v2")
+	f.tick(6 * time.Second)
+	f.sync()
+	f.expectApplies(1)
+	f.deployment.Status.ObservedGeneration = f.deployment.Generation // observed, yet no revision for it
+	f.putDeployment()
+	if wait := f.sync(); wait != waitAgain {
+		t.Fatalf("right after the write: wait %s, want %s (its revision is on the way)", wait, waitAgain)
+	}
+	f.tick(2 * time.Minute)
+	if wait := f.sync(); wait != 0 {
+		t.Fatalf("two minutes on: wait %s, want none: the write counts as undone", wait)
+	}
+	f.edit("app-config", "v3")
+	f.tick(6 * time.Second)
+	if _, err := f.c.sync(context.Background(), caches.Key(caches.Deployment, ns, "web")); !errors.Is(err, errNotCurrent) {
+		t.Fatalf("the next change: %v, want %v (acted on, retried)", err, errNotCurrent)
 	}
 }

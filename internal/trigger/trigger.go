@@ -374,6 +374,7 @@ type seen struct {
 	changedSeq uint64    // ... as the changedSeq-th event
 	newest     types.UID // the revision that last appeared or was renumbered
 	newestSeq  uint64
+	pending    time.Time // since when our last write waits for its revision (decide: pending)
 }
 
 // noteChange notes that an object the workload follows changed, now.
@@ -404,6 +405,30 @@ func (c *Controller) noteRevision(u *caches.User) {
 	s := c.seenOf(key)
 	c.order++
 	s.newest, s.newestSeq = u.UID, c.order
+}
+
+// notePending notes whether our last write on the workload still waits for its revision.
+func (c *Controller) notePending(key string, waiting bool) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	s := c.seenOf(key)
+	switch {
+	case !waiting:
+		s.pending = time.Time{}
+	case s.pending.IsZero():
+		s.pending = c.now()
+	}
+}
+
+// pendingFor is how long our last write on the workload has waited for its revision (0: not waiting).
+func (c *Controller) pendingFor(key string) time.Duration {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	s, ok := c.seen[key]
+	if !ok || s.pending.IsZero() {
+		return 0
+	}
+	return c.now().Sub(s.pending)
 }
 
 // seenOf is the workload's entry, made on first use; c.mu held.
