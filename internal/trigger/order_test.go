@@ -47,12 +47,7 @@ func TestAnEditBeforeTheFirstLookAtAnUnpinnedRevisionStartsOne(t *testing.T) {
 			f.edit("app-config", "v3") // after its revision appeared, before the first look at it
 		}},
 		{"a rollback to the revision before", func(f *fixture) {
-			f.edit("app-config", "v2")
-			f.tick(6 * time.Second)
-			f.sync()
-			f.tick(time.Second)
-			f.observe()
-			f.sync()
+			f.change("v2")
 			f.tick(time.Minute)
 			f.manager = "kubectl-rollout"
 			f.deployment.Spec.Template.Annotations = maps.Clone(f.revisions[0].Spec.Template.Annotations)

@@ -348,6 +348,19 @@ func (f *fixture) sync() time.Duration {
 
 func (f *fixture) tick(d time.Duration) { f.now = f.now.Add(d) }
 
+// change edits app-config, lets the settle window pass and the trigger write, then lets the Deployment
+// controller make the revision and the trigger look at it; it returns that revision.
+func (f *fixture) change(data string) *appsv1.ReplicaSet {
+	f.t.Helper()
+	f.edit("app-config", data)
+	f.tick(6 * time.Second)
+	f.sync()
+	f.tick(time.Second)
+	rs := f.observe()
+	f.sync()
+	return rs
+}
+
 func (f *fixture) templateHash() (string, bool) {
 	v, ok := f.deployment.Spec.Template.Annotations[api.ConfigHashAnnotation]
 	return v, ok
@@ -583,18 +596,8 @@ func TestAValueWeWroteIsTakenBackAfterARollback(t *testing.T) {
 	f := newFixture(t, auto, configMap("app-config", "v1", nil))
 	rs1 := f.observe()
 	f.sync()
-	f.edit("app-config", "v2")
-	f.tick(6 * time.Second)
-	f.sync()
-	f.tick(time.Second)
-	rs2 := f.observe()
-	f.sync()
-	f.edit("app-config", "v3")
-	f.tick(6 * time.Second)
-	f.sync()
-	f.tick(time.Second)
-	f.observe()
-	f.sync()
+	rs2 := f.change("v2")
+	f.change("v3")
 	f.expectApplies(2)
 	f.recorded()
 
@@ -650,15 +653,8 @@ func TestATakeBackIsConditionalOnTheResourceVersionRead(t *testing.T) {
 	f := newFixture(t, auto, configMap("app-config", "v1", nil))
 	f.observe()
 	f.sync()
-	for _, v := range []string{"v2", "v3"} {
-		f.edit("app-config", v)
-		f.tick(6 * time.Second)
-		f.sync()
-		f.tick(time.Second)
-		f.observe()
-		f.sync()
-	}
-	rs2 := f.revisions[1]
+	rs2 := f.change("v2")
+	f.change("v3")
 	f.manager = "kubectl-rollout" // undo to rs2: a value we wrote, now owned elsewhere
 	f.deployment.Spec.Template.Annotations = maps.Clone(rs2.Spec.Template.Annotations)
 	f.deployment.Generation++

@@ -29,8 +29,8 @@ var (
 	pinV4 = map[string]string{"configuration.json": `{"general": {"projectName": "demo service v4, the fix"}}`}
 )
 
-// waitCurrent waits until the current revision of a Deployment or Rollout is one ok accepts, with a
-// ready pod reading its own snapshot of data, and returns it.
+// waitCurrent waits until the current revision of a Deployment or Rollout is one ok accepts, with its
+// one pod ready and reading the revision's own snapshot of data, and returns it.
 func (w triggered) waitCurrent(kind workload.Kind, name string, data map[string]string, ok func(*appsv1.ReplicaSet) bool) *appsv1.ReplicaSet {
 	w.t.Helper()
 	var rs *appsv1.ReplicaSet
@@ -48,7 +48,7 @@ func (w triggered) waitCurrent(kind workload.Kind, name string, data map[string]
 			return false, "", err
 		}
 		rs = cur
-		return len(pods) == 1 && framework.ReadyPods(pods) == 1, framework.DescribePods(pods), nil
+		return len(pods) == 1 && framework.ReadyPods(pods) == 1 && cur.Status.Replicas == 1, framework.DescribePods(pods), nil
 	}))
 	pinnedRollout{t: w.t, ns: w.ns}.expectReads(rs, data)
 	return rs
@@ -65,22 +65,41 @@ func is(r *appsv1.ReplicaSet) func(*appsv1.ReplicaSet) bool {
 	return func(n *appsv1.ReplicaSet) bool { return n.UID == r.UID }
 }
 
-// expectTakenBack checks the rollback's field manager owned config-hash before the fix-forward edit,
-// and that the controller took it back, saying from whom, and owns it alone again.
-func expectTakenBack(t *testing.T, gvr schema.GroupVersionResource, ns, kind, name string, from []string) {
+// undoThenFixForward is the rollback story's end: undo (a tool's command) takes the workload back to
+// previous, whose template carries a config-hash value we wrote, now under the tool's own field
+// manager; the fix-forward edit of the config then starts a new revision, none of before, and the
+// controller took the annotation back, saying from whom, and owns it alone again.
+func (w triggered) undoThenFixForward(kind workload.Kind, gvr schema.GroupVersionResource, name string, undo func() (string, error),
+	previous *appsv1.ReplicaSet, before ...*appsv1.ReplicaSet) *appsv1.ReplicaSet {
+	t := w.t
 	t.Helper()
-	msg := expectEvents(t, ns, kind, name, trigger.ReasonTakenBack, "a value configmap-attacher wrote")
-	for _, m := range from {
+	ctx := context.Background()
+	out, err := undo()
+	must(t, err)
+	t.Logf("when: the undo\n%s", out)
+	w.waitCurrent(kind, name, pinV2, is(previous))
+	owners, err := e2e.cluster.ConfigHashOwners(ctx, gvr, w.ns, name)
+	must(t, err)
+	if len(owners) == 0 {
+		t.Fatalf("after the undo config-hash is owned by no other field manager: the story needs the undo's own")
+	}
+	t.Logf("then: %s runs again; config-hash belongs to %v now", previous.Name, owners)
+
+	t.Log("when: the fix-forward edit of app-config")
+	w.put(pinV4)
+	next := w.waitCurrent(kind, name, pinV4, notAmong(before...))
+	msg := expectEvents(t, w.ns, string(kind), name, trigger.ReasonTakenBack, "a value configmap-attacher wrote")
+	for _, m := range owners {
 		if !strings.Contains(msg, m) {
 			t.Fatalf("the %s event does not name %s, which owned the annotation: %s", trigger.ReasonTakenBack, m, msg)
 		}
 	}
-	owners, err := e2e.cluster.ConfigHashOwners(context.Background(), gvr, ns, name)
-	must(t, err)
-	if len(owners) > 0 {
-		t.Fatalf("config-hash still owned by %v besides us", owners)
+	if owners, err = e2e.cluster.ConfigHashOwners(ctx, gvr, w.ns, name); err != nil || len(owners) > 0 {
+		t.Fatalf("config-hash still owned by %v besides us (%v)", owners, err)
 	}
-	expectOnlyOurAnnotation(t, gvr, ns, name)
+	expectOnlyOurAnnotation(t, gvr, w.ns, name)
+	t.Logf("then: a new revision %s (revision %s) runs the fix", next.Name, framework.RevisionOf(next))
+	return next
 }
 
 // `kubectl rollout undo` copies the previous revision's template, our config-hash value included,
@@ -103,23 +122,9 @@ func TestConfigStartsANewRevisionAfterKubectlRolloutUndo(t *testing.T) {
 	rs3 := w.waitCurrent(workload.Deployment, "web", pinV3, notAmong(rs1, rs2))
 	t.Logf("given: Deployment web opted in; two config edits made %s and %s", rs2.Name, rs3.Name)
 
-	t.Log("when: kubectl rollout undo (the bad config's revision goes back to the one before)")
-	out, err := e2e.cluster.Kubectl(ctx, "rollout", "undo", "-n", ns, "deployment/web")
-	must(t, err)
-	t.Logf("$ kubectl rollout undo deployment/web\n%s", out)
-	w.waitCurrent(workload.Deployment, "web", pinV2, is(rs2))
-	owners, err := e2e.cluster.ConfigHashOwners(ctx, framework.DeploymentGVR, ns, "web")
-	must(t, err)
-	if len(owners) == 0 {
-		t.Fatalf("after the undo config-hash is owned by no other field manager: the story needs the undo's own")
-	}
-	t.Logf("then: %s runs again; config-hash belongs to %v now", rs2.Name, owners)
-
-	t.Log("when: the fix-forward edit of app-config")
-	w.put(pinV4)
-	next := w.waitCurrent(workload.Deployment, "web", pinV4, notAmong(rs1, rs2, rs3))
-	expectTakenBack(t, framework.DeploymentGVR, ns, "Deployment", "web", owners)
-	t.Logf("then: a new revision %s (revision %s) runs the fix", next.Name, framework.RevisionOf(next))
+	w.undoThenFixForward(workload.Deployment, framework.DeploymentGVR, "web", func() (string, error) {
+		return e2e.cluster.Kubectl(ctx, "rollout", "undo", "-n", ns, "deployment/web")
+	}, rs2, rs1, rs2, rs3)
 }
 
 // The same with `kubectl argo rollouts undo` on a canary Rollout: the fix-forward edit starts a new
@@ -146,28 +151,15 @@ func TestConfigStartsANewCanaryAfterKubectlArgoRolloutsUndo(t *testing.T) {
 	rs3 := promoted(pinV3, rs1, rs2)
 	t.Logf("given: canary Rollout demo opted in; two config edits made %s and %s, each promoted", rs2.Name, rs3.Name)
 
-	t.Log("when: kubectl argo rollouts undo")
-	out, err := e2e.cluster.ArgoRollouts(ctx, "undo", "demo", "-n", ns)
-	must(t, err)
-	t.Logf("$ kubectl argo rollouts undo demo\n%s", out)
-	w.waitCurrent(workload.Rollout, "demo", pinV2, is(rs2))
-	owners, err := e2e.cluster.ConfigHashOwners(ctx, workload.RolloutGVR, ns, "demo")
-	must(t, err)
-	if len(owners) == 0 {
-		t.Fatalf("after the undo config-hash is owned by no other field manager: the story needs the undo's own")
-	}
-	t.Logf("then: %s is the canary again; config-hash belongs to %v now", rs2.Name, owners)
-
-	t.Log("when: the fix-forward edit of app-config")
-	w.put(pinV4)
-	next := w.waitCurrent(workload.Rollout, "demo", pinV4, notAmong(rs1, rs2, rs3))
-	expectTakenBack(t, workload.RolloutGVR, ns, "Rollout", "demo", owners)
+	w.undoThenFixForward(workload.Rollout, workload.RolloutGVR, "demo", func() (string, error) {
+		return e2e.cluster.ArgoRollouts(ctx, "undo", "demo", "-n", ns)
+	}, rs2, rs1, rs2, rs3)
 	ro, err := e2e.cluster.Rollout(ctx, ns, "demo")
 	must(t, err)
 	if ro.Status.StableRS != rs3.Labels[workload.RolloutHashLabel] {
 		t.Fatalf("stable is %q, want %s's: the fix goes through the canary", ro.Status.StableRS, rs3.Name)
 	}
-	t.Logf("then: a new canary %s runs the fix, %s still stable", next.Name, rs3.Name)
+	t.Logf("then: the fix runs as a canary, %s still stable", rs3.Name)
 }
 
 // waitRecord waits for the controller's first look at a workload (its record).

@@ -122,25 +122,7 @@ func (w triggered) put(data map[string]string) {
 // pod ready and reading the ReplicaSet's own snapshot of data, and returns it.
 func (w triggered) waitDeployment(name string, data map[string]string, ok func(*appsv1.ReplicaSet) bool) *appsv1.ReplicaSet {
 	w.t.Helper()
-	var rs *appsv1.ReplicaSet
-	must(w.t, framework.Eventually(context.Background(), 2*time.Minute, "Deployment "+name+"'s next revision", func(ctx context.Context) (bool, string, error) {
-		res, err := e2e.cluster.ResolveWorkload(ctx, workload.Ref{Kind: workload.Deployment, Namespace: w.ns, Name: name})
-		if err != nil {
-			return false, err.Error(), nil
-		}
-		cur, err := res.Current()
-		if err != nil || !ok(cur) {
-			return false, fmt.Sprintf("current %v (%v)", cur, err), nil
-		}
-		pods, err := e2e.cluster.PodsOf(ctx, cur)
-		if err != nil {
-			return false, "", err
-		}
-		rs = cur
-		return len(pods) == 1 && framework.ReadyPods(pods) == 1 && cur.Status.Replicas == 1, framework.DescribePods(pods), nil
-	}))
-	pinnedRollout{t: w.t, ns: w.ns}.expectReads(rs, data)
-	return rs
+	return w.waitCurrent(workload.Deployment, name, data, ok)
 }
 
 func (w triggered) replicaSets() []appsv1.ReplicaSet {

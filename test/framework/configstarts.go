@@ -1,14 +1,10 @@
 package framework
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
-	"os/exec"
-	"path/filepath"
 	"sort"
-	"strings"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -190,14 +186,7 @@ func (c *Cluster) WaitEvent(ctx context.Context, timeout time.Duration, ns, kind
 // ArgoRollouts runs the real kubectl-argo-rollouts plugin (hack/tools build), as `kubectl argo
 // rollouts ARGS`, on the cluster and returns its stdout; an error carries stderr.
 func (c *Cluster) ArgoRollouts(ctx context.Context, args ...string) (string, error) {
-	bin := filepath.Join(c.root, "_output/tools/bin/kubectl-argo-rollouts")
-	cmd := exec.CommandContext(ctx, bin, append([]string{"--kubeconfig", c.Kubeconfig}, args...)...)
-	var stdout, stderr bytes.Buffer
-	cmd.Stdout, cmd.Stderr = &stdout, &stderr
-	if err := cmd.Run(); err != nil {
-		return stdout.String(), fmt.Errorf("kubectl argo rollouts %s: %w\n%s", strings.Join(args, " "), err, stderr.String())
-	}
-	return stdout.String(), nil
+	return c.runTool(ctx, "kubectl-argo-rollouts", "kubectl argo rollouts", args...)
 }
 
 // ConfigHashOwners are the field managers other than ours that own the config-hash annotation on the
