@@ -29,9 +29,9 @@ var (
 	pinV4 = map[string]string{"configuration.json": `{"general": {"projectName": "demo service v4, the fix"}}`}
 )
 
-// waitCurrent waits until the current revision of a Deployment or Rollout is one ok accepts, with its
-// one pod ready and reading the revision's own snapshot of data, and returns it.
-func (w triggered) waitCurrent(kind workload.Kind, name string, data map[string]string, ok func(*appsv1.ReplicaSet) bool) *appsv1.ReplicaSet {
+// waitCurrent waits until the current revision of a Deployment or Rollout is one ok accepts, with n
+// pods ready and reading the revision's own snapshot of data, and returns it.
+func (w triggered) waitCurrent(kind workload.Kind, name string, n int32, data map[string]string, ok func(*appsv1.ReplicaSet) bool) *appsv1.ReplicaSet {
 	w.t.Helper()
 	var rs *appsv1.ReplicaSet
 	must(w.t, framework.Eventually(context.Background(), 2*time.Minute, string(kind)+" "+name+"'s next revision", func(ctx context.Context) (bool, string, error) {
@@ -48,7 +48,7 @@ func (w triggered) waitCurrent(kind workload.Kind, name string, data map[string]
 			return false, "", err
 		}
 		rs = cur
-		return len(pods) == 1 && framework.ReadyPods(pods) == 1 && cur.Status.Replicas == 1, framework.DescribePods(pods), nil
+		return len(pods) == int(n) && framework.ReadyPods(pods) == int(n) && cur.Status.Replicas == n, cur.Name + ": " + framework.DescribePods(pods), nil
 	}))
 	pinnedRollout{t: w.t, ns: w.ns}.expectReads(rs, data)
 	return rs
@@ -71,13 +71,14 @@ func is(r *appsv1.ReplicaSet) func(*appsv1.ReplicaSet) bool {
 // controller took the annotation back, saying from whom, and owns it alone again.
 func (w triggered) undoThenFixForward(kind workload.Kind, gvr schema.GroupVersionResource, name string, undo func() (string, error),
 	previous *appsv1.ReplicaSet, before ...*appsv1.ReplicaSet) *appsv1.ReplicaSet {
+	pods := int32(1) // a Deployment's; a canary's (one pod at its first step, the Rollouts here run 3)
 	t := w.t
 	t.Helper()
 	ctx := context.Background()
 	out, err := undo()
 	must(t, err)
 	t.Logf("when: the undo\n%s", out)
-	w.waitCurrent(kind, name, pinV2, is(previous))
+	w.waitCurrent(kind, name, pods, pinV2, is(previous))
 	owners, err := e2e.cluster.ConfigHashOwners(ctx, gvr, w.ns, name)
 	must(t, err)
 	if len(owners) == 0 {
@@ -87,7 +88,7 @@ func (w triggered) undoThenFixForward(kind workload.Kind, gvr schema.GroupVersio
 
 	t.Log("when: the fix-forward edit of app-config")
 	w.put(pinV4)
-	next := w.waitCurrent(kind, name, pinV4, notAmong(before...))
+	next := w.waitCurrent(kind, name, pods, pinV4, notAmong(before...))
 	msg := expectEvents(t, w.ns, string(kind), name, trigger.ReasonTakenBack, "a value configmap-attacher wrote")
 	for _, m := range owners {
 		if !strings.Contains(msg, m) {
@@ -114,12 +115,12 @@ func TestConfigStartsANewRevisionAfterKubectlRolloutUndo(t *testing.T) {
 	w.put(pinV1)
 	_, err := e2e.cluster.CreateDeployment(ctx, ns, "web", framework.PodTemplate("web", []string{"app-config"}, nil), nil)
 	must(t, err)
-	rs1 := w.waitCurrent(workload.Deployment, "web", pinV1, func(*appsv1.ReplicaSet) bool { return true })
+	rs1 := w.waitCurrent(workload.Deployment, "web", 1, pinV1, func(*appsv1.ReplicaSet) bool { return true })
 	w.optIn(framework.DeploymentGVR, "Deployment", "web")
 	w.put(pinV2)
-	rs2 := w.waitCurrent(workload.Deployment, "web", pinV2, notAmong(rs1))
+	rs2 := w.waitCurrent(workload.Deployment, "web", 1, pinV2, notAmong(rs1))
 	w.put(pinV3)
-	rs3 := w.waitCurrent(workload.Deployment, "web", pinV3, notAmong(rs1, rs2))
+	rs3 := w.waitCurrent(workload.Deployment, "web", 1, pinV3, notAmong(rs1, rs2))
 	t.Logf("given: Deployment web opted in; two config edits made %s and %s", rs2.Name, rs3.Name)
 
 	w.undoThenFixForward(workload.Deployment, framework.DeploymentGVR, "web", func() (string, error) {
@@ -136,13 +137,13 @@ func TestConfigStartsANewCanaryAfterKubectlArgoRolloutsUndo(t *testing.T) {
 	startTriggerController(t, ns)
 	w := triggered{t: t, ns: ns}
 	w.put(pinV1)
-	must(t, e2e.cluster.CreateRollout(ctx, ns, "demo", framework.RolloutSpec{Replicas: 1, ConfigMaps: []string{"app-config"}, Annotations: framework.ReloaderAuto}))
-	rs1 := w.waitCurrent(workload.Rollout, "demo", pinV1, func(*appsv1.ReplicaSet) bool { return true })
+	must(t, e2e.cluster.CreateRollout(ctx, ns, "demo", framework.RolloutSpec{Replicas: 3, ConfigMaps: []string{"app-config"}, Annotations: framework.ReloaderAuto}))
+	rs1 := w.waitCurrent(workload.Rollout, "demo", 3, pinV1, func(*appsv1.ReplicaSet) bool { return true })
 	waitRecord(t, ns, "Rollout", "demo")
 	promoted := func(data map[string]string, before ...*appsv1.ReplicaSet) *appsv1.ReplicaSet {
 		t.Helper()
 		w.put(data)
-		rs := w.waitCurrent(workload.Rollout, "demo", data, notAmong(before...))
+		rs := w.waitCurrent(workload.Rollout, "demo", 1, data, notAmong(before...)) // the canary's one pod, paused
 		must(t, e2e.cluster.Promote(ctx, ns, "demo"))
 		waitStable(t, ns, "demo", rs)
 		return rs

@@ -122,7 +122,7 @@ func (w triggered) put(data map[string]string) {
 // pod ready and reading the ReplicaSet's own snapshot of data, and returns it.
 func (w triggered) waitDeployment(name string, data map[string]string, ok func(*appsv1.ReplicaSet) bool) *appsv1.ReplicaSet {
 	w.t.Helper()
-	return w.waitCurrent(workload.Deployment, name, data, ok)
+	return w.waitCurrent(workload.Deployment, name, 1, data, ok)
 }
 
 func (w triggered) replicaSets() []appsv1.ReplicaSet {

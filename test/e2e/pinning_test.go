@@ -68,7 +68,7 @@ func startPinningControllerWith(t *testing.T, failurePolicy string, extraArgs []
 		}
 		return err == nil && len(c.Webhooks) == 1 && len(c.Webhooks[0].ClientConfig.CABundle) > 0, "no caBundle yet", err
 	}))
-	t.Logf("given: the controller runs with -pinning, its webhook registered at https://127.0.0.1:%d (failurePolicy %s)", port, failurePolicy)
+	t.Logf("given: the controller runs with -pinning %s, its webhook registered at https://127.0.0.1:%d (failurePolicy %s)", strings.Join(extraArgs, " "), port, failurePolicy)
 	return p
 }
 
