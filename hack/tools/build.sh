@@ -402,9 +402,11 @@ build_peers() {
   peer_build reloader -ldflags "-s -w -X $pkg.Version=${RELOADER_VERSION#v} -X $pkg.Commit=$RELOADER_COMMIT" -o "$BIN/reloader" .
 }
 
-# with_heartbeat runs a command, printing a line every minute so CI logs show a long build is alive.
-# The command runs as a background job: there errexit applies inside it (a function called from
-# `if`/`||` would run with errexit silently off and carry on after a failed step).
+# with_heartbeat runs a command, printing a line every minute so CI logs show a long build is alive,
+# and exits the script when it fails. It must be called as a plain statement, never from
+# `if`/`!`/`||`/`&&`: bash ignores errexit in everything such a condition runs, background jobs and
+# functions included, so a build function would carry on after a failed step (and a stale binary
+# from an earlier build would pass the check that follows).
 with_heartbeat() {
   local label=$1; shift
   local start pid rc=0 next=60
@@ -419,7 +421,7 @@ with_heartbeat() {
     fi
   done
   wait "$pid" || rc=$?
-  return "$rc"
+  (( rc == 0 )) || die "$label: build failed after $(( $(date +%s) - start ))s"
 }
 
 # up_to_date succeeds when a tool's stamp matches its inputs and all its binaries exist.
@@ -455,9 +457,7 @@ build_tool() {
   log "$tool: building $(tool_binaries "$tool" | tr '\n' ' ')"
   start=$(date +%s)
   rm -f "$stamp"
-  if ! with_heartbeat "$tool" "build_$id"; then
-    die "$tool: build failed after $(( $(date +%s) - start ))s"
-  fi
+  with_heartbeat "$tool" "build_$id"
   while read -r b; do
     [[ -x $(bin_path "$b") ]] || die "$tool: build did not produce $(bin_path "$b")"
   done < <(tool_binaries "$tool")
