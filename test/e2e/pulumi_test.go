@@ -76,17 +76,17 @@ func yamlSingleQuoted(s string) string { return "'" + strings.ReplaceAll(s, "'",
 
 // up edits the program to hold data and runs `pulumi up`, which must end, and succeed, within
 // pulumiCommandTimeout.
-func (pp *pulumiProject) up(data map[string]string, args ...string) framework.PulumiResult {
+func (pp *pulumiProject) up(data map[string]string, args ...string) framework.Result {
 	pp.t.Helper()
 	must(pp.t, pp.p.WriteProgram(pp.programWith(data)))
 	pp.data = data
-	r := pp.run("pulumi up", func(ctx context.Context) (framework.PulumiResult, error) { return pp.p.Up(ctx, args...) })
+	r := pp.run("pulumi up", func(ctx context.Context) (framework.Result, error) { return pp.p.Up(ctx, args...) })
 	return r
 }
 
 // run runs one pulumi command, failing the test if it fails or outlives pulumiCommandTimeout, and
 // logs what Pulumi reported.
-func (pp *pulumiProject) run(what string, cmd func(context.Context) (framework.PulumiResult, error)) framework.PulumiResult {
+func (pp *pulumiProject) run(what string, cmd func(context.Context) (framework.Result, error)) framework.Result {
 	pp.t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), pulumiCommandTimeout)
 	defer cancel()
@@ -103,7 +103,7 @@ func (pp *pulumiProject) run(what string, cmd func(context.Context) (framework.P
 // program and the live objects, whatever the controller wrote to them.
 func (pp *pulumiProject) expectNoChanges(after string) {
 	pp.t.Helper()
-	pp.run("pulumi preview", func(ctx context.Context) (framework.PulumiResult, error) {
+	pp.run("pulumi preview", func(ctx context.Context) (framework.Result, error) {
 		return pp.p.Preview(ctx, "--expect-no-changes")
 	})
 	pp.t.Logf("then: `pulumi preview --expect-no-changes` after %s: no changes", after)
@@ -134,7 +134,7 @@ func pulumiSteps(out string) string {
 
 // expectStep checks a pulumi command's output has a line for the resource (its Pulumi name) matching
 // step.
-func expectStep(t *testing.T, r framework.PulumiResult, resource, step string) {
+func expectStep(t *testing.T, r framework.Result, resource, step string) {
 	t.Helper()
 	re := regexp.MustCompile(`^ [-+~ ]{2} \S+ ` + regexp.QuoteMeta(resource) + ` .*` + step)
 	for _, l := range strings.Split(r.Stdout, "\n") {
@@ -143,6 +143,15 @@ func expectStep(t *testing.T, r framework.PulumiResult, resource, step string) {
 		}
 	}
 	t.Fatalf("pulumi %s did not report %q for %s:\n%s", strings.Join(r.Args, " "), step, resource, r.Stdout)
+}
+
+// givenRecipe1 is recipe 1's setting in a fresh namespace: the controller (in-use protection on), the
+// project of the program, and the Rollout's story.
+func givenRecipe1(t *testing.T, namespace string) (string, *pulumiProject, *helmStory) {
+	t.Helper()
+	ns := givenNamespace(t, namespace)
+	startController(t, nil, ns)
+	return ns, givenPulumiProject(t, ns, "revisioned"), &helmStory{t: t, ns: ns, rollout: "demo"}
 }
 
 // expectLiveAndProtected checks a ConfigMap exists, is not being deleted, holds data and carries our
@@ -169,10 +178,7 @@ func expectLiveAndProtected(t *testing.T, ns, name string, data map[string]strin
 func TestPulumiTheWriteUpsRecipeWithRetainOnDelete(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	ns := givenNamespace(t, "pulumi-writeup")
-	startController(t, nil, ns)
-	pp := givenPulumiProject(t, ns, "revisioned")
-	s := &helmStory{t: t, ns: ns, rollout: "demo"}
+	ns, pp, s := givenRecipe1(t, "pulumi-writeup")
 	stable := &historyStory{t: t, ns: ns}
 	content := map[string]map[string]string{} // each revision's ConfigMap and what it holds
 	s.check = func(cm string) {
@@ -237,7 +243,7 @@ func TestPulumiTheWriteUpsRecipeWithRetainOnDelete(t *testing.T) {
 	t.Logf("then: revisionHistoryLimit 1 pruned %s and the garbage collector deleted %s with it; %s stays for %s (a rollback), %s runs",
 		pruned.rs.Name, pruned.cm, kept.cm, kept.rs.Name, r3.cm)
 
-	stack := pp.run("pulumi stack export", func(ctx context.Context) (framework.PulumiResult, error) {
+	stack := pp.run("pulumi stack export", func(ctx context.Context) (framework.Result, error) {
 		r := pp.p.Run(ctx, "stack", "export", "--stack", pp.p.Stack)
 		if r.Code != 0 {
 			return r, fmt.Errorf("%s", r)
@@ -249,7 +255,7 @@ func TestPulumiTheWriteUpsRecipeWithRetainOnDelete(t *testing.T) {
 			t.Fatalf("the stack lists %s: %v; want only the current ConfigMap %s in it", cm, in, r3.cm)
 		}
 	}
-	pp.run("pulumi refresh", func(ctx context.Context) (framework.PulumiResult, error) {
+	pp.run("pulumi refresh", func(ctx context.Context) (framework.Result, error) {
 		return pp.p.Refresh(ctx, "--expect-no-changes")
 	})
 	pp.expectNoChanges("pulumi refresh")
@@ -310,8 +316,8 @@ func TestPulumiZeroTouchPinningAConfigChangeStartsTheCanaryWithoutDrift(t *testi
 	t.Log("then: its replacement reads the stable revision's snapshot, not app-config's faulty content")
 
 	t.Log("when: `pulumi up` again, `pulumi refresh`, `pulumi preview`")
-	pp.run("pulumi up", func(ctx context.Context) (framework.PulumiResult, error) { return pp.p.Up(ctx, "--expect-no-changes") })
-	pp.run("pulumi refresh", func(ctx context.Context) (framework.PulumiResult, error) {
+	pp.run("pulumi up", func(ctx context.Context) (framework.Result, error) { return pp.p.Up(ctx, "--expect-no-changes") })
+	pp.run("pulumi refresh", func(ctx context.Context) (framework.Result, error) {
 		return pp.p.Refresh(ctx, "--expect-no-changes")
 	})
 	pp.expectNoChanges("pulumi refresh")
@@ -337,7 +343,7 @@ func TestPulumiZeroTouchPinningAConfigChangeStartsTheCanaryWithoutDrift(t *testi
 	pp.expectNoChanges("the promotion")
 
 	t.Log("when: pulumi destroy")
-	pp.run("pulumi destroy", func(ctx context.Context) (framework.PulumiResult, error) { return pp.p.Destroy(ctx) })
+	pp.run("pulumi destroy", func(ctx context.Context) (framework.Result, error) { return pp.p.Destroy(ctx) })
 	expectNothingLeft(t, ns)
 	t.Log("then: the Rollout, app-config, the snapshots and the controller's record are gone, nothing held")
 }
@@ -392,10 +398,7 @@ func expectNothingLeft(t *testing.T, ns string) {
 func TestPulumiDestroyMidCanaryWithInUseProtection(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	ns := givenNamespace(t, "pulumi-destroy")
-	startController(t, nil, ns)
-	pp := givenPulumiProject(t, ns, "revisioned")
-	s := &helmStory{t: t, ns: ns, rollout: "demo"}
+	ns, pp, s := givenRecipe1(t, "pulumi-destroy")
 
 	t.Log("given: the write-up's recipe deployed, then a data change: a canary paused at one pod")
 	pp.up(pinV1)
@@ -410,7 +413,7 @@ func TestPulumiDestroyMidCanaryWithInUseProtection(t *testing.T) {
 	t.Logf("then: %s (retained) and %s, each attached to its ReplicaSet and protected", r1.cm, r2.cm)
 
 	t.Log("when: pulumi destroy")
-	pp.run("pulumi destroy", func(ctx context.Context) (framework.PulumiResult, error) { return pp.p.Destroy(ctx) })
+	pp.run("pulumi destroy", func(ctx context.Context) (framework.Result, error) { return pp.p.Destroy(ctx) })
 	expectNothingLeft(t, ns)
 	t.Logf("then: pulumi destroy completed; the Rollout, its ReplicaSets and pods, %s and %s are gone, nothing held", r1.cm, r2.cm)
 }
@@ -426,9 +429,7 @@ func TestPulumiDestroyMidCanaryWithInUseProtection(t *testing.T) {
 func TestPulumiWithoutRetainOnDeleteUpWaitsForTheHeldConfigMapAndFails(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	ns := givenNamespace(t, "pulumi-no-retain")
-	startController(t, nil, ns)
-	pp := givenPulumiProject(t, ns, "revisioned")
+	ns, pp, s := givenRecipe1(t, "pulumi-no-retain")
 	recipe := pp.program
 	pp.program = strings.Replace(pp.program, "      retainOnDelete: true\n", "      customTimeouts:\n        delete: 10s\n", 1)
 	pp.program = strings.Replace(pp.program, "          configmap-attacher.io/revisioned: \"true\"\n",
@@ -436,7 +437,6 @@ func TestPulumiWithoutRetainOnDeleteUpWaitsForTheHeldConfigMapAndFails(t *testin
 	if pp.program == recipe || strings.Contains(pp.program, "retainOnDelete") || !strings.Contains(pp.program, "skipAwait") {
 		t.Fatalf("the recipe's program did not change as the control needs:\n%s", pp.program)
 	}
-	s := &helmStory{t: t, ns: ns, rollout: "demo"}
 
 	t.Log("given: the recipe without retainOnDelete, with pulumi.com/skipAwait on the ConfigMap and a 10 s delete timeout, deployed")
 	pp.up(pinV1)

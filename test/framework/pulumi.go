@@ -1,7 +1,6 @@
 package framework
 
 import (
-	"bytes"
 	"context"
 	"fmt"
 	"os"
@@ -67,23 +66,9 @@ func (p *Pulumi) Env() []string {
 	}
 }
 
-// PulumiResult is one finished pulumi command.
-type PulumiResult struct {
-	Args     []string
-	Stdout   string
-	Stderr   string
-	Code     int
-	Duration time.Duration
-}
-
-func (r PulumiResult) String() string {
-	return fmt.Sprintf("pulumi %s: exit %d after %s\nstdout:\n%s\nstderr:\n%s",
-		strings.Join(r.Args, " "), r.Code, r.Duration.Round(time.Millisecond), r.Stdout, r.Stderr)
-}
-
 // Run runs pulumi with args in the project directory until it exits or ctx ends (then it and its
 // plugins are killed).
-func (p *Pulumi) Run(ctx context.Context, args ...string) PulumiResult {
+func (p *Pulumi) Run(ctx context.Context, args ...string) Result {
 	cmd := exec.CommandContext(ctx, filepath.Join(p.Bin, "pulumi"), args...)
 	cmd.Dir = p.Dir
 	cmd.Env = append(os.Environ(), p.Env()...)
@@ -91,21 +76,11 @@ func (p *Pulumi) Run(ctx context.Context, args ...string) PulumiResult {
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
 	cmd.Cancel = func() error { return syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL) }
 	cmd.WaitDelay = 5 * time.Second
-	var stdout, stderr bytes.Buffer
-	cmd.Stdout, cmd.Stderr = &stdout, &stderr
-	start := time.Now()
-	err := cmd.Run()
-	r := PulumiResult{Args: args, Stdout: stdout.String(), Stderr: stderr.String(), Duration: time.Since(start)}
-	if ee, ok := err.(*exec.ExitError); ok {
-		r.Code = ee.ExitCode()
-	} else if err != nil {
-		r.Code, r.Stderr = -1, r.Stderr+err.Error()
-	}
-	return r
+	return runCaptured(cmd, "pulumi", args)
 }
 
 // run runs pulumi and turns a non-zero exit into an error carrying its output.
-func (p *Pulumi) run(ctx context.Context, args ...string) (PulumiResult, error) {
+func (p *Pulumi) run(ctx context.Context, args ...string) (Result, error) {
 	r := p.Run(ctx, args...)
 	if r.Code != 0 {
 		return r, fmt.Errorf("%s", r)
@@ -143,22 +118,22 @@ func (p *Pulumi) Init(ctx context.Context, program string, config ...string) err
 }
 
 // Up runs `pulumi up --yes --non-interactive --skip-preview`, as a user applying a change does.
-func (p *Pulumi) Up(ctx context.Context, args ...string) (PulumiResult, error) {
+func (p *Pulumi) Up(ctx context.Context, args ...string) (Result, error) {
 	return p.run(ctx, append([]string{"up", "--yes", "--non-interactive", "--skip-preview", "--color", "never", "--stack", p.Stack}, args...)...)
 }
 
 // Preview runs `pulumi preview --non-interactive --diff` (args: e.g. --expect-no-changes).
-func (p *Pulumi) Preview(ctx context.Context, args ...string) (PulumiResult, error) {
+func (p *Pulumi) Preview(ctx context.Context, args ...string) (Result, error) {
 	return p.run(ctx, append([]string{"preview", "--non-interactive", "--diff", "--color", "never", "--stack", p.Stack}, args...)...)
 }
 
 // Refresh runs `pulumi refresh --yes --non-interactive --skip-preview` (args: e.g. --expect-no-changes).
-func (p *Pulumi) Refresh(ctx context.Context, args ...string) (PulumiResult, error) {
+func (p *Pulumi) Refresh(ctx context.Context, args ...string) (Result, error) {
 	return p.run(ctx, append([]string{"refresh", "--yes", "--non-interactive", "--skip-preview", "--color", "never", "--stack", p.Stack}, args...)...)
 }
 
 // Destroy runs `pulumi destroy --yes --non-interactive --skip-preview`.
-func (p *Pulumi) Destroy(ctx context.Context, args ...string) (PulumiResult, error) {
+func (p *Pulumi) Destroy(ctx context.Context, args ...string) (Result, error) {
 	return p.run(ctx, append([]string{"destroy", "--yes", "--non-interactive", "--skip-preview", "--color", "never", "--stack", p.Stack}, args...)...)
 }
 
