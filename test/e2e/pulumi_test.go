@@ -67,7 +67,7 @@ func (pp *pulumiProject) programWith(data map[string]string) string {
 	pp.t.Helper()
 	first := yamlSingleQuoted(pinV1["configuration.json"])
 	if !strings.Contains(pp.program, first) || len(data) != 1 {
-		pp.t.Fatalf("the program holds no configuration.json: %s", first)
+		pp.t.Fatalf("want a program holding configuration.json: %s, and one key to put there; got %v", first, data)
 	}
 	return strings.Replace(pp.program, first, yamlSingleQuoted(data["configuration.json"]), 1)
 }
@@ -76,12 +76,11 @@ func yamlSingleQuoted(s string) string { return "'" + strings.ReplaceAll(s, "'",
 
 // up edits the program to hold data and runs `pulumi up`, which must end, and succeed, within
 // pulumiCommandTimeout.
-func (pp *pulumiProject) up(data map[string]string, args ...string) framework.Result {
+func (pp *pulumiProject) up(data map[string]string) framework.Result {
 	pp.t.Helper()
 	must(pp.t, pp.p.WriteProgram(pp.programWith(data)))
 	pp.data = data
-	r := pp.run("pulumi up", func(ctx context.Context) (framework.Result, error) { return pp.p.Up(ctx, args...) })
-	return r
+	return pp.run("pulumi up", func(ctx context.Context) (framework.Result, error) { return pp.p.Up(ctx) })
 }
 
 // run runs one pulumi command, failing the test if it fails or outlives pulumiCommandTimeout, and
@@ -448,7 +447,7 @@ func TestPulumiWithoutRetainOnDeleteUpWaitsForTheHeldConfigMapAndFails(t *testin
 		t.Helper()
 		rctx, cancel := context.WithTimeout(ctx, pulumiCommandTimeout)
 		defer cancel()
-		r := pp.p.Run(rctx, "up", "--yes", "--non-interactive", "--skip-preview", "--color", "never", "--stack", pp.p.Stack)
+		r, _ := pp.p.Up(rctx) // fails, as checked below
 		t.Logf("$ pulumi %s   (%s, exit %d)\n%s", strings.Join(r.Args, " "), r.Duration.Round(100*time.Millisecond), r.Code, pulumiSteps(r.Stdout))
 		if r.Code == 0 || rctx.Err() != nil ||
 			!strings.Contains(r.Stdout, "finalizers might be preventing deletion ("+api.InUseFinalizer+")") ||
