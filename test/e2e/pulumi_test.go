@@ -108,6 +108,24 @@ func (pp *pulumiProject) expectNoChanges(after string) {
 	pp.t.Logf("then: `pulumi preview --expect-no-changes` after %s: no changes", after)
 }
 
+// rolloutDeletePanic is in the output of pulumi-kubernetes v4.25.0 when it panics, now and then,
+// awaiting the deletion of an Argo Rollout (docs/pulumi.md, "A provider bug: destroying a Rollout").
+const rolloutDeletePanic = "condition.(*Deleted).Satisfied"
+
+// destroy runs `pulumi destroy`, and once more, as a user would, when the provider hit its known panic
+// awaiting the Rollout's deletion; then the destroy must have completed.
+func (pp *pulumiProject) destroy() {
+	pp.t.Helper()
+	pp.run("pulumi destroy", func(ctx context.Context) (framework.Result, error) {
+		r, err := pp.p.Destroy(ctx)
+		if err != nil && strings.Contains(r.Stdout, rolloutDeletePanic) && strings.Contains(r.Stdout, "Rollout") {
+			pp.t.Logf("pulumi destroy failed: pulumi-kubernetes panicked awaiting the Rollout's deletion (its known bug, docs/pulumi.md); run it again:\n%s", pulumiSteps(r.Stdout))
+			return pp.p.Destroy(ctx)
+		}
+		return r, err
+	})
+}
+
 // pulumiDone is a line of Pulumi's progress output saying what was done to a resource:
 // ` ++ kubernetes:core/v1:ConfigMap app-config created replacement (0.02s)[retain] [diff: ~data]`.
 var pulumiDone = regexp.MustCompile(`^ [-+~ ]{2} (kubernetes|pulumi):\S+ \S+ .*\b(created|updated|replaced|deleted|refreshed|failed)\b`)
@@ -342,7 +360,7 @@ func TestPulumiZeroTouchPinningAConfigChangeStartsTheCanaryWithoutDrift(t *testi
 	pp.expectNoChanges("the promotion")
 
 	t.Log("when: pulumi destroy")
-	pp.run("pulumi destroy", func(ctx context.Context) (framework.Result, error) { return pp.p.Destroy(ctx) })
+	pp.destroy()
 	expectNothingLeft(t, ns)
 	t.Log("then: the Rollout, app-config, the snapshots and the controller's record are gone, nothing held")
 }
@@ -412,7 +430,7 @@ func TestPulumiDestroyMidCanaryWithInUseProtection(t *testing.T) {
 	t.Logf("then: %s (retained) and %s, each attached to its ReplicaSet and protected", r1.cm, r2.cm)
 
 	t.Log("when: pulumi destroy")
-	pp.run("pulumi destroy", func(ctx context.Context) (framework.Result, error) { return pp.p.Destroy(ctx) })
+	pp.destroy()
 	expectNothingLeft(t, ns)
 	t.Logf("then: pulumi destroy completed; the Rollout, its ReplicaSets and pods, %s and %s are gone, nothing held", r1.cm, r2.cm)
 }
