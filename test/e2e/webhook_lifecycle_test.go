@@ -1,0 +1,261 @@
+//go:build e2e
+
+package e2e
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"fmt"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	appsv1 "k8s.io/api/apps/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+
+	"github.com/configmap-attacher/configmap-attacher/internal/pinning"
+	"github.com/configmap-attacher/configmap-attacher/test/framework"
+)
+
+// Months in production, compressed: the pinning webhook's certificates are replaced all the time and
+// nothing that creates pods notices.
+
+// webhookReplicas are controller replicas behind one address, as pods behind a Service.
+type webhookReplicas struct {
+	t        *testing.T
+	ns, home string // pinning namespace, the controllers' own (Lease, certificate Secret)
+	name     string // the webhook configuration
+	proxy    *framework.ServiceProxy
+	backends []string
+	procs    []*framework.Process
+}
+
+// givenWebhookReplicas starts n leader-elected replicas for ns, each serving the webhook on its own
+// loopback port behind a proxy whose URL they register (-webhook-bind-address with -webhook-url),
+// with serving certificates of validity.
+func givenWebhookReplicas(t *testing.T, ns, home string, n int, validity time.Duration) *webhookReplicas {
+	t.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	t.Cleanup(cancel)
+	must(t, e2e.cluster.EnablePinning(ctx, ns))
+	r := &webhookReplicas{t: t, ns: ns, home: home, name: "pin-" + ns}
+	t.Cleanup(func() {
+		_ = e2e.cluster.Kube.AdmissionregistrationV1().MutatingWebhookConfigurations().Delete(context.Background(), r.name, metav1.DeleteOptions{})
+	})
+	for range n {
+		port, err := framework.FreeLoopbackPort()
+		must(t, err)
+		r.backends = append(r.backends, fmt.Sprintf("127.0.0.1:%d", port))
+	}
+	proxy, err := framework.StartServiceProxy(ctx, r.backends...)
+	must(t, err)
+	r.proxy = proxy
+	for _, b := range r.backends {
+		r.procs = append(r.procs, startController(t, []string{"-leader-elect=true", "-leader-election-namespace=" + home, "-leader-election-id=" + r.name,
+			"-pinning", "-webhook-url=https://" + proxy.Addr, "-webhook-bind-address=" + b, "-webhook-configuration-name=" + r.name,
+			"-webhook-failure-policy=Fail", "-webhook-cert-validity=" + validity.String()}, ns))
+	}
+	must(t, framework.Eventually(ctx, 60*time.Second, "every replica serving a certificate the registered caBundle verifies", func(ctx context.Context) (bool, string, error) {
+		for i, p := range r.procs {
+			if p.Exited() {
+				return false, "", fmt.Errorf("replica %d exited:\n%s", i, p.Logs())
+			}
+		}
+		bundle := r.caBundle(ctx)
+		for _, b := range r.backends {
+			leaf, err := framework.ServedCertificate(b)
+			if err != nil {
+				return false, b + ": " + err.Error(), nil
+			}
+			if err := framework.VerifyServing(leaf, bundle, "127.0.0.1"); err != nil {
+				return false, b + ": " + err.Error(), nil
+			}
+		}
+		return true, "", nil
+	}))
+	t.Logf("given: %d controller replicas serving the webhook at https://%s (a proxy to %s), failurePolicy Fail, certificates of %s",
+		n, proxy.Addr, strings.Join(r.backends, ", "), validity)
+	return r
+}
+
+func (r *webhookReplicas) caBundle(ctx context.Context) []byte {
+	cfg, err := e2e.cluster.Kube.AdmissionregistrationV1().MutatingWebhookConfigurations().Get(ctx, r.name, metav1.GetOptions{})
+	if err != nil || len(cfg.Webhooks) == 0 {
+		return nil
+	}
+	return cfg.Webhooks[0].ClientConfig.CABundle
+}
+
+// refusals are the FailedCreate Events in ns that name the webhook.
+func refusals(ctx context.Context, t *testing.T, ns string) []string {
+	t.Helper()
+	evs, err := e2e.cluster.Kube.CoreV1().Events(ns).List(ctx, metav1.ListOptions{})
+	must(t, err)
+	var out []string
+	for _, e := range evs.Items {
+		if e.Reason == "FailedCreate" && strings.Contains(e.Message, pinning.WebhookName) {
+			out = append(out, fmt.Sprintf("%s ×%d: %s", e.InvolvedObject.Name, e.Count, e.Message))
+		}
+	}
+	return out
+}
+
+// churn deletes a pod of rs every interval until ctx ends, as spot interruptions do, and counts the
+// pods its ReplicaSet creates again.
+func churn(ctx context.Context, rs *appsv1.ReplicaSet, interval time.Duration) *atomic.Int64 {
+	created := new(atomic.Int64)
+	go func() {
+		tick := time.NewTicker(interval)
+		defer tick.Stop()
+		for {
+			select {
+			case <-ctx.Done():
+				return
+			case <-tick.C:
+			}
+			pods, err := e2e.cluster.PodsOf(ctx, rs)
+			if err != nil || len(pods) == 0 {
+				continue
+			}
+			if e2e.cluster.Kube.CoreV1().Pods(rs.Namespace).Delete(ctx, pods[0].Name, metav1.DeleteOptions{}) == nil {
+				created.Add(1)
+			}
+		}
+	}()
+	return created
+}
+
+func fingerprint(pem []byte) string {
+	sum := sha256.Sum256(pem)
+	return hex.EncodeToString(sum[:6])
+}
+
+// Two replicas serve one webhook address under Fail, their serving certificates replaced every ~20 s
+// for three minutes while a pod is created every second; the certificate Secret is deleted (a new CA
+// comes in) and the caBundle wiped on the way. No pod is refused, every pod is pinned, and each replica's
+// certificate verifies against the registered caBundle at every sample.
+func TestPinningWebhookRotatesCertificatesUnderLoadAndRefusesNoPod(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	ns := givenNamespace(t, "wh-rotate")
+	home := givenNamespace(t, "wh-rotate-home")
+	r := givenWebhookReplicas(t, ns, home, 2, 30*time.Second)
+	must(t, e2e.cluster.PutPinnedConfigMap(ctx, ns, "app-config", pinV1))
+	d, err := e2e.cluster.CreateDeployment(ctx, ns, "web", framework.PinnedTemplate("web", []string{"app-config"}, pinV1), nil)
+	must(t, err)
+	rs := deploymentReplicaSet(t, ns, d)
+	must(t, e2e.cluster.WaitPods(ctx, 90*time.Second, rs, 1))
+
+	const run = 3 * time.Minute
+	t.Logf("when: for %s a pod of %s is deleted every second (its ReplicaSet creates another through the webhook), "+
+		"the certificate Secret is deleted at 40 s and the caBundle wiped at 120 s", run, rs.Name)
+	runCtx, stop := context.WithTimeout(ctx, run)
+	defer stop()
+	created := churn(runCtx, rs, time.Second)
+	var (
+		samples, wiped  int
+		serials, blobs  = map[string]bool{}, map[string]bool{}
+		failures        []string
+		restoredAfter   time.Duration
+		deleted, wipeAt bool
+	)
+	start := time.Now()
+	for runCtx.Err() == nil {
+		time.Sleep(time.Second)
+		since := time.Since(start)
+		switch {
+		case since > 40*time.Second && !deleted:
+			deleted = true
+			must(t, e2e.cluster.Kube.CoreV1().Secrets(home).Delete(ctx, r.name+"-webhook-tls", metav1.DeleteOptions{}))
+			t.Logf("at %s: deleted Secret %s/%s-webhook-tls", since.Round(time.Second), home, r.name)
+		case since > 120*time.Second && !wipeAt:
+			wipeAt = true
+			patch := `[{"op":"replace","path":"/webhooks/0/clientConfig/caBundle","value":""}]`
+			_, err := e2e.cluster.Kube.AdmissionregistrationV1().MutatingWebhookConfigurations().Patch(ctx, r.name, types.JSONPatchType, []byte(patch), metav1.PatchOptions{})
+			must(t, err)
+			wiped := time.Now()
+			for len(r.caBundle(ctx)) == 0 && time.Since(wiped) < 30*time.Second {
+				time.Sleep(10 * time.Millisecond)
+			}
+			restoredAfter = time.Since(wiped)
+			t.Logf("at %s: wiped the caBundle; restored %s later", since.Round(time.Second), restoredAfter.Round(time.Millisecond))
+		}
+		bundle := r.caBundle(ctx)
+		if len(bundle) == 0 {
+			wiped++
+			continue
+		}
+		blobs[fingerprint(bundle)] = true
+		for i, b := range r.backends {
+			leaf, err := framework.ServedCertificate(b)
+			if err == nil {
+				err = framework.VerifyServing(leaf, bundle, "127.0.0.1")
+				serials[leaf.SerialNumber.String()] = true
+			}
+			samples++
+			if err != nil {
+				failures = append(failures, fmt.Sprintf("at %s replica %d: %v", since.Round(time.Second), i, err))
+			}
+		}
+	}
+	must(t, e2e.cluster.WaitPods(ctx, 60*time.Second, rs, 1))
+
+	t.Logf("then: %d pods created, %d certificate samples (%d skipped while the caBundle was empty), %d serving certificates and %d caBundles seen",
+		created.Load(), samples, wiped, len(serials), len(blobs))
+	if len(failures) > 0 {
+		t.Fatalf("%d samples did not verify against the registered caBundle: %s", len(failures), strings.Join(failures, "; "))
+	}
+	if len(serials) < 8 || len(blobs) < 2 {
+		t.Fatalf("%d serving certificates and %d caBundles in %s; want one every ~20 s and the new CA of the deleted Secret", len(serials), len(blobs), run)
+	}
+	if restoredAfter > 5*time.Second {
+		t.Fatalf("the wiped caBundle came back after %s; want within seconds", restoredAfter)
+	}
+	if refused := refusals(ctx, t, ns); len(refused) > 0 {
+		t.Fatalf("pod creations refused by the webhook: %s", strings.Join(refused, "; "))
+	}
+	if created.Load() < int64(run/time.Second)/2 {
+		t.Fatalf("only %d pods created in %s", created.Load(), run)
+	}
+	pinnedRollout{t: t, ns: ns}.expectReads(rs, pinV1)
+	t.Log("then: no pod creation refused, every pod of " + rs.Name + " reads its revision's snapshot")
+}
+
+// The webhook never gates its own namespace nor kube-system: with every replica gone, a labelled
+// home namespace still gets its pods. A pod labelled configmap-attacher.io/pinning: disabled is let
+// through in a pinning namespace: the emergency escape.
+func TestPinningWebhookNeverLocksItsOwnNamespaceAndHasAnEscape(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	ns := givenNamespace(t, "wh-lockout")
+	home := givenNamespace(t, "wh-lockout-home")
+	r := givenWebhookReplicas(t, ns, home, 1, time.Hour)
+	must(t, e2e.cluster.EnablePinning(ctx, home))
+	must(t, e2e.cluster.PutPinnedConfigMap(ctx, ns, "app-config", pinV1))
+	t.Log("when: its only replica is gone, under Fail, and Deployments are created in its own namespace (labelled for pinning) and, with the escape label, in the pinning namespace")
+	must(t, r.procs[0].Stop())
+	self, err := e2e.cluster.CreateDeployment(ctx, home, "controller", framework.PodTemplate("controller", nil, nil), nil)
+	must(t, err)
+	escape := framework.PinnedTemplate("escape", []string{"app-config"}, pinV1)
+	escape.Labels["configmap-attacher.io/pinning"] = "disabled"
+	esc, err := e2e.cluster.CreateDeployment(ctx, ns, "escape", escape, nil)
+	must(t, err)
+	for _, x := range []struct {
+		ns string
+		d  *appsv1.Deployment
+	}{{home, self}, {ns, esc}} {
+		must(t, e2e.cluster.WaitPods(ctx, 60*time.Second, deploymentReplicaSet(t, x.ns, x.d), 1))
+	}
+	pods, err := e2e.cluster.PodsOf(ctx, deploymentReplicaSet(t, ns, esc))
+	must(t, err)
+	if got := framework.ReadsConfigMaps(&pods[0]); len(got) != 1 || got[0] != "app-config" {
+		t.Fatalf("the escaped pod reads %v; want app-config itself (unpinned, as asked)", got)
+	}
+	t.Log("then: both run; the escaped pod reads app-config itself")
+	if refused := refusals(ctx, t, home); len(refused) > 0 {
+		t.Fatalf("the webhook gated its own namespace: %s", strings.Join(refused, "; "))
+	}
+}
