@@ -111,8 +111,12 @@ type Controller struct {
 	mu sync.Mutex
 	// seen is when each registered CA (by fingerprint) was first seen in the caBundle, continuously.
 	seen map[string]time.Time
-	// missing: the configuration to fill in was absent at the last sync (said once).
+	// missing: the configuration was absent at the last sync (said once).
 	missing bool
+	// seenConfiguration: it existed at some sync. A configuration deleted after that stays deleted,
+	// even one we own: a wipe is an accident to repair, a deletion a decision (an uninstall takes the
+	// webhook out of the pod path that way before it stops the controller).
+	seenConfiguration bool
 }
 
 // NewController wires the controller to the informers; s is this replica's Serving (the leader
@@ -168,12 +172,21 @@ func (c *Controller) sync(ctx context.Context, _ string) (reconcile.Result, erro
 		bundle = d.write.bundlePEM()
 		log.Info("webhook certificates", "change", d.why, "cas", fingerprints(d.write.bundle), "servingNotAfter", notAfter(d.write))
 	}
-	if c.noConfiguration(live) {
-		log.Warn("the webhook configuration does not exist: no caBundle to fill in until it does (the chart creates it; an uninstall deletes it)")
+	create, said := c.mayMake(live)
+	if said {
+		log.Warn("the webhook configuration does not exist: no caBundle to register until it does (the chart creates it; " +
+			"one that existed and was deleted, as an uninstall does, is not made again by this process)")
 	}
-	applied, err := c.target.Apply(ctx, live, bundle)
-	if err != nil {
-		return reconcile.Result{}, err
+	var applied bool
+	if live != nil || create {
+		if applied, err = c.target.Apply(ctx, live, bundle); err != nil {
+			return reconcile.Result{}, err
+		}
+		if applied {
+			c.mu.Lock()
+			c.seenConfiguration = true
+			c.mu.Unlock()
+		}
 	}
 	if applied {
 		log.Info("registered the caBundle", "cas", fingerprints(ParseBundle(bundle)), "was", fingerprints(registered))
@@ -181,13 +194,19 @@ func (c *Controller) sync(ctx context.Context, _ string) (reconcile.Result, erro
 	return reconcile.Result{RequeueAfter: d.requeue}, nil
 }
 
-// noConfiguration reports whether the configuration to fill in just went missing.
-func (c *Controller) noConfiguration(live *admissionregistrationv1.MutatingWebhookConfiguration) bool {
+// mayMake reports whether an absent configuration may be made (ours, and never seen deleted), and
+// whether its absence is news to log.
+func (c *Controller) mayMake(live *admissionregistrationv1.MutatingWebhookConfiguration) (create, news bool) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	was := c.missing
-	c.missing = live == nil && !c.opts.OwnsConfiguration
-	return c.missing && !was
+	if live != nil {
+		c.seenConfiguration, c.missing = true, false
+		return false, false
+	}
+	create = c.opts.OwnsConfiguration && !c.seenConfiguration
+	news = !create && !c.missing
+	c.missing = !create
+	return create, news
 }
 
 // observe records which registered CAs are new and returns whether a CA has been registered for

@@ -232,3 +232,21 @@ func TestServingKeepsTheLastGoodCertificate(t *testing.T) {
 	}
 	t.Fatal("no expiry gauge")
 }
+
+// A configuration we own is made at the first sync; deleted afterwards (an uninstall takes the webhook
+// out of the pod path that way), it is not made again.
+func TestADeletedConfigurationIsNotMadeAgain(t *testing.T) {
+	h := newHarness(t)
+	h.sync()
+	if h.target.applied != 1 {
+		t.Fatalf("first sync: %d applies; want the configuration made", h.target.applied)
+	}
+	if err := h.kube.AdmissionregistrationV1().MutatingWebhookConfigurations().Delete(context.Background(), "cma", metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	h.sync()
+	h.sync()
+	if _, err := h.kube.AdmissionregistrationV1().MutatingWebhookConfigurations().Get(context.Background(), "cma", metav1.GetOptions{}); err == nil || h.target.applied != 1 {
+		t.Fatalf("a deleted configuration was made again (%d applies)", h.target.applied)
+	}
+}

@@ -13,9 +13,11 @@ import (
 	"time"
 
 	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 
+	"github.com/configmap-attacher/configmap-attacher/internal/api"
 	"github.com/configmap-attacher/configmap-attacher/internal/pinning"
 	"github.com/configmap-attacher/configmap-attacher/test/framework"
 )
@@ -259,3 +261,83 @@ func TestPinningWebhookNeverLocksItsOwnNamespaceAndHasAnEscape(t *testing.T) {
 		t.Fatalf("the webhook gated its own namespace: %s", strings.Join(refused, "; "))
 	}
 }
+
+// createProtected creates n ConfigMaps opted in (the controller puts the in-use finalizer on each),
+// 16 at a time, and waits until all carry it.
+func createProtected(t *testing.T, ns string, n int) {
+	t.Helper()
+	ctx := context.Background()
+	sem := make(chan struct{}, 16)
+	errs := make(chan error, n)
+	for i := range n {
+		sem <- struct{}{}
+		go func() {
+			defer func() { <-sem }()
+			cm := &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: fmt.Sprintf("config-%05d", i), Namespace: ns,
+				Labels: map[string]string{api.RevisionedLabel: api.RevisionedValue}}, Data: map[string]string{"n": fmt.Sprint(i)}}
+			_, err := e2e.cluster.Kube.CoreV1().ConfigMaps(ns).Create(ctx, cm, metav1.CreateOptions{})
+			errs <- err
+		}()
+	}
+	for range n {
+		must(t, <-errs)
+	}
+	must(t, framework.Eventually(ctx, 5*time.Minute, fmt.Sprintf("%d ConfigMaps protected", n), func(ctx context.Context) (bool, string, error) {
+		got := len(finalizersIn(t, ns))
+		return got >= n, fmt.Sprintf("%d protected", got), nil
+	}))
+}
+
+// `helm uninstall` of a release with pinning on (a fail-closed webhook) and 5,000 protected objects,
+// while a pinning namespace keeps creating pods: the hook takes the webhook out of the pod path first,
+// so no pod is refused while the controller goes, then lifts every finalizer at the chart's rate.
+func TestUninstallWithPinningRefusesNoPodAndReleasesEveryObject(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	const objects = 5000
+	ns := givenNamespace(t, "e2e-uninstall-pin")
+	appNS := givenNamespace(t, "e2e-uninstall-pin-app")
+	r := installChart(t, "cma-unpin", ns, "watchNamespaces={"+appNS+"}", "pinning.enabled=true")
+	d := r.deployment()
+	must(t, e2e.cluster.EnablePinning(ctx, appNS))
+	p := r.runPinningController(d)
+	must(t, e2e.cluster.PutPinnedConfigMap(ctx, appNS, "app-config", pinV1))
+	web, err := e2e.cluster.CreateDeployment(ctx, appNS, "web", framework.PinnedTemplate("web", []string{"app-config"}, pinV1), nil)
+	must(t, err)
+	rs := deploymentReplicaSet(t, appNS, web)
+	must(t, e2e.cluster.WaitPods(ctx, 60*time.Second, rs, 1))
+	pinnedRollout{t: t, ns: appNS}.expectReads(rs, pinV1)
+	createProtected(t, appNS, objects)
+	t.Logf("given: the chart with pinning (failurePolicy Fail), %d protected ConfigMaps in %s, a Deployment there whose pods are pinned", objects, appNS)
+
+	t.Log("when: helm uninstall (its pre-delete hook, then the release's objects) while a pod of web is deleted every half second")
+	churnCtx, stopChurn := context.WithCancel(ctx)
+	created := churn(churnCtx, rs, 500*time.Millisecond)
+	start := time.Now()
+	res := r.runReleaseHook(p)
+	hook := time.Since(start)
+	helmRun(t, r.helm, "uninstall", r.name, "-n", ns, "--no-hooks", "--wait")
+	after := created.Load()
+	must(t, framework.Eventually(ctx, 30*time.Second, "pods created with nothing left of us", func(context.Context) (bool, string, error) {
+		return created.Load() >= after+2, fmt.Sprintf("%d", created.Load()-after), nil
+	}))
+	stopChurn()
+	must(t, e2e.cluster.WaitPods(ctx, 60*time.Second, rs, 1))
+
+	t.Logf("then: the hook took %s (%d objects released: %s); %d pods created meanwhile", hook.Round(100*time.Millisecond), objects,
+		lastLine(res.Stdout), created.Load())
+	if refused := refusals(ctx, t, appNS); len(refused) > 0 {
+		t.Fatalf("pod creations refused during the uninstall: %s", strings.Join(refused, "; "))
+	}
+	if left := finalizersIn(t, appNS); len(left) > 0 {
+		t.Fatalf("after uninstall %d objects still carry the finalizer, e.g. %s", len(left), left[0])
+	}
+	if _, err := e2e.cluster.Kube.AdmissionregistrationV1().MutatingWebhookConfigurations().Get(ctx, r.fullname(), metav1.GetOptions{}); err == nil {
+		t.Fatal("the webhook configuration is still there after uninstall")
+	}
+	if created.Load() < 4 {
+		t.Fatalf("only %d pods created during the uninstall; the story needs pods created throughout", created.Load())
+	}
+	t.Log("then: no pod creation refused, no finalizer left, no webhook configuration left")
+}
+
