@@ -15,7 +15,8 @@ import (
 
 // ServiceProxy plays a Service in front of several webhook replicas on one machine: kube-apiserver
 // dials one address, each connection goes to the next backend in turn (as kube-proxy spreads
-// connections over endpoints), bytes pass through untouched (TLS ends at the replica).
+// connections over endpoints), and to the one after if that one does not accept (as a Service drops a
+// replica whose pod is gone); bytes pass through untouched (TLS ends at the replica).
 type ServiceProxy struct {
 	Addr     string
 	ln       net.Listener
@@ -42,13 +43,18 @@ func (p *ServiceProxy) accept() {
 		if err != nil {
 			return
 		}
-		backend := p.backends[int(p.next.Add(1)-1)%len(p.backends)]
+		first := int(p.next.Add(1) - 1)
 		p.wg.Add(1)
 		go func() {
 			defer p.wg.Done()
 			defer in.Close()
-			out, err := net.DialTimeout("tcp", backend, 5*time.Second)
-			if err != nil {
+			var out net.Conn
+			for i := range p.backends {
+				if out, err = net.DialTimeout("tcp", p.backends[(first+i)%len(p.backends)], 5*time.Second); err == nil {
+					break
+				}
+			}
+			if out == nil {
 				return
 			}
 			defer out.Close()
