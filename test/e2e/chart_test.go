@@ -600,12 +600,7 @@ func TestChartPinningRBACSuffices(t *testing.T) {
 
 	must(t, e2e.cluster.EnablePinning(ctx, appNS))
 	r.runPinningController(d)
-	must(t, e2e.cluster.PutPinnedConfigMap(ctx, appNS, "app-config", pinV1))
-	web, err := e2e.cluster.CreateDeployment(ctx, appNS, "web", framework.PinnedTemplate("web", []string{"app-config"}, pinV1), nil)
-	must(t, err)
-	rs := deploymentReplicaSet(t, appNS, web)
-	must(t, e2e.cluster.WaitPods(ctx, 60*time.Second, rs, 1))
-	pinnedRollout{t: t, ns: appNS}.expectReads(rs, pinV1)
+	rs := givenPinnedWeb(t, appNS)
 	t.Log("then: as the chart's ServiceAccount the controller made its certificate, registered the webhook and pinned the pod")
 
 	t.Log("when: the Deployment opts in with Reloader's annotation and app-config alone is edited (pinning.reloaderAnnotations, on by default)")

@@ -91,6 +91,20 @@ func (r *webhookReplicas) caBundle(ctx context.Context) []byte {
 	return cfg.Webhooks[0].ClientConfig.CABundle
 }
 
+// givenPinnedWeb creates app-config (pinned, pinV1) and a Deployment web reading it in ns, whose namespace
+// pins, and waits for its pod to read its revision's snapshot.
+func givenPinnedWeb(t *testing.T, ns string) *appsv1.ReplicaSet {
+	t.Helper()
+	ctx := context.Background()
+	must(t, e2e.cluster.PutPinnedConfigMap(ctx, ns, "app-config", pinV1))
+	web, err := e2e.cluster.CreateDeployment(ctx, ns, "web", framework.PinnedTemplate("web", []string{"app-config"}, pinV1), nil)
+	must(t, err)
+	rs := deploymentReplicaSet(t, ns, web)
+	must(t, e2e.cluster.WaitPods(ctx, 90*time.Second, rs, 1))
+	pinnedRollout{t: t, ns: ns}.expectReads(rs, pinV1)
+	return rs
+}
+
 // refusals are the FailedCreate Events in ns that name the webhook.
 func refusals(ctx context.Context, t *testing.T, ns string) []string {
 	t.Helper()
@@ -145,11 +159,7 @@ func TestPinningWebhookRotatesCertificatesUnderLoadAndRefusesNoPod(t *testing.T)
 	ns := givenNamespace(t, "wh-rotate")
 	home := givenNamespace(t, "wh-rotate-home")
 	r := givenWebhookReplicas(t, ns, home, 2, 30*time.Second)
-	must(t, e2e.cluster.PutPinnedConfigMap(ctx, ns, "app-config", pinV1))
-	d, err := e2e.cluster.CreateDeployment(ctx, ns, "web", framework.PinnedTemplate("web", []string{"app-config"}, pinV1), nil)
-	must(t, err)
-	rs := deploymentReplicaSet(t, ns, d)
-	must(t, e2e.cluster.WaitPods(ctx, 90*time.Second, rs, 1))
+	rs := givenPinnedWeb(t, ns)
 
 	const run = 3 * time.Minute
 	t.Logf("when: for %s a pod of %s is deleted every second (its ReplicaSet creates another through the webhook), "+
@@ -301,12 +311,7 @@ func TestUninstallWithPinningRefusesNoPodAndReleasesEveryObject(t *testing.T) {
 	d := r.deployment()
 	must(t, e2e.cluster.EnablePinning(ctx, appNS))
 	p := r.runPinningController(d)
-	must(t, e2e.cluster.PutPinnedConfigMap(ctx, appNS, "app-config", pinV1))
-	web, err := e2e.cluster.CreateDeployment(ctx, appNS, "web", framework.PinnedTemplate("web", []string{"app-config"}, pinV1), nil)
-	must(t, err)
-	rs := deploymentReplicaSet(t, appNS, web)
-	must(t, e2e.cluster.WaitPods(ctx, 60*time.Second, rs, 1))
-	pinnedRollout{t: t, ns: appNS}.expectReads(rs, pinV1)
+	rs := givenPinnedWeb(t, appNS)
 	createProtected(t, appNS, objects)
 	t.Logf("given: the chart with pinning (failurePolicy Fail), %d protected ConfigMaps in %s, a Deployment there whose pods are pinned", objects, appNS)
 
