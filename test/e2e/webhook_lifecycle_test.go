@@ -7,6 +7,7 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"fmt"
+	"slices"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -15,6 +16,8 @@ import (
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
 
 	"github.com/configmap-attacher/configmap-attacher/internal/api"
@@ -346,3 +349,53 @@ func TestUninstallWithPinningRefusesNoPodAndReleasesEveryObject(t *testing.T) {
 	t.Log("then: no pod creation refused, no finalizer left, no webhook configuration left")
 }
 
+
+// The chart's pinning values, rendered: pinning.hostNetwork puts the pods in the node's network (DNS
+// kept), pinning.timeoutSeconds and pinning.certificateValidity reach the webhook and the controller,
+// and the release hook takes the webhook out first, at kubeAPI.qps, within its deadline.
+func TestChartPinningValuesRender(t *testing.T) {
+	t.Parallel()
+	h := helmCLI(t)
+	args := []string{"template", "cma", chartPath("configmap-attacher"), "-n", "cma-system", "--set", "pinning.enabled=true",
+		"--set", "pinning.hostNetwork=true", "--set", "pinning.timeoutSeconds=7", "--set", "pinning.certificateValidity=720h",
+		"--set", "releaseHook.activeDeadlineSeconds=300", "--set", "priorityClassName=system-cluster-critical"}
+	objs, err := framework.ParseManifests(helmRun(t, h, args...))
+	must(t, err)
+	var d appsv1.Deployment
+	var hook map[string]any
+	var timeout string
+	// number reads a number as the manifest parser decoded it (an int64 or a float64).
+	number := func(obj map[string]any, fields ...string) string {
+		v, _, _ := unstructured.NestedFieldNoCopy(obj, fields...)
+		return fmt.Sprint(v)
+	}
+	for _, o := range objs {
+		switch o.GetKind() + "/" + o.GetName() {
+		case "Deployment/cma-configmap-attacher":
+			must(t, runtime.DefaultUnstructuredConverter.FromUnstructured(o.Object, &d))
+		case "Job/cma-configmap-attacher-release":
+			hook = o.Object
+		case "MutatingWebhookConfiguration/cma-configmap-attacher":
+			ws, _, _ := unstructured.NestedSlice(o.Object, "webhooks")
+			timeout = number(ws[0].(map[string]any), "timeoutSeconds")
+		}
+	}
+	pod := d.Spec.Template.Spec
+	if !pod.HostNetwork || pod.DNSPolicy != corev1.DNSClusterFirstWithHostNet {
+		t.Errorf("pinning.hostNetwork: hostNetwork %v, dnsPolicy %q; want true, ClusterFirstWithHostNet", pod.HostNetwork, pod.DNSPolicy)
+	}
+	if !slices.Contains(pod.Containers[0].Args, "-webhook-cert-validity=720h") {
+		t.Errorf("pinning.certificateValidity: the controller's args %v lack -webhook-cert-validity=720h", pod.Containers[0].Args)
+	}
+	if timeout != "7" {
+		t.Errorf("pinning.timeoutSeconds: the webhook's timeoutSeconds is %s; want 7", timeout)
+	}
+	deadline := number(hook, "spec", "activeDeadlineSeconds")
+	containers, _, _ := unstructured.NestedSlice(hook, "spec", "template", "spec", "containers")
+	cargs, _, _ := unstructured.NestedStringSlice(containers[0].(map[string]any), "args")
+	prio, _, _ := unstructured.NestedString(hook, "spec", "template", "spec", "priorityClassName")
+	if deadline != "300" || prio != "system-cluster-critical" || !slices.Contains(cargs, "-delete-webhook-configuration=cma-configmap-attacher") ||
+		!slices.Contains(cargs, "-kube-api-qps=100") || slices.Index(cargs, "-delete-webhook-configuration=cma-configmap-attacher") > slices.Index(cargs, "-stop-controller=cma-system/cma-configmap-attacher") {
+		t.Errorf("the release hook: deadline %s, priorityClassName %q, args %v; want 300, the controller's class, the webhook deleted before the controller stops, at kubeAPI.qps", deadline, prio, cargs)
+	}
+}
