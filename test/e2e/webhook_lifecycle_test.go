@@ -349,7 +349,6 @@ func TestUninstallWithPinningRefusesNoPodAndReleasesEveryObject(t *testing.T) {
 	t.Log("then: no pod creation refused, no finalizer left, no webhook configuration left")
 }
 
-
 // The chart's pinning values, rendered: pinning.hostNetwork puts the pods in the node's network (DNS
 // kept), pinning.timeoutSeconds and pinning.certificateValidity reach the webhook and the controller,
 // and the release hook takes the webhook out first, at kubeAPI.qps, within its deadline.

@@ -94,7 +94,7 @@ type pinningState struct {
 	// wiped: the caBundle was emptied (bundle-wipe), until the leader restored it.
 	wiped windows
 	// rotations: cert-rotate steps that ended with both replicas serving the new CA's certificate.
-	rotations int
+	rotations         int
 	policy            string
 	revisions         map[types.UID]*pinnedRevision
 	offNS             string // the namespace pin-toggle turned pinning off in, until step onAt
