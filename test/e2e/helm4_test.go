@@ -18,9 +18,10 @@ import (
 	"github.com/configmap-attacher/configmap-attacher/test/framework"
 )
 
-// What Helm 4 does with the shipped post-renderer plugin (deploy/helm-plugin, installed by TestMain
-// from make helm-plugin's package with `helm plugin install <package> --verify=false`), beyond the
-// install and upgrade stories: output, errors, bad input, hooks.
+// What Helm 4 does with the shipped post-renderer plugin (deploy/helm-plugin, installed by TestMain as
+// make helm-plugin's directory, `helm plugin install <directory>`; the signed package's install is
+// TestRealNodeInstallsASignedReleaseFromARegistry's), beyond the install and upgrade stories: output,
+// errors, bad input, hooks.
 
 // revisionName is a name render gives: <name>-<10 hex digits>.
 func revisionName(name string) *regexp.Regexp {
