@@ -119,6 +119,7 @@ done
 invocations=()
 for f in "$WORK"/invocations/*; do invocations+=(-invocation "$f"); done
 "$BIN/release-tool" provenance -dist "$DIST" "${invocations[@]}" -version "$VERSION" -image-repository "$IMAGE_REPOSITORY" \
+  -commit "$(git -C "$ROOT" rev-parse HEAD)" -modified="$([[ -n $(git -C "$ROOT" status --porcelain --untracked-files=no) ]] && echo true || echo false)" \
   -builder-id "$BUILDER_ID" -source-date-epoch "$SOURCE_DATE_EPOCH" \
   -tool-versions "helm=$HELM_VERSION,cyclonedx-gomod=$CYCLONEDX_GOMOD_VERSION,go-containerregistry=$GO_CONTAINERREGISTRY_VERSION" \
   -out "$DIST/${NAME}_$VERSION.provenance.json"

@@ -45,7 +45,7 @@ type externalParameters struct {
 
 // internalParameters are what release.sh did with them: each `go build` exactly as it ran (from the
 // source's root; -o names the file as it is in the release), the commit time every timestamp is set
-// to, and whether the tree had uncommitted changes (Go's VCS stamp).
+// to, and whether the tree had uncommitted changes to tracked files.
 type internalParameters struct {
 	GoBuilds        []goBuild `json:"goBuilds"`
 	SourceDateEpoch int64     `json:"sourceDateEpoch"`
@@ -80,8 +80,9 @@ func (i *invocations) String() string     { return strings.Join(*i, ",") }
 func (i *invocations) Set(v string) error { *i = append(*i, v); return nil }
 
 // slsaProvenanceCmd writes the SLSA provenance predicate of a release from its `go build` invocations (as
-// release.sh recorded them) and the binaries they wrote: the commit and the modules come from the
-// binaries' own build information (go version -m), so the provenance says what is in them.
+// release.sh recorded them) and the binaries they wrote: the modules come from the binaries' own build
+// information (go version -m), so the provenance says what is in them. The commit is given (Go stamps
+// none in a git worktree, whose .git is a file) and must be the one a binary's VCS stamp names, if any.
 func slsaProvenanceCmd(args []string) error {
 	fs := flag.NewFlagSet("provenance", flag.ExitOnError)
 	var invs invocations
@@ -89,13 +90,15 @@ func slsaProvenanceCmd(args []string) error {
 	dist := fs.String("dist", "", "the directory holding the outputs the invocations name")
 	version := fs.String("version", "", "the release version")
 	imageRepository := fs.String("image-repository", "", "the repository the charts pull the image from")
+	commit := fs.String("commit", "", "the source commit (git rev-parse HEAD)")
+	modified := fs.Bool("modified", false, "the tree had uncommitted changes to tracked files")
 	builderID := fs.String("builder-id", "", "the builder's id (a URI: the release job's workflow, or this script on a named machine)")
 	epoch := fs.Int64("source-date-epoch", 0, "the commit's time, in Unix seconds")
 	toolVersions := fs.String("tool-versions", "", "comma-separated name=version of the tools the release ran (helm, release-tool, cyclonedx-gomod)")
 	out := fs.String("out", "", "the predicate file to write (JSON)")
 	_ = fs.Parse(args)
-	if len(invs) == 0 || *dist == "" || *version == "" || *builderID == "" || *out == "" {
-		return errors.New("provenance: -invocation, -dist, -version, -builder-id and -out are required")
+	if len(invs) == 0 || *dist == "" || *version == "" || *commit == "" || *builderID == "" || *out == "" {
+		return errors.New("provenance: -invocation, -dist, -version, -commit, -builder-id and -out are required")
 	}
 	p := slsaProvenance{
 		BuildDefinition: buildDefinition{
@@ -103,11 +106,11 @@ func slsaProvenanceCmd(args []string) error {
 			ExternalParameters: externalParameters{
 				Version: *version, ImageRepository: *imageRepository,
 			},
-			InternalParameters: internalParameters{SourceDateEpoch: *epoch},
+			InternalParameters: internalParameters{SourceDateEpoch: *epoch, VCSModified: *modified},
 		},
 		RunDetails: runDetails{Builder: builder{ID: *builderID, Version: map[string]string{}}},
 	}
-	var commit, goVersion string
+	var goVersion string
 	modules := map[string]resourceDescriptor{}
 	for _, f := range invs {
 		b, err := goBuildOf(f, *dist)
@@ -122,15 +125,13 @@ func slsaProvenanceCmd(args []string) error {
 		for _, s := range bi.Settings {
 			settings[s.Key] = s.Value
 		}
-		rev := settings["vcs.revision"]
-		if rev == "" || (commit != "" && rev != commit) {
-			return fmt.Errorf("%s: built from commit %q, want one commit for every binary (GOFLAGS=-buildvcs=true)", b.Output.Name, rev)
+		if rev := settings["vcs.revision"]; rev != "" && rev != *commit {
+			return fmt.Errorf("%s: Go stamped commit %s in it, not %s", b.Output.Name, rev, *commit)
 		}
 		if goVersion != "" && bi.GoVersion != goVersion {
 			return fmt.Errorf("%s: built by %s, the others by %s", b.Output.Name, bi.GoVersion, goVersion)
 		}
-		commit, goVersion = rev, bi.GoVersion
-		p.BuildDefinition.InternalParameters.VCSModified = p.BuildDefinition.InternalParameters.VCSModified || settings["vcs.modified"] == "true"
+		goVersion = bi.GoVersion
 		for _, m := range bi.Deps {
 			if m.Replace != nil {
 				m = m.Replace
@@ -144,7 +145,7 @@ func slsaProvenanceCmd(args []string) error {
 		}
 		p.BuildDefinition.InternalParameters.GoBuilds = append(p.BuildDefinition.InternalParameters.GoBuilds, b)
 	}
-	src := resourceDescriptor{URI: sourceURI, Digest: map[string]string{"gitCommit": commit}}
+	src := resourceDescriptor{URI: sourceURI, Digest: map[string]string{"gitCommit": *commit}}
 	p.BuildDefinition.ExternalParameters.Source = src
 	deps := []resourceDescriptor{src, {URI: "pkg:golang/toolchain@" + goVersion, Name: "go"}}
 	uris := make([]string, 0, len(modules))
