@@ -12,7 +12,7 @@
 #      and <CHART_REPOSITORY>/base-app:<version> (Helm 3.8+ and 4 install them from there);
 #   4. the Helm 4 plugin, one package per platform, is signed with an OpenPGP key (Helm's .prov, which
 #      `helm plugin install` verifies) and goes to PLUGIN_REPOSITORY:<version>-<os>-<arch> as Helm 4
-#      pulls plugins; each package's .prov is written next to it in dist/ for download installs;
+#      pulls plugins; each package's .prov is written next to it in dist/ (for the GitHub release);
 #   5. cosign signs the image index and both charts, by digest, and attests on each the CycloneDX SBOM
 #      (the image: each linux binary's; a chart: its own, naming the image it pins) and the SLSA v1
 #      provenance of the build (dist/configmap-attacher_<version>.provenance.json);
@@ -105,11 +105,12 @@ log "release $version (tag ${tag:-none}), image $IMAGE_REPOSITORY@$digest; $sign
 WORK=$(mktemp -d)
 trap 'rm -rf "$WORK"' EXIT
 
-# The image: crane pushes the layout's image index with both platforms, then we check the registry
+# The image: crane pushes the layout's one entry, the image index with both platforms (not with
+# --index, which would push the layout's own index.json wrapping it), then we check the registry
 # serves it under the digest the charts pin.
 mkdir "$WORK/image"
 tar -xf "$DIST/${NAME}_${version}_oci-image.tar" -C "$WORK/image"
-run "$BIN/crane" push "${crane_flags[@]}" --index "$WORK/image" "$IMAGE_REPOSITORY:$version" >/dev/null
+run "$BIN/crane" push "${crane_flags[@]}" "$WORK/image" "$IMAGE_REPOSITORY:$version" >/dev/null
 if [[ $DRY_RUN != 1 ]]; then
   got=$("$BIN/crane" digest "${crane_flags[@]}" "$IMAGE_REPOSITORY:$version")
   [[ $got == "$digest" ]] || die "the registry has $IMAGE_REPOSITORY:$version at $got, the charts pin $digest"
@@ -129,9 +130,10 @@ for c in configmap-attacher base-app; do
   log "pushed $CHART_REPOSITORY/$c:$version ($d)"
 done
 
-# The Helm 4 plugin: two .prov per package, one for the file's own name (a download, `helm plugin
-# install <file>`), one for <plugin>-<version>.tgz (the name Helm checks when installing from a
-# registry); then the package and the latter as Helm's plugin artifact.
+# The Helm 4 plugin: each package's .prov (written beside it in dist/) signs it under the name Helm
+# checks, <plugin>-<version>.tgz: Helm installs from a registry under that name, and from a file only
+# if the file has that name (it takes the plugin's directory from it); then the package and its .prov
+# as Helm's plugin artifact.
 for p in linux/amd64 linux/arm64 darwin/amd64 darwin/arm64; do
   os=${p%/*} arch=${p#*/}
   pkg=$DIST/${NAME}-helm-plugin_${version}_${os}_${arch}.tgz
@@ -140,9 +142,8 @@ for p in linux/amd64 linux/arm64 darwin/amd64 darwin/arm64; do
     log "HELM_PLUGIN_KEYRING is not set: the Helm plugin is not published (it must be signed)"
     break
   fi
-  run "$BIN/release-tool" sign-helm-plugin -in "$pkg" "${plugin_key[@]}"
-  run "$BIN/release-tool" sign-helm-plugin -in "$pkg" -name "$NAME-$version.tgz" -out "$WORK/$os-$arch.prov" "${plugin_key[@]}"
-  run "$BIN/release-tool" helm-plugin-artifact -tgz "$pkg" -prov "$WORK/$os-$arch.prov" -out "$WORK/plugin-$os-$arch"
+  run "$BIN/release-tool" sign-helm-plugin -in "$pkg" -name "$NAME-$version.tgz" -out "$pkg.prov" "${plugin_key[@]}"
+  run "$BIN/release-tool" helm-plugin-artifact -tgz "$pkg" -prov "$pkg.prov" -out "$WORK/plugin-$os-$arch"
   run "$BIN/crane" push "${crane_flags[@]}" "$WORK/plugin-$os-$arch" "${PLUGIN_REPOSITORY#oci://}:$version-$os-$arch" >/dev/null
   [[ $DRY_RUN == 1 ]] || log "pushed $PLUGIN_REPOSITORY:$version-$os-$arch, signed ($(basename "$pkg").prov)"
 done
