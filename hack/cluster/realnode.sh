@@ -223,7 +223,7 @@ disabled_plugins = ["io.containerd.snapshotter.v1.btrfs", "io.containerd.snapsho
     bin_dir = "/usr/lib/cni"
     conf_dir = "$D/cni/net.d"
     max_conf_num = 1
-  # Registry hosts, one directory per registry (`registry HOST:PORT` adds one), read at each pull.
+  # Registry hosts, one directory per registry (the registry command adds one), read at each pull.
   [plugins."io.containerd.grpc.v1.cri".registry]
     config_path = "$D/containerd/certs.d"
 EOF
