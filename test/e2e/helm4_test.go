@@ -14,6 +14,7 @@ import (
 
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 
+	"github.com/configmap-attacher/configmap-attacher/internal/helmplugin"
 	"github.com/configmap-attacher/configmap-attacher/internal/refs"
 	"github.com/configmap-attacher/configmap-attacher/test/framework"
 )
@@ -191,14 +192,11 @@ func TestHelm4PluginRefusesBadInputInOneLine(t *testing.T) {
 	})
 
 	t.Run("Helm 3 and the plugin package", func(t *testing.T) {
-		pkg, err := filepath.Glob(filepath.Join(e2e.helmPlugins, "configmap-attacher-*.tgz"))
+		pkg, err := helmplugin.Pack(ctx, rootPath("deploy/helm-plugin"), e2e.bin.Path, "", t.TempDir()) // make helm-plugin's package
 		must(t, err)
-		if len(pkg) != 1 {
-			t.Fatalf("want the one package helm plugin install kept in %s, got %v", e2e.helmPlugins, pkg)
-		}
 		h3 := helm3CLI(t)
 		h3.Env = nil // no configmap-attacher on its PATH
-		expectRefusal(t, h3, "expected plugin to be a folder", "plugin", "install", pkg[0])
+		expectRefusal(t, h3, "expected plugin to be a folder", "plugin", "install", pkg)
 		expectRefusal(t, h3, `"configmap-attacher": executable file not found in $PATH`, grafanaTemplate(ns)...)
 	})
 }
