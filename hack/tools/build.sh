@@ -20,7 +20,8 @@
 #   pulumi             pulumi pulumi-language-yaml pulumi-resource-kubernetes (the Pulumi stories)
 # Built only when named (not part of `make tools`, so CI does not pay for them):
 #   peers          configmap-attacher-original configmap-rs-operator reloader (test/bench's peers)
-#   release        cyclonedx-gomod release-tool crane (make release builds it; publish.sh pushes with crane)
+#   release        cyclonedx-gomod release-tool crane cosign (make release builds it; publish.sh pushes
+#                  with crane and signs with cosign; the e2e release story runs crane's registry)
 # A binary name selects its tool (e.g. `build.sh kubectl`).
 #
 # A tool is rebuilt only when one of its inputs changed: its versions.env entries, its module files
@@ -91,8 +92,8 @@ COMPAT_DIR=k8s-$(cut -d. -f1,2 <<<"${KUBERNETES_COMPAT_VERSION#v}")
   vars_prometheus=(PROMETHEUS_VERSION)
   binaries_pulumi=(pulumi pulumi-language-yaml pulumi-resource-kubernetes)
   vars_pulumi=(PULUMI_VERSION PULUMI_YAML_VERSION PULUMI_KUBERNETES_VERSION PULUMI_KUBERNETES_RELEASE PULUMI_KUBERNETES_SDK_VERSION)
-  binaries_release=(cyclonedx-gomod release-tool crane)
-  vars_release=(CYCLONEDX_GOMOD_VERSION GO_CONTAINERREGISTRY_VERSION)
+  binaries_release=(cyclonedx-gomod release-tool crane cosign)
+  vars_release=(CYCLONEDX_GOMOD_VERSION GO_CONTAINERREGISTRY_VERSION HELM_VERSION COSIGN_VERSION)
   binaries_peers=(configmap-attacher-original configmap-rs-operator reloader)
   vars_peers=(ORIGINAL_ATTACHER_COMMIT CONFIGMAP_RS_OPERATOR_COMMIT RELOADER_VERSION RELOADER_COMMIT)
 }
@@ -377,13 +378,19 @@ build_pulumi() {
     "$k8s/cmd/pulumi-resource-kubernetes"
 }
 
-# The release tools: release-tool from our module, cyclonedx-gomod as `go install module@version` (so
-# the SBOMs it writes name its real version; the checksum database verifies the module).
+# The release tools: release-tool (with Helm's pkg/provenance) and crane from our module;
+# cyclonedx-gomod and cosign as `go install module@version` (so each is built with its own go.mod and
+# the SBOMs cyclonedx-gomod writes name its real version; the checksum database verifies the modules),
+# cosign stamped as its Makefile stamps it (`cosign version`).
 build_release() {
   check_pin release github.com/google/go-containerregistry "$GO_CONTAINERREGISTRY_VERSION"
+  check_pin release helm.sh/helm/v4 "$HELM_VERSION"
   go_build release -ldflags "-s -w" ./release-tool github.com/google/go-containerregistry/cmd/crane
   (cd "$TOOLS_SRC/release" && GOBIN=$BIN GOFLAGS=-buildvcs=false GOTOOLCHAIN=local \
     go install -trimpath -ldflags "-s -w" "github.com/CycloneDX/cyclonedx-gomod/cmd/cyclonedx-gomod@$CYCLONEDX_GOMOD_VERSION")
+  (cd "$TOOLS_SRC/release" && GOBIN=$BIN GOFLAGS=-buildvcs=false GOTOOLCHAIN=local \
+    go install -trimpath -ldflags "-s -w -X sigs.k8s.io/release-utils/version.gitVersion=$COSIGN_VERSION" \
+    "github.com/sigstore/cosign/v3/cmd/cosign@$COSIGN_VERSION")
 }
 
 # peer_source extracts a GitHub repository at a commit into $OUT/src/peers/<name> (the tree only).

@@ -94,9 +94,15 @@ type Process struct {
 
 // Start starts the binary in the background; its output is kept for Logs.
 func (b Binary) Start(ctx context.Context, extraEnv []string, args ...string) (*Process, error) {
+	return startProcess(ctx, b.env(extraEnv), b.Path, args...)
+}
+
+// startProcess starts path in the background, in its own process group, with env; its output is kept
+// for Logs, and it is stopped when ctx ends.
+func startProcess(ctx context.Context, env []string, path string, args ...string) (*Process, error) {
 	p := &Process{done: make(chan struct{})}
-	p.cmd = exec.Command(b.Path, args...)
-	p.cmd.Env = b.env(extraEnv)
+	p.cmd = exec.Command(path, args...)
+	p.cmd.Env = env
 	p.cmd.Stdout, p.cmd.Stderr = (*lockedWriter)(p), (*lockedWriter)(p)
 	p.cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
 	if err := p.cmd.Start(); err != nil {
