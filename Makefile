@@ -38,7 +38,7 @@ release:
 release-check:
 	hack/release/check.sh
 
-## tools: build the local control plane (etcd, kube-*, kwok, Argo Rollouts, helm, Argo CD, Flux) and promtool into _output/tools.
+## tools: build the local control plane (etcd, kube-*, kwok, Argo Rollouts, helm, Argo CD, Flux), promtool and pulumi into _output/tools.
 tools:
 	hack/tools/build.sh
 
