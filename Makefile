@@ -13,10 +13,12 @@ all: build
 build:
 	CGO_ENABLED=0 $(GO) build -trimpath -ldflags '$(LDFLAGS)' -o bin/configmap-attacher ./cmd/configmap-attacher
 
-## helm-plugin: the Helm 4 post-renderer plugin with the binary: _output/helm-plugin/configmap-attacher-<version>.tgz,
-## installed with `helm plugin install <that file> --verify=false` (deploy/helm-plugin, docs/helm.md).
+## helm-plugin: the Helm 4 post-renderer plugin with the binary: _output/helm-plugin/configmap-attacher-<version>.tgz
+## (a release signs it: helm plugin install verifies its .prov) and the same as the directory
+## _output/helm-plugin/configmap-attacher, a development install: `helm plugin install _output/helm-plugin/configmap-attacher`
+## (Helm verifies no signature for a local directory; deploy/helm-plugin, docs/helm.md).
 helm-plugin: build
-	$(GO) run ./hack/helm-plugin -plugin deploy/helm-plugin -binary bin/configmap-attacher -out _output/helm-plugin
+	$(GO) run ./hack/helm-plugin -plugin deploy/helm-plugin -binary bin/configmap-attacher -out _output/helm-plugin -dir
 
 ## image: the container image with no registry (podman, FROM scratch): localhost/configmap-attacher:$(VERSION)
 ## and its docker-archive _output/image/configmap-attacher.tar (hack/image/build.sh).
@@ -24,8 +26,10 @@ image:
 	VERSION='$(VERSION)' LDFLAGS='$(LDFLAGS)' hack/image/build.sh
 
 ## release: dist/ with the binaries (linux, darwin; amd64, arm64), their SBOMs, the multi-platform image as an
-## OCI layout, the packaged charts (image pinned by digest), the dashboard and SHA256SUMS (hack/release/release.sh).
-## RELEASE_VERSION=X.Y.Z overrides the version; hack/release/publish.sh pushes a release.
+## OCI layout, the packaged charts (image pinned by digest; IMAGE_REPOSITORY=<registry>/<path> names where from) and
+## their SBOMs, the Helm 4 plugin, the SLSA provenance, the dashboard and SHA256SUMS (hack/release/release.sh); it
+## builds the release tools (crane, cosign, ...) into _output/tools/bin. RELEASE_VERSION=X.Y.Z overrides the version;
+## hack/release/publish.sh pushes, signs and attests a release.
 release:
 	hack/release/release.sh
 
@@ -34,7 +38,7 @@ release:
 release-check:
 	hack/release/check.sh
 
-## tools: build the local control plane (etcd, kube-*, kwok, Argo Rollouts, helm, Argo CD, Flux) and promtool into _output/tools.
+## tools: build the local control plane (etcd, kube-*, kwok, Argo Rollouts, helm, Argo CD, Flux), promtool and pulumi into _output/tools.
 tools:
 	hack/tools/build.sh
 
@@ -88,8 +92,13 @@ test-race:
 
 ## test-e2e: every e2e test on the local control plane (Kubernetes KUBERNETES_VERSION), then the compatibility story
 ## alone on a local cluster of the oldest supported minor (KUBERNETES_COMPAT_VERSION, hack/cluster/up.sh KUBERNETES_COMPAT).
+## The release story publishes to a loopback registry with the release tools (crane, cosign), built first when missing.
+## E2E_PARALLEL stories run at once (go test's default is the core count, 2 on CI): most of a story's time is
+## waiting on the control plane, and each has namespaces of its own.
+E2E_PARALLEL ?= 6
 test-e2e: tools
-	$(GO) test -tags e2e -count=1 -timeout 45m -v ./test/e2e/ 2>&1 | hack/test-summary.sh
+	hack/tools/build.sh release
+	$(GO) test -tags e2e -count=1 -timeout 45m -parallel $(E2E_PARALLEL) -v ./test/e2e/ 2>&1 | hack/test-summary.sh
 	env -u KUBECONFIG KUBERNETES_COMPAT=$(KUBERNETES_COMPAT) $(GO) test -tags e2e -count=1 -timeout 15m -v -run '^TestCompat' ./test/e2e/ 2>&1 | hack/test-summary.sh
 
 KUBERNETES_COMPAT := $(shell sed -n 's/^KUBERNETES_COMPAT_VERSION=v\([0-9]*\.[0-9]*\).*/\1/p' hack/tools/versions.env)

@@ -6,18 +6,23 @@
 #   hack/cluster/realnode.sh up          start (or reuse) the node; last stdout line: NODE=<name>
 #   hack/cluster/realnode.sh down        stop it: its pods, kubelet, containerd, the bridge, the Node
 #   hack/cluster/realnode.sh import F..  import docker-archives (podman save) into its containerd
+#   hack/cluster/realnode.sh registry HOST:PORT
+#                                        let its containerd pull from a plain-HTTP registry at HOST:PORT
+#                                        (D/containerd/certs.d/HOST:PORT/hosts.toml; read at each pull)
 #   hack/cluster/realnode.sh status      exit 0 when the kubelet and containerd run
 #
 # The node is tainted and labelled type=real (the kwok nodes carry type=kwok, no taint): only pods
-# with `nodeSelector: {type: real}` and a toleration for type=real:NoSchedule land on it. It has no
-# registry: its images are imported archives, pulled never (imagePullPolicy: Never or IfNotPresent):
+# with `nodeSelector: {type: real}` and a toleration for type=real:NoSchedule land on it. It reaches no
+# registry but those `registry` names (a loopback one: the e2e release story pulls the published image
+# by digest); its own images are imported archives, pulled never (imagePullPolicy: Never or IfNotPresent):
 #   localhost/realnode-pause:1    the pod sandbox (hack/cluster/realnode/pause, static Go, FROM scratch)
 #   localhost/realnode-busybox:1  Debian's busybox-static with its applets in /bin, FROM scratch
 #
 # What runs, all detached (setsid, pid files) like the Rollouts controller, under
 # D=$CLUSTER_DIR/realnode, logs in $CLUSTER_DIR/logs/{containerd,kubelet}.log:
 #   containerd  own config, root, state and socket in D/containerd (never /run/containerd or
-#               /var/lib/containerd), CRI with runc (cgroupfs), CNI config in D/cni (bins /usr/lib/cni)
+#               /var/lib/containerd), CRI with runc (cgroupfs), CNI config in D/cni (bins /usr/lib/cni),
+#               registry hosts in D/containerd/certs.d (config_path: one directory per registry)
 #   kubelet     D/kubelet; client certificate system:node:<name> (group system:nodes) signed by the
 #               cluster's kwokctl CA, so the Node authorizer applies; cgroupfs driver, failCgroupV1:
 #               false (this machine is cgroup v1), failSwapOn: false
@@ -218,7 +223,11 @@ disabled_plugins = ["io.containerd.snapshotter.v1.btrfs", "io.containerd.snapsho
     bin_dir = "/usr/lib/cni"
     conf_dir = "$D/cni/net.d"
     max_conf_num = 1
+  # Registry hosts, one directory per registry (the registry command adds one), read at each pull.
+  [plugins."io.containerd.grpc.v1.cri".registry]
+    config_path = "$D/containerd/certs.d"
 EOF
+  mkdir -p "$D/containerd/certs.d"
   rlog "starting containerd (log $CONTAINERD_LOG)"
   start_detached "$CONTAINERD_PID_FILE" "$CONTAINERD_LOG" containerd --config "$D/containerd/config.toml"
   wait_until "containerd on $SOCK (see $CONTAINERD_LOG)" ctr --address "$SOCK" version
@@ -256,6 +265,25 @@ import_archives() {
     [[ -f $f ]] || die "realnode: no archive $f"
     ctr_ images import "$f" >&2 || die "realnode: ctr images import $f failed"
   done
+}
+
+# plain_http_registry lets containerd pull from host:port over plain HTTP (a registry on loopback has no
+# TLS): containerd reads D/containerd/certs.d/<host:port>/hosts.toml at each pull, so no restart.
+plain_http_registry() {
+  local hostport=$1 dir
+  [[ $hostport =~ ^[A-Za-z0-9.-]+:[0-9]+$ ]] || die "realnode: registry: want HOST:PORT, got '$hostport'"
+  grep -q '^    config_path = ' "$D/containerd/config.toml" ||
+    die "realnode: this node's containerd was started without registry hosts (an older realnode.sh): $0 down, then up"
+  dir=$D/containerd/certs.d/$hostport
+  mkdir -p "$dir"
+  cat >"$dir/hosts.toml" <<EOF
+# Written by hack/cluster/realnode.sh registry: a plain-HTTP registry.
+server = "http://$hostport"
+
+[host."http://$hostport"]
+  capabilities = ["pull", "resolve"]
+EOF
+  rlog "containerd pulls from http://$hostport ($dir/hosts.toml)"
 }
 
 kubelet_credentials() {
@@ -456,6 +484,7 @@ case ${1:-} in
   up) up ;;
   down) down ;;
   import) shift; containerd_pid >/dev/null || die "realnode: containerd is not running: $0 up"; import_archives "$@" ;;
+  registry) [[ $# == 2 ]] || die "usage: $0 registry HOST:PORT"; containerd_pid >/dev/null || die "realnode: containerd is not running: $0 up"; plain_http_registry "$2" ;;
   status) status ;;
-  *) echo "usage: $0 up|down|status|import ARCHIVE..." >&2; exit 2 ;;
+  *) echo "usage: $0 up|down|status|import ARCHIVE...|registry HOST:PORT" >&2; exit 2 ;;
 esac

@@ -4,7 +4,8 @@
 #   - dist/SHA256SUMS verifies (sha256sum -c, in dist/) and lists every artifact;
 #   - each binary is for its platform (`file`), and runs here when it is linux/amd64;
 #   - the image's OCI index lists linux/amd64 and linux/arm64, and the charts pin it by that digest;
-#   - the packaged chart's version and appVersion are the release's;
+#   - the packaged chart's version and appVersion are the release's; the charts' SBOMs name the image
+#     and the SLSA provenance names the commit and each go build;
 #   - the second build is byte-identical to the first.
 # Tools come from this checkout's _output/tools (TOOLS_OUT), built as make release builds them.
 set -euo pipefail
@@ -65,6 +66,15 @@ for chart in configmap-attacher base-app; do
   "$BIN/helm" show values "$dist/$chart-$version.tgz" | grep -qF "digest: \"$digest\"" || fail "$chart-$version.tgz: the image is not pinned to $digest"
 done
 log "charts: version and appVersion $version, image pinned to $digest"
+
+for chart in configmap-attacher base-app; do
+  grep -q '"bomFormat": "CycloneDX"' "$dist/$chart-$version.sbom.cdx.json" && grep -qF "sha256%3A${digest#sha256:}" "$dist/$chart-$version.sbom.cdx.json" ||
+    fail "$chart-$version.sbom.cdx.json is no CycloneDX SBOM naming the image $digest"
+done
+provenance=$dist/configmap-attacher_$version.provenance.json
+grep -qF "\"gitCommit\": \"$commit\"" "$provenance" && [[ $(grep -c '"args": \[' "$provenance") == 4 ]] ||
+  fail "$provenance does not name commit $commit with the four go builds"
+log "charts' SBOMs name the image; the provenance names commit $commit and the four go builds"
 
 diff -r "$dist" "$WORK/second/configmap-attacher/dist" >/dev/null || fail "the second build differs: $(diff -rq "$dist" "$WORK/second/configmap-attacher/dist" | head -5)"
 log "the second build is byte-identical ($(cd "$dist" && du -sh . | cut -f1) in dist/)"

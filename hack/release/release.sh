@@ -7,6 +7,11 @@
 #                                                  layout (index.json) in a tar, FROM scratch
 #   configmap-attacher-<version>.tgz               the controller chart, image pinned by digest
 #   base-app-<version>.tgz                         the example application chart, its Job's image too
+#   <chart>-<version>.sbom.cdx.json                each chart's CycloneDX SBOM: the chart and the image
+#                                                  it pins
+#   configmap-attacher_<version>.provenance.json   the SLSA v1 provenance predicate of the whole build:
+#                                                  source commit, each `go build` exactly as it ran,
+#                                                  the modules linked (publish.sh attests it)
 #   configmap-attacher-dashboard.json              the Grafana dashboard (also in the chart)
 #   SHA256SUMS                                     sha256sum -c of everything above, run in dist/
 #
@@ -16,12 +21,15 @@
 # CHANGELOG.md's coming release as a pre-release). hack/release/publish.sh pushes a release.
 #
 # Environment: RELEASE_VERSION, DIST (default <repo>/dist), IMAGE_REPOSITORY (default
-# ghcr.io/configmap-attacher/configmap-attacher: the repository the charts pull from), TOOLS_OUT.
+# ghcr.io/configmap-attacher/configmap-attacher: the repository the charts pull from), BUILDER_ID (the
+# provenance's builder: the release job's workflow URI; default urn:configmap-attacher:builder:local),
+# TOOLS_OUT.
 set -euo pipefail
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
 DIST=${DIST:-$ROOT/dist}
 BIN=${TOOLS_OUT:-$ROOT/_output/tools}/bin
 IMAGE_REPOSITORY=${IMAGE_REPOSITORY:-ghcr.io/configmap-attacher/configmap-attacher}
+BUILDER_ID=${BUILDER_ID:-urn:configmap-attacher:builder:local}
 PLATFORMS=(linux/amd64 linux/arm64 darwin/amd64 darwin/arm64)
 IMAGE_PLATFORMS=(linux/amd64 linux/arm64)
 NAME=configmap-attacher
@@ -36,8 +44,11 @@ SOURCE_DATE_EPOCH=$(git -C "$ROOT" log -1 --format=%ct)
 export SOURCE_DATE_EPOCH
 log "version $VERSION, commit $(git -C "$ROOT" rev-parse --short HEAD) of $(date -u -d "@$SOURCE_DATE_EPOCH" +%FT%TZ)"
 
-# helm packages the charts; release-tool and cyclonedx-gomod are the release tools (hack/tools/release).
+# helm packages the charts; release-tool, cyclonedx-gomod, crane and cosign are the release tools
+# (hack/tools/release; publish.sh pushes with crane and signs with cosign).
 "$ROOT/hack/tools/build.sh" helm release >&2
+# shellcheck source=../tools/versions.env
+source "$ROOT/hack/tools/versions.env"
 
 rm -rf "$DIST"
 mkdir -p "$DIST"
@@ -45,14 +56,18 @@ WORK=$(mktemp -d)
 trap 'rm -rf "$WORK"' EXIT
 
 # binaries: static, -trimpath, the version stamped; the commit and its time recorded by Go's VCS
-# stamp (go version -m), which the SBOM reads too.
+# stamp (go version -m), which the SBOM and the provenance read too. Each `go build` is recorded
+# word for word for the provenance (-o as the file's name in dist/: it runs from the source root).
 ldflags="-s -w -X github.com/configmap-attacher/configmap-attacher/internal/version.stamped=$VERSION"
+mkdir -p "$WORK/invocations"
 for p in "${PLATFORMS[@]}"; do
   os=${p%/*} arch=${p#*/}
   out=$DIST/${NAME}_${os}_${arch}
+  env=(CGO_ENABLED=0 "GOOS=$os" "GOARCH=$arch" GOFLAGS=-buildvcs=true)
+  build=(go build -trimpath -ldflags "$ldflags")
   log "go build $p"
-  (cd "$ROOT" && CGO_ENABLED=0 GOOS=$os GOARCH=$arch GOFLAGS=-buildvcs=true \
-    go build -trimpath -ldflags "$ldflags" -o "$out" ./cmd/configmap-attacher)
+  (cd "$ROOT" && env "${env[@]}" "${build[@]}" -o "$out" ./cmd/configmap-attacher)
+  printf '%s\0' "${env[@]}" "${build[@]}" -o "${out##*/}" ./cmd/configmap-attacher >"$WORK/invocations/$os-$arch"
   # The SBOM of the modules linked into that binary (go version -m), without the serial number and
   # timestamp that would make two builds differ.
   "$BIN/cyclonedx-gomod" bin -json -noserial -notimestamp -version "v$VERSION" -output "$out.sbom.cdx.json" "$out"
@@ -95,6 +110,19 @@ done
 # The packaged chart renders the pinned image.
 "$BIN/helm" template "$NAME" "$DIST/$NAME-$VERSION.tgz" --kube-version 1.36.0 | grep -qF "image: $IMAGE_REPOSITORY@$digest" ||
   die "the packaged chart does not render image $IMAGE_REPOSITORY@$digest"
+for chart in configmap-attacher base-app; do
+  "$BIN/release-tool" chart-sbom -chart "$DIST/$chart-$VERSION.tgz" -name "$chart" -version "$VERSION" \
+    -image "$IMAGE_REPOSITORY@$digest" -out "$DIST/$chart-$VERSION.sbom.cdx.json"
+done
+
+# The provenance of everything above: what was built, from which commit, by which commands.
+invocations=()
+for f in "$WORK"/invocations/*; do invocations+=(-invocation "$f"); done
+"$BIN/release-tool" provenance -dist "$DIST" "${invocations[@]}" -version "$VERSION" -image-repository "$IMAGE_REPOSITORY" \
+  -commit "$(git -C "$ROOT" rev-parse HEAD)" -modified="$([[ -n $(git -C "$ROOT" status --porcelain --untracked-files=no) ]] && echo true || echo false)" \
+  -builder-id "$BUILDER_ID" -source-date-epoch "$SOURCE_DATE_EPOCH" \
+  -tool-versions "helm=$HELM_VERSION,cyclonedx-gomod=$CYCLONEDX_GOMOD_VERSION,go-containerregistry=$GO_CONTAINERREGISTRY_VERSION" \
+  -out "$DIST/${NAME}_$VERSION.provenance.json"
 
 cp "$ROOT/charts/configmap-attacher/files/dashboard.json" "$DIST/$NAME-dashboard.json"
 

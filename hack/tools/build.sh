@@ -17,14 +17,17 @@
 #   helm-argocd        helm-argocd (the Helm Argo CD ships; its repo server and plugins run it as helm)
 #   flux               source-controller helm-controller (+ CRDs in _output/tools/crds/flux)
 #   prometheus         promtool (make test-rules)
+#   pulumi             pulumi pulumi-language-yaml pulumi-resource-kubernetes (the Pulumi stories)
 # Built only when named (not part of `make tools`, so CI does not pay for them):
 #   peers          configmap-attacher-original configmap-rs-operator reloader (test/bench's peers)
-#   release        cyclonedx-gomod release-tool crane (make release builds it; publish.sh pushes with crane)
+#   release        cyclonedx-gomod release-tool crane cosign (make release builds it; publish.sh pushes
+#                  with crane and signs with cosign; the e2e release story runs crane's registry)
 # A binary name selects its tool (e.g. `build.sh kubectl`).
 #
 # A tool is rebuilt only when one of its inputs changed: its versions.env entries, its module files
-# (go.mod, go.sum, *.go and */*.go), the Go toolchain, or its build function below. The hash of those inputs is
-# kept in _output/tools/stamps/<tool>; a warm run only hashes files. Set TOOLS_FORCE=1 to rebuild.
+# (go.mod, go.sum, *.go and */*.go; */go.mod and */go.sum for a tool of several modules), the Go
+# toolchain, or its build function below. The hash of those inputs is kept in
+# _output/tools/stamps/<tool>; a warm run only hashes files. Set TOOLS_FORCE=1 to rebuild.
 #
 # Environment: TOOLS_OUT (default <repo>/_output/tools), TOOLS_FORCE, and the usual Go variables
 # (GOMODCACHE, GOCACHE, GOPROXY). Progress goes to stdout; any failure exits non-zero.
@@ -45,7 +48,7 @@ if ! command -v go >/dev/null; then
   export PATH=/usr/local/go/bin:$PATH
 fi
 
-ALL_TOOLS=(kubernetes etcd kubernetes-compat etcd-compat kwok argo-rollouts helm helm3 argo-cd helm-argocd flux prometheus)
+ALL_TOOLS=(kubernetes etcd kubernetes-compat etcd-compat kwok argo-rollouts helm helm3 argo-cd helm-argocd flux prometheus pulumi)
 # Built only when named on the command line.
 OPTIONAL_TOOLS=(peers release)
 
@@ -87,8 +90,10 @@ COMPAT_DIR=k8s-$(cut -d. -f1,2 <<<"${KUBERNETES_COMPAT_VERSION#v}")
   vars_flux=(FLUX_VERSION FLUX_SOURCE_CONTROLLER_VERSION FLUX_HELM_CONTROLLER_VERSION)
   binaries_prometheus=(promtool)
   vars_prometheus=(PROMETHEUS_VERSION)
-  binaries_release=(cyclonedx-gomod release-tool crane)
-  vars_release=(CYCLONEDX_GOMOD_VERSION GO_CONTAINERREGISTRY_VERSION)
+  binaries_pulumi=(pulumi pulumi-language-yaml pulumi-resource-kubernetes)
+  vars_pulumi=(PULUMI_VERSION PULUMI_YAML_VERSION PULUMI_KUBERNETES_VERSION PULUMI_KUBERNETES_RELEASE PULUMI_KUBERNETES_SDK_VERSION)
+  binaries_release=(cyclonedx-gomod release-tool crane cosign)
+  vars_release=(CYCLONEDX_GOMOD_VERSION GO_CONTAINERREGISTRY_VERSION HELM_VERSION COSIGN_VERSION)
   binaries_peers=(configmap-attacher-original configmap-rs-operator reloader)
   vars_peers=(ORIGINAL_ATTACHER_COMMIT CONFIGMAP_RS_OPERATOR_COMMIT RELOADER_VERSION RELOADER_COMMIT)
 }
@@ -149,7 +154,8 @@ inputs_hash() {
     for v in "${_vars[@]}"; do echo "$v=${!v}"; done
     (cd "$TOOLS_SRC/$tool" && go_for "$tool" env GOVERSION GOOS GOARCH)
     declare -f "build_$id"
-    for f in "$TOOLS_SRC/$tool"/go.mod "$TOOLS_SRC/$tool"/go.sum "$TOOLS_SRC/$src"/*.go "$TOOLS_SRC/$tool"/*/*.go; do
+    for f in "$TOOLS_SRC/$tool"/go.mod "$TOOLS_SRC/$tool"/go.sum "$TOOLS_SRC/$tool"/*/go.mod "$TOOLS_SRC/$tool"/*/go.sum \
+      "$TOOLS_SRC/$src"/*.go "$TOOLS_SRC/$tool"/*/*.go; do
       [[ -f $f ]] || continue
       echo "file=${f#"$ROOT"/}"
       cat "$f"
@@ -335,13 +341,56 @@ build_prometheus() {
     "$mod/cmd/promtool"
 }
 
-# The release tools: release-tool from our module, cyclonedx-gomod as `go install module@version` (so
-# the SBOMs it writes name its real version; the checksum database verifies the module).
+# The Pulumi CLI (module pulumi/cli), the YAML language host and the Kubernetes provider (module
+# pulumi/plugins: they do not compile against the CLI's pkg/v3), each stamped as its release build
+# stamps it (the .goreleaser.yml of pulumi/pulumi, pulumi-yaml and pulumi-kubernetes). pulumi finds
+# the two plugins on PATH (docs/pulumi.md).
+build_pulumi() {
+  local cli=github.com/pulumi/pulumi/pkg/v3 yaml=github.com/pulumi/pulumi-yaml
+  local k8s=github.com/pulumi/pulumi-kubernetes/provider/v4 dir src modfile
+  check_pin pulumi/cli "$cli" "$PULUMI_VERSION"
+  check_pin pulumi/plugins "$yaml" "$PULUMI_YAML_VERSION"
+  check_pin pulumi/plugins "$k8s" "$PULUMI_KUBERNETES_VERSION"
+  check_pin pulumi/plugins github.com/pulumi/pulumi-kubernetes/sdk/v4 "$PULUMI_KUBERNETES_SDK_VERSION"
+  go_build pulumi/cli -tags osusergo -ldflags "-s -w -X github.com/pulumi/pulumi/sdk/v3/go/common/version.Version=$PULUMI_VERSION" \
+    "$cli/cmd/pulumi"
+  go_build pulumi/plugins -ldflags "-s -w -X $yaml/pkg/version.Version=$PULUMI_YAML_VERSION" "$yaml/cmd/pulumi-language-yaml"
+
+  # The provider embeds schema-embed.json and terraform-mapping-embed.json, which its release
+  # generates (`VERSION=... go generate` runs cmd/pulumi-resource-kubernetes/generate.go: the schema
+  # stamped with the version, both minified) and the module zip lacks; go's -overlay refuses files
+  # in the module cache. So, as for kubectl-argo-rollouts: a scratch copy of the module, generated
+  # there by its own generate.go, built through a copy of our go.mod replacing the module by it.
+  dir=$(module_dir pulumi/plugins "$k8s")
+  src=$OUT/src/pulumi-kubernetes
+  modfile=$OUT/src/pulumi-kubernetes.mod
+  rm -rf "$src"
+  mkdir -p "$src"
+  cp -R "$dir"/. "$src"/
+  chmod -R u+w "$src"
+  (cd "$TOOLS_SRC/pulumi/plugins" &&
+    go_for pulumi build -o "$OUT/src/pulumi-kubernetes-generate" "$src/cmd/pulumi-resource-kubernetes/generate.go")
+  (cd "$src/cmd/pulumi-resource-kubernetes" && VERSION=${PULUMI_KUBERNETES_RELEASE#v} "$OUT/src/pulumi-kubernetes-generate")
+  cp "$TOOLS_SRC/pulumi/plugins/go.mod" "$modfile"
+  cp "$TOOLS_SRC/pulumi/plugins/go.sum" "${modfile%.mod}.sum"
+  printf '\nreplace %s => %s\n' "$k8s" "$src" >>"$modfile"
+  go_build pulumi/plugins -modfile "$modfile" -ldflags "-s -w -X $k8s/pkg/version.Version=$PULUMI_KUBERNETES_RELEASE" \
+    "$k8s/cmd/pulumi-resource-kubernetes"
+}
+
+# The release tools: release-tool (with Helm's pkg/provenance) and crane from our module;
+# cyclonedx-gomod and cosign as `go install module@version` (so each is built with its own go.mod and
+# the SBOMs cyclonedx-gomod writes name its real version; the checksum database verifies the modules),
+# cosign stamped as its Makefile stamps it (`cosign version`).
 build_release() {
   check_pin release github.com/google/go-containerregistry "$GO_CONTAINERREGISTRY_VERSION"
+  check_pin release helm.sh/helm/v4 "$HELM_VERSION"
   go_build release -ldflags "-s -w" ./release-tool github.com/google/go-containerregistry/cmd/crane
   (cd "$TOOLS_SRC/release" && GOBIN=$BIN GOFLAGS=-buildvcs=false GOTOOLCHAIN=local \
     go install -trimpath -ldflags "-s -w" "github.com/CycloneDX/cyclonedx-gomod/cmd/cyclonedx-gomod@$CYCLONEDX_GOMOD_VERSION")
+  (cd "$TOOLS_SRC/release" && GOBIN=$BIN GOFLAGS=-buildvcs=false GOTOOLCHAIN=local \
+    go install -trimpath -ldflags "-s -w -X sigs.k8s.io/release-utils/version.gitVersion=$COSIGN_VERSION" \
+    "github.com/sigstore/cosign/v3/cmd/cosign@$COSIGN_VERSION")
 }
 
 # peer_source extracts a GitHub repository at a commit into $OUT/src/peers/<name> (the tree only).
@@ -402,9 +451,11 @@ build_peers() {
   peer_build reloader -ldflags "-s -w -X $pkg.Version=${RELOADER_VERSION#v} -X $pkg.Commit=$RELOADER_COMMIT" -o "$BIN/reloader" .
 }
 
-# with_heartbeat runs a command, printing a line every minute so CI logs show a long build is alive.
-# The command runs as a background job: there errexit applies inside it (a function called from
-# `if`/`||` would run with errexit silently off and carry on after a failed step).
+# with_heartbeat runs a command, printing a line every minute so CI logs show a long build is alive,
+# and exits the script when it fails. It must be called as a plain statement, never from
+# `if`/`!`/`||`/`&&`: bash ignores errexit in everything such a condition runs, background jobs and
+# functions included, so a build function would carry on after a failed step (and a stale binary
+# from an earlier build would pass the check that follows).
 with_heartbeat() {
   local label=$1; shift
   local start pid rc=0 next=60
@@ -419,7 +470,7 @@ with_heartbeat() {
     fi
   done
   wait "$pid" || rc=$?
-  return "$rc"
+  (( rc == 0 )) || die "$label: build failed after $(( $(date +%s) - start ))s"
 }
 
 # up_to_date succeeds when a tool's stamp matches its inputs and all its binaries exist.
@@ -436,10 +487,14 @@ up_to_date() {
 # downloading is not). Failures are ignored here; the build itself reports them.
 PREFETCH_PIDS=()
 prefetch() {
-  local tool
+  local tool mod
   for tool in "$@"; do
-    (cd "$TOOLS_SRC/$tool" && go_for "$tool" mod download) >"$OUT/prefetch-$tool.log" 2>&1 &
-    PREFETCH_PIDS+=($!)
+    : >"$OUT/prefetch-$tool.log"
+    for mod in "$TOOLS_SRC/$tool"/go.mod "$TOOLS_SRC/$tool"/*/go.mod; do
+      [[ -f $mod ]] || continue
+      (cd "$(dirname "$mod")" && go_for "$tool" mod download) >>"$OUT/prefetch-$tool.log" 2>&1 &
+      PREFETCH_PIDS+=($!)
+    done
   done
 }
 
@@ -455,9 +510,7 @@ build_tool() {
   log "$tool: building $(tool_binaries "$tool" | tr '\n' ' ')"
   start=$(date +%s)
   rm -f "$stamp"
-  if ! with_heartbeat "$tool" "build_$id"; then
-    die "$tool: build failed after $(( $(date +%s) - start ))s"
-  fi
+  with_heartbeat "$tool" "build_$id"
   while read -r b; do
     [[ -x $(bin_path "$b") ]] || die "$tool: build did not produce $(bin_path "$b")"
   done < <(tool_binaries "$tool")

@@ -52,6 +52,9 @@ const (
 	// PinningNamespaceLabel=PinningEnabled on a Namespace turns pinning on for its pods.
 	PinningNamespaceLabel = "configmap-attacher.io/pinning"
 	PinningEnabled        = "enabled"
+	// PinningDisabled, as the value of PinningNamespaceLabel on a pod (its template), keeps the pod
+	// away from the webhook: the emergency escape for pods that must start while it cannot answer.
+	PinningDisabled = "disabled"
 	// PinLabel=PinValue on a ConfigMap or Secret pins it: pods get the snapshot of their revision
 	// instead. Only labelled objects, so Secrets rotated in place by cert-manager or external-secrets
 	// are never pinned by accident.

@@ -19,12 +19,15 @@ chart runs it as a pre-delete hook). ownerReferences stay: the garbage collector
 with the last revision using it. An object already being deleted goes at once.
 
 Without -stop-controller, stop the controller first (a running controller puts the finalizers back).
+With zero-touch pinning, -delete-webhook-configuration first takes the pinning webhook out of the pod
+path, while the controller still answers it: no pod is refused while the controller goes.
 
 Usage:
-  configmap-attacher release [-n NAMESPACE[,NAMESPACE...] | -A] [-stop-controller NS/DEPLOYMENT] [-dry-run]
+  configmap-attacher release [-n NAMESPACE[,NAMESPACE...] | -A] [-delete-webhook-configuration NAME]
+      [-stop-controller NS/DEPLOYMENT] [-kube-api-qps N] [-dry-run]
 
 Examples:
-  configmap-attacher release -A -stop-controller kube-system/configmap-attacher
+  configmap-attacher release -A -delete-webhook-configuration configmap-attacher -stop-controller kube-system/configmap-attacher
   configmap-attacher release -n team-a,team-b -dry-run
 
 Exit codes: 0 released (also when nothing carried the finalizer), 1 failed, 2 bad usage.
@@ -32,19 +35,24 @@ Exit codes: 0 released (also when nothing carried the finalizer), 1 failed, 2 ba
 
 func runRelease(ctx context.Context, env Env, args []string) error {
 	var (
-		client     kube.ClientOptions
+		// At the controller's rate: 5,000 objects in about a minute (client-go's default, 5 QPS, would
+		// take 17, beyond Helm's hook timeout).
+		client     = kube.ClientOptions{QPS: 100, Burst: 200}
 		namespaces string
 		all        bool
 		stop       string
+		webhook    string
 		dryRun     bool
 		secrets    = true
 	)
 	fs := newFlagSet(env, "release", releaseSynopsis)
 	client.AddFlags(fs)
+	client.AddRateFlags(fs)
 	fs.StringVar(&namespaces, "namespace", "", "comma-separated namespaces to release")
 	fs.StringVar(&namespaces, "n", "", "shorthand for -namespace")
 	fs.BoolVar(&all, "all-namespaces", false, "release every namespace")
 	fs.BoolVar(&all, "A", false, "shorthand for -all-namespaces")
+	fs.StringVar(&webhook, "delete-webhook-configuration", "", "MutatingWebhookConfiguration of the pinning webhook to delete first, before the controller stops answering it")
 	fs.StringVar(&stop, "stop-controller", "", "NAMESPACE/DEPLOYMENT of the controller to scale to 0 (and wait for) first")
 	fs.BoolVar(&dryRun, "dry-run", false, "list what would be released; change nothing")
 	fs.BoolVar(&secrets, "secrets", secrets, "release Secrets too (-secrets=false: the controller followed ConfigMaps only)")
@@ -73,6 +81,11 @@ func runRelease(ctx context.Context, env Env, args []string) error {
 	ctx, clients, err := connect(ctx, env, "release", slog.LevelInfo, &client)
 	if err != nil {
 		return err
+	}
+	if webhook != "" && !dryRun {
+		if err := protection.DeleteWebhookConfiguration(ctx, clients.Kube, webhook); err != nil {
+			return kube.Explain(err)
+		}
 	}
 	if stop != "" && !dryRun {
 		if err := protection.StopController(ctx, clients.Kube, stopNS, stopName, 2*time.Minute); err != nil {

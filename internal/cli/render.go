@@ -45,7 +45,8 @@ Usage:
 
 Examples:
   # Helm post-renderer (Helm runs it with the rendered chart on stdin): Helm 4 through the plugin
-  # (helm plugin install configmap-attacher-<version>.tgz --verify=false), Helm 3 as an executable:
+  # (docs/helm.md: helm plugin install oci://…/configmap-attacher:<version>-<os>-<arch> --keyring <key>),
+  # Helm 3 as an executable:
   helm upgrade --install demo ./chart -n prod --post-renderer configmap-attacher \
     --post-renderer-args render --post-renderer-args=-namespace=prod
 

@@ -7,7 +7,8 @@
 // (helm.sh/helm/v4 internal/plugin/runtime_subprocess.go, v4.2 and v4.3). So, run as the plugin, the
 // binary writes its errors and warnings to Helm's own stderr as well (HelmStderr), checks that the
 // plugin it runs in is its own version (CheckVersion), and accepts only the commands a post-renderer
-// needs. Pack builds the plugin package that `make helm-plugin` writes.
+// needs. Pack builds the plugin package that `make helm-plugin` writes (a release signs it), Unpacked
+// the same as a directory, which Helm installs unsigned (its development mode).
 package helmplugin
 
 import (
@@ -64,7 +65,7 @@ func CheckVersion(dir, binaryVersion string) error {
 	}
 	if want := version.Semver(binaryVersion); m.Version != want {
 		return fmt.Errorf("the Helm plugin in %s is version %s but its binary is %s: install the plugin and its binary from one "+
-			"package (helm plugin uninstall %s; helm plugin install %s-%s.tgz --verify=false)", dir, m.Version, want, Name, Name, want)
+			"package (helm plugin uninstall %s; helm plugin install %s-%s.tgz, with its .prov beside it)", dir, m.Version, want, Name, Name, want)
 	}
 	return nil
 }
@@ -104,37 +105,16 @@ func appends(pid, fd int) bool {
 // versionLine is plugin.yaml's top-level version, which Pack sets.
 var versionLine = regexp.MustCompile(`(?m)^version:.*$`)
 
-// Pack writes <outDir>/configmap-attacher-<version>.tgz, the plugin Helm 4 installs with
-// `helm plugin install <file> --verify=false`: the directory configmap-attacher/ holding srcDir's
-// plugin.yaml, its version set to the binary's (Semver of binaryVersion, or of `<binary> version` when
-// that is empty), and the binary. The
+// Pack writes <outDir>/configmap-attacher-<version>.tgz, the plugin package: the directory
+// configmap-attacher/ holding srcDir's plugin.yaml, its version set to the binary's (Semver of
+// binaryVersion, or of `<binary> version` when that is empty), and the binary. A release signs it
+// (hack/release/publish.sh writes its .prov) so that `helm plugin install <file>` verifies it. The
 // archive is reproducible: fixed owners, modes and times, files in a fixed order.
 func Pack(ctx context.Context, srcDir, binary, binaryVersion, outDir string) (string, error) {
-	if binaryVersion == "" {
-		out, err := exec.CommandContext(ctx, binary, "version").Output()
-		if err != nil {
-			return "", fmt.Errorf("%s version: %w", binary, err)
-		}
-		binaryVersion = strings.TrimSpace(string(out))
-	}
-	v := version.Semver(binaryVersion)
-	yml, err := os.ReadFile(filepath.Join(srcDir, "plugin.yaml"))
+	files, v, err := contents(ctx, srcDir, binary, binaryVersion)
 	if err != nil {
 		return "", err
 	}
-	var m metadata
-	if err := yaml.Unmarshal(yml, &m); err != nil {
-		return "", fmt.Errorf("%s/plugin.yaml: %w", srcDir, err)
-	}
-	if m.Name != Name || len(versionLine.FindAll(yml, -1)) != 1 {
-		return "", fmt.Errorf("%s/plugin.yaml: want name %s and one top-level version line", srcDir, Name)
-	}
-	yml = versionLine.ReplaceAll(yml, []byte("version: "+v))
-	bin, err := os.ReadFile(binary)
-	if err != nil {
-		return "", err
-	}
-
 	var buf bytes.Buffer
 	gz := gzip.NewWriter(&buf)
 	tw := tar.NewWriter(gz)
@@ -142,11 +122,7 @@ func Pack(ctx context.Context, srcDir, binary, binaryVersion, outDir string) (st
 	if err := tw.WriteHeader(&tar.Header{Typeflag: tar.TypeDir, Name: Name + "/", Mode: 0o755, ModTime: mtime, Format: tar.FormatPAX}); err != nil {
 		return "", err
 	}
-	for _, f := range []struct {
-		name string
-		mode int64
-		data []byte
-	}{{"plugin.yaml", 0o644, yml}, {Name, 0o755, bin}} {
+	for _, f := range files {
 		h := &tar.Header{Typeflag: tar.TypeReg, Name: Name + "/" + f.name, Mode: f.mode, Size: int64(len(f.data)), ModTime: mtime, Format: tar.FormatPAX}
 		if err := tw.WriteHeader(h); err != nil {
 			return "", err
@@ -166,4 +142,64 @@ func Pack(ctx context.Context, srcDir, binary, binaryVersion, outDir string) (st
 	}
 	path := filepath.Join(outDir, Name+"-"+v+".tgz")
 	return path, os.WriteFile(path, buf.Bytes(), 0o644)
+}
+
+// Unpacked writes the package's contents as the directory <outDir>/configmap-attacher: what a
+// development build installs with `helm plugin install <that directory>` (Helm verifies no signature
+// for a local directory, its development mode; a package must be signed).
+func Unpacked(ctx context.Context, srcDir, binary, binaryVersion, outDir string) (string, error) {
+	files, _, err := contents(ctx, srcDir, binary, binaryVersion)
+	if err != nil {
+		return "", err
+	}
+	dir := filepath.Join(outDir, Name)
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return "", err
+	}
+	for _, f := range files {
+		// Replace, never rewrite in place: Helm may be running the installed binary.
+		tmp := filepath.Join(dir, "."+f.name+".tmp")
+		if err := os.WriteFile(tmp, f.data, os.FileMode(f.mode)); err != nil {
+			return "", err
+		}
+		if err := os.Rename(tmp, filepath.Join(dir, f.name)); err != nil {
+			return "", err
+		}
+	}
+	return dir, nil
+}
+
+type file struct {
+	name string
+	mode int64
+	data []byte
+}
+
+// contents are the plugin's files, plugin.yaml first, and its version.
+func contents(ctx context.Context, srcDir, binary, binaryVersion string) ([]file, string, error) {
+	if binaryVersion == "" {
+		out, err := exec.CommandContext(ctx, binary, "version").Output()
+		if err != nil {
+			return nil, "", fmt.Errorf("%s version: %w", binary, err)
+		}
+		binaryVersion = strings.TrimSpace(string(out))
+	}
+	v := version.Semver(binaryVersion)
+	yml, err := os.ReadFile(filepath.Join(srcDir, "plugin.yaml"))
+	if err != nil {
+		return nil, "", err
+	}
+	var m metadata
+	if err := yaml.Unmarshal(yml, &m); err != nil {
+		return nil, "", fmt.Errorf("%s/plugin.yaml: %w", srcDir, err)
+	}
+	if m.Name != Name || len(versionLine.FindAll(yml, -1)) != 1 {
+		return nil, "", fmt.Errorf("%s/plugin.yaml: want name %s and one top-level version line", srcDir, Name)
+	}
+	yml = versionLine.ReplaceAll(yml, []byte("version: "+v))
+	bin, err := os.ReadFile(binary)
+	if err != nil {
+		return nil, "", err
+	}
+	return []file{{"plugin.yaml", 0o644, yml}, {Name, 0o755, bin}}, v, nil
 }

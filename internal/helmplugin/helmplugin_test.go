@@ -117,6 +117,55 @@ func TestPack(t *testing.T) {
 	}
 }
 
+// Unpacked is the package's contents as a directory (a development install), the same bytes and modes;
+// writing it again over an installed one replaces the files.
+func TestUnpackedHoldsWhatThePackageHolds(t *testing.T) {
+	ctx := context.Background()
+	src := writePlugin(t, "apiVersion: v1\ntype: postrenderer/v1\nname: configmap-attacher\nversion: 0.0.0\nruntime: subprocess\n")
+	bin := fakeBinary(t, "v1.4.0")
+	out := t.TempDir()
+	pkg, err := Pack(ctx, src, bin, "", out)
+	if err != nil {
+		t.Fatal(err)
+	}
+	data, err := os.ReadFile(pkg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	packed := untar(t, data)
+	for range 2 {
+		dir, err := Unpacked(ctx, src, bin, "", out)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if want := filepath.Join(out, "configmap-attacher"); dir != want {
+			t.Fatalf("unpacked into %s, want %s", dir, want)
+		}
+		entries, err := os.ReadDir(dir)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(entries) != 2 {
+			t.Fatalf("want plugin.yaml and the binary in %s, got %v", dir, entries)
+		}
+		for _, name := range []string{"plugin.yaml", "configmap-attacher"} {
+			p := filepath.Join(dir, name)
+			got, err := os.ReadFile(p)
+			if err != nil {
+				t.Fatal(err)
+			}
+			st, err := os.Stat(p)
+			if err != nil {
+				t.Fatal(err)
+			}
+			want := packed["configmap-attacher/"+name]
+			if string(got) != want.data || int64(st.Mode().Perm()) != want.mode {
+				t.Fatalf("%s: %o %q, the package holds %o %q", name, st.Mode().Perm(), got, want.mode, want.data)
+			}
+		}
+	}
+}
+
 func TestPackRefusesAnotherPlugin(t *testing.T) {
 	src := writePlugin(t, "apiVersion: v1\nname: other\nversion: 0.0.0\n")
 	if _, err := Pack(context.Background(), src, fakeBinary(t, "v1.0.0"), "", t.TempDir()); err == nil {

@@ -38,6 +38,13 @@ func (o *ClientOptions) AddFlags(fs *flag.FlagSet) {
 	fs.StringVar(&o.Context, "context", o.Context, "kubeconfig context to use (implies IS_IN_CLUSTER=false)")
 }
 
+// AddRateFlags registers -kube-api-qps and -kube-api-burst, the client-side rate limit, with the
+// options' values as defaults.
+func (o *ClientOptions) AddRateFlags(fs *flag.FlagSet) {
+	fs.Float64Var(&o.QPS, "kube-api-qps", o.QPS, "client-side rate limit for API requests")
+	fs.IntVar(&o.Burst, "kube-api-burst", o.Burst, "client-side burst for API requests")
+}
+
 // LoadEnv reads IS_IN_CLUSTER through lookup (os.LookupEnv in production).
 func (o *ClientOptions) LoadEnv(lookup func(string) (string, bool)) error {
 	v, ok := lookup("IS_IN_CLUSTER")

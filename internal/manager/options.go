@@ -8,6 +8,7 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"net"
 	"net/url"
 	"strings"
 	"time"
@@ -17,7 +18,9 @@ import (
 
 	"github.com/configmap-attacher/configmap-attacher/internal/api"
 	"github.com/configmap-attacher/configmap-attacher/internal/kube"
+	"github.com/configmap-attacher/configmap-attacher/internal/pinning"
 	"github.com/configmap-attacher/configmap-attacher/internal/trigger"
+	"github.com/configmap-attacher/configmap-attacher/internal/webhookcert"
 )
 
 // Options configure the controller process.
@@ -67,12 +70,70 @@ type PinningOptions struct {
 	// URL: serve the webhook at this https URL and register it there (local runs and tests).
 	URL string
 	// Service is NAMESPACE/NAME of the Service in front of the webhook (in a cluster; the chart).
-	Service       string
-	BindAddress   string
-	Configuration string
-	FailurePolicy string
-	// CertSecret holds the serving certificate, in the leader election namespace.
+	Service string
+	// BindAddress is where the webhook listens; with URL, its host and port unless set explicitly
+	// (bindAddressSet): replicas on one machine then serve one URL, as pods serve one Service.
+	BindAddress    string
+	bindAddressSet bool
+	Configuration  string
+	FailurePolicy  string
+	TimeoutSeconds int
+	// CertSecret holds the CA and serving certificate, in the leader election namespace.
 	CertSecret string
+	// CertValidity is each serving certificate's lifetime; it is replaced when two thirds have passed,
+	// under a CA that lives ten of them.
+	CertValidity time.Duration
+	// ShutdownDelay is how long the webhook keeps answering after the process is told to stop, while
+	// its readiness already fails: a Service's endpoints take seconds to drop a terminating pod, and
+	// kube-apiserver does not retry a webhook call it could not connect for. Negative: the default for
+	// the mode (5 s behind a Service, 0 at a URL).
+	ShutdownDelay time.Duration
+}
+
+// DefaultCertValidity is a serving certificate's lifetime by default: a year.
+const DefaultCertValidity = 365 * 24 * time.Hour
+
+// defaultServiceShutdownDelay leaves the endpoints controller and kube-proxy time to drop a
+// terminating replica before it stops answering.
+const defaultServiceShutdownDelay = 5 * time.Second
+
+// shutdownDelay is ShutdownDelay with the mode's default.
+func (p *PinningOptions) shutdownDelay() time.Duration {
+	switch {
+	case p.ShutdownDelay >= 0:
+		return p.ShutdownDelay
+	case p.URL != "":
+		return 0
+	}
+	return defaultServiceShutdownDelay
+}
+
+// listenAddress is where the webhook listens: BindAddress, or with URL and no explicit BindAddress
+// the URL's own host and port.
+func (p *PinningOptions) listenAddress() string {
+	if p.URL != "" && !p.bindAddressSet {
+		host, port, _ := p.urlHostPort()
+		return net.JoinHostPort(host, port)
+	}
+	return p.BindAddress
+}
+
+// hosts are the names the API server dials, which the serving certificate must name.
+func (p *PinningOptions) hosts() []string {
+	if p.URL != "" {
+		host, _, _ := p.urlHostPort()
+		return []string{host}
+	}
+	ns, name, _ := strings.Cut(p.Service, "/")
+	return []string{name + "." + ns + ".svc", name + "." + ns + ".svc.cluster.local", name + "." + ns, name}
+}
+
+// certSecret is CertSecret, or its default.
+func (p *PinningOptions) certSecret() string {
+	if p.CertSecret != "" {
+		return p.CertSecret
+	}
+	return p.Configuration + "-webhook-tls"
 }
 
 // LeaderElectionOptions tune the Lease; defaults match kube-controller-manager's.
@@ -103,8 +164,9 @@ func NewOptions(lookup func(string) (string, bool)) *Options {
 			LeaseDuration: 15 * time.Second, RenewDeadline: 10 * time.Second, RetryPeriod: 2 * time.Second,
 		},
 		// Each attach is one PATCH; client-go's default 5 QPS would queue a 500-Rollout deploy for minutes.
-		Client:  kube.ClientOptions{QPS: 100, Burst: 200},
-		Pinning: PinningOptions{BindAddress: ":9443", Configuration: "configmap-attacher", FailurePolicy: "Fail"},
+		Client: kube.ClientOptions{QPS: 100, Burst: 200},
+		Pinning: PinningOptions{BindAddress: ":9443", Configuration: "configmap-attacher", FailurePolicy: "Fail",
+			TimeoutSeconds: pinning.DefaultTimeoutSeconds, CertValidity: DefaultCertValidity, ShutdownDelay: -1},
 		Trigger: TriggerOptions{Settle: trigger.DefaultSettle},
 	}
 }
@@ -147,15 +209,24 @@ func (o *Options) AddFlags(fs *flag.FlagSet) {
 	fs.BoolVar(&o.Pinning.Enabled, "pinning", o.Pinning.Enabled, "zero-touch pinning: serve the pod webhook and snapshot pinned config per revision (docs/pinning.md)")
 	fs.StringVar(&o.Pinning.URL, "webhook-url", o.Pinning.URL, "serve the pinning webhook at this URL (https://127.0.0.1:PORT) and register it there; local runs and tests")
 	fs.StringVar(&o.Pinning.Service, "webhook-service", o.Pinning.Service, "NAMESPACE/NAME of the Service in front of the pinning webhook (in a cluster)")
-	fs.StringVar(&o.Pinning.BindAddress, "webhook-bind-address", o.Pinning.BindAddress, "address the pinning webhook listens on (with -webhook-service)")
+	fs.Func("webhook-bind-address", "address the pinning webhook listens on (default :9443; with -webhook-url, the URL's host and port unless set: "+
+		"several replicas on one machine then serve one URL)", func(v string) error {
+		o.Pinning.BindAddress, o.Pinning.bindAddressSet = v, true
+		return nil
+	})
 	fs.StringVar(&o.Pinning.Configuration, "webhook-configuration-name", o.Pinning.Configuration, "name of the MutatingWebhookConfiguration")
-	fs.StringVar(&o.Pinning.FailurePolicy, "webhook-failure-policy", o.Pinning.FailurePolicy, "Fail or Ignore, with -webhook-url (docs/pinning.md: the trade-off)")
-	fs.StringVar(&o.Pinning.CertSecret, "webhook-cert-secret", o.Pinning.CertSecret, "Secret (in the leader election namespace) holding the webhook's serving certificate (default: <webhook-configuration-name>-webhook-tls)")
+	fs.StringVar(&o.Pinning.FailurePolicy, "webhook-failure-policy", o.Pinning.FailurePolicy, "Fail or Ignore, with -webhook-url, where the controller writes the whole configuration "+
+		"(behind the chart's Service the chart's pinning.failurePolicy decides; docs/pinning.md: the trade-off)")
+	fs.IntVar(&o.Pinning.TimeoutSeconds, "webhook-timeout-seconds", o.Pinning.TimeoutSeconds, "how long kube-apiserver waits for the webhook (1-30), with -webhook-url (behind the chart's Service: pinning.timeoutSeconds)")
+	fs.StringVar(&o.Pinning.CertSecret, "webhook-cert-secret", o.Pinning.CertSecret, "Secret (in the leader election namespace) holding the webhook's CA and serving certificate (default: <webhook-configuration-name>-webhook-tls)")
+	fs.DurationVar(&o.Pinning.CertValidity, "webhook-cert-validity", o.Pinning.CertValidity, "the lifetime of each serving certificate of the webhook (at least 30s); "+
+		"it is replaced when two thirds have passed, under a CA that lives ten times as long")
+	fs.DurationVar(&o.Pinning.ShutdownDelay, "webhook-shutdown-delay", o.Pinning.ShutdownDelay, "how long the webhook keeps answering after a stop signal, not ready meanwhile, "+
+		"while the Service's endpoints drop this replica (default: 5s with -webhook-service, 0 with -webhook-url)")
 	fs.BoolVar(&o.Trigger.ReloaderAnnotations, "reloader-annotations", o.Trigger.ReloaderAnnotations, "honour Reloader's annotations on workloads, with or without -pinning: a change of the config they select starts a new revision "+
 		"by writing one annotation on the pod template (docs/config-starts.md); off while the cluster still runs Reloader")
 	fs.DurationVar(&o.Trigger.Settle, "config-settle", o.Trigger.Settle, "how long a config object must stay unchanged before a revision is started for its change: a burst of edits within it starts one")
-	fs.Float64Var(&o.Client.QPS, "kube-api-qps", o.Client.QPS, "client-side rate limit for API requests")
-	fs.IntVar(&o.Client.Burst, "kube-api-burst", o.Client.Burst, "client-side burst for API requests")
+	o.Client.AddRateFlags(fs)
 	o.Client.AddFlags(fs)
 }
 
@@ -236,6 +307,17 @@ func (p *PinningOptions) validate() []string {
 	}
 	if p.FailurePolicy != "Fail" && p.FailurePolicy != "Ignore" {
 		errs = append(errs, fmt.Sprintf("-webhook-failure-policy %q: use Fail or Ignore", p.FailurePolicy))
+	}
+	if p.TimeoutSeconds < 1 || p.TimeoutSeconds > 30 {
+		errs = append(errs, fmt.Sprintf("-webhook-timeout-seconds %d: kube-apiserver accepts 1 to 30", p.TimeoutSeconds))
+	}
+	if p.CertValidity < webhookcert.MinValidity {
+		errs = append(errs, fmt.Sprintf("-webhook-cert-validity %s is too short: give at least %s (one year by default)", p.CertValidity, webhookcert.MinValidity))
+	}
+	if p.bindAddressSet {
+		if _, _, err := net.SplitHostPort(p.BindAddress); err != nil {
+			errs = append(errs, fmt.Sprintf("-webhook-bind-address %q must be HOST:PORT or :PORT, e.g. :9443", p.BindAddress))
+		}
 	}
 	return errs
 }

@@ -4,7 +4,6 @@ import (
 	"context"
 	"crypto/tls"
 	"fmt"
-	"net"
 	"net/http"
 	"os"
 	"strings"
@@ -31,6 +30,7 @@ import (
 	"github.com/configmap-attacher/configmap-attacher/internal/reconcile"
 	"github.com/configmap-attacher/configmap-attacher/internal/refs"
 	"github.com/configmap-attacher/configmap-attacher/internal/trigger"
+	"github.com/configmap-attacher/configmap-attacher/internal/webhookcert"
 	"github.com/configmap-attacher/configmap-attacher/internal/workload"
 )
 
@@ -85,7 +85,10 @@ func Run(ctx context.Context, o *Options, clients *kube.Clients) error {
 	}
 
 	var synced atomic.Bool
-	p := &probes{ready: synced.Load}
+	var hook *webhook
+	p := &probes{ready: func() bool {
+		return synced.Load() && (hook == nil || hook.serving.Ready()) && ctx.Err() == nil
+	}}
 	if o.LeaderElect {
 		p.leaderCheck = leaderelection.NewLeaderHealthzAdaptor(o.LeaderElection.RenewDeadline + o.LeaderElection.RetryPeriod)
 	}
@@ -105,9 +108,12 @@ func Run(ctx context.Context, o *Options, clients *kube.Clients) error {
 		return fmt.Errorf("informer caches did not sync before shutdown")
 	}
 	if o.Pinning.Enabled {
-		if err := serveWebhook(ctx, o, clients, cs, writer, m); err != nil {
+		if hook, err = serveWebhook(ctx, o, clients, cs, writer, m); err != nil {
 			return err
 		}
+		loops = append(loops, hook.certs.Loop())
+		// Returning ends the process: first let the webhook drain.
+		defer func() { <-hook.stopped }()
 	}
 	synced.Store(true)
 
@@ -185,45 +191,46 @@ func controllers(cs *caches.Caches, writer *attach.Writer, m *metrics.Metrics, e
 	return loops, nil
 }
 
-// serveWebhook makes (or loads) the serving certificate, serves the pinning webhook over TLS and
-// registers it: the whole configuration at -webhook-url, or the caBundle of the chart's.
-func serveWebhook(ctx context.Context, o *Options, clients *kube.Clients, cs *caches.Caches, writer *attach.Writer, m *metrics.Metrics) error {
+// webhook is the pinning webhook: served by every replica from the certificate Secret it follows; its
+// certificate controller (the CA, the serving certificate, the caBundle) runs on the leader.
+type webhook struct {
+	serving *webhookcert.Serving
+	certs   *webhookcert.Controller
+	// stopped is closed once the server has drained after ctx ended.
+	stopped <-chan struct{}
+}
+
+// serveWebhook serves the pinning webhook over TLS with the certificate the Secret holds (none yet:
+// not ready, until the leader stores one), and makes the controller that keeps that certificate and the
+// configuration's caBundle (the whole configuration at -webhook-url; the chart's caBundle otherwise).
+func serveWebhook(ctx context.Context, o *Options, clients *kube.Clients, cs *caches.Caches, writer *attach.Writer, m *metrics.Metrics) (*webhook, error) {
 	po := o.Pinning
-	reg := pinning.Registration{Configuration: po.Configuration, URL: strings.TrimSuffix(po.URL, "/"),
-		FailurePolicy: admissionregistrationv1.FailurePolicyType(po.FailurePolicy), Namespaces: o.Namespaces}
-	addr := po.BindAddress
-	var hosts []string
-	if po.URL != "" {
-		host, port, _ := po.urlHostPort()
-		addr, hosts = net.JoinHostPort(host, port), []string{host}
-	} else {
-		ns, name, _ := strings.Cut(po.Service, "/")
-		hosts = []string{name + "." + ns + ".svc", name + "." + ns + ".svc.cluster.local", name + "." + ns, name}
+	ns := o.LeaderElection.Namespace
+	reg := pinning.Registration{Kube: clients.Kube, Configuration: po.Configuration, URL: strings.TrimSuffix(po.URL, "/"),
+		FailurePolicy: admissionregistrationv1.FailurePolicyType(po.FailurePolicy), TimeoutSeconds: int32(po.TimeoutSeconds),
+		Namespaces: o.Namespaces, OwnNamespace: ns}
+	inf := webhookcert.NewInformers(clients.Kube, ns, po.certSecret(), po.Configuration)
+	serving := webhookcert.NewServing()
+	if err := inf.Serve(serving); err != nil {
+		return nil, err
 	}
-	secret := po.CertSecret
-	if secret == "" {
-		secret = po.Configuration + "-webhook-tls"
+	certs, err := webhookcert.NewController(clients.Kube, inf, serving, reg, m, webhookcert.Options{Namespace: ns, Secret: po.certSecret(),
+		Configuration: po.Configuration, Hosts: po.hosts(), Validity: po.CertValidity, OwnsConfiguration: po.URL != ""})
+	if err != nil {
+		return nil, err
 	}
-	certs := &pinning.Certs{Kube: clients.Kube, Namespace: o.LeaderElection.Namespace, Secret: secret, Hosts: hosts}
-	if err := certs.Ensure(ctx); err != nil {
-		return err
+	if err := inf.Run(ctx); err != nil {
+		return nil, err
 	}
-	certs.Report(m)
+	serving.Report(m)
 	hook := &pinning.Webhook{Caches: cs, Taker: &pinning.Taker{Kube: clients.Kube, Writer: writer}, Log: logging.FromContext(ctx), Metrics: m}
 	mux := http.NewServeMux()
 	mux.Handle(pinning.Path, hook)
-	if _, err := serveTLS(ctx, "webhook", addr, mux, &tls.Config{GetCertificate: certs.GetCertificate, MinVersion: tls.VersionTLS12}); err != nil {
-		return err
+	stopped, err := serveTLS(ctx, "webhook", po.listenAddress(), mux, &tls.Config{GetCertificate: serving.GetCertificate, MinVersion: tls.VersionTLS12}, po.shutdownDelay())
+	if err != nil {
+		return nil, err
 	}
-	register := func(ctx context.Context, ca []byte) error { return reg.Register(ctx, clients.Kube, ca) }
-	if err := register(ctx, certs.CA()); err != nil {
-		if apierrors.IsNotFound(err) && po.URL == "" {
-			return fmt.Errorf("%w: the chart creates MutatingWebhookConfiguration %s; check -webhook-configuration-name", err, po.Configuration)
-		}
-		return err
-	}
-	go certs.Renew(ctx, register)
-	return nil
+	return &webhook{serving: serving, certs: certs, stopped: stopped}, nil
 }
 
 // noRolloutsMessage says what a cluster without Argo Rollouts changes: ReplicaSets are watched

@@ -43,36 +43,45 @@ func (p *probes) readyz(w http.ResponseWriter, _ *http.Request) {
 }
 
 // serve runs an HTTP server on addr until ctx ends; an empty addr disables it.
-func serve(ctx context.Context, name, addr string, h http.Handler) (string, error) {
-	return serveTLS(ctx, name, addr, h, nil)
+func serve(ctx context.Context, name, addr string, h http.Handler) (<-chan struct{}, error) {
+	return serveTLS(ctx, name, addr, h, nil, 0)
 }
 
-// serveTLS is serve over TLS when tlsConfig is set.
-func serveTLS(ctx context.Context, name, addr string, h http.Handler, tlsConfig *tls.Config) (string, error) {
+// serveTLS is serve over TLS when tlsConfig is set, answering for drain more after ctx ends; the
+// channel is closed once it has stopped.
+func serveTLS(ctx context.Context, name, addr string, h http.Handler, tlsConfig *tls.Config, drain time.Duration) (<-chan struct{}, error) {
+	stopped := make(chan struct{})
 	if addr == "" {
-		return "", nil
+		close(stopped)
+		return stopped, nil
 	}
 	ln, err := net.Listen("tcp", addr)
 	if err != nil {
-		return "", fmt.Errorf("%s server: %w", name, err)
+		return nil, fmt.Errorf("%s server: %w", name, err)
 	}
 	if tlsConfig != nil {
 		ln = tls.NewListener(ln, tlsConfig)
 	}
 	srv := &http.Server{Handler: h, ReadHeaderTimeout: 5 * time.Second}
+	log := logging.FromContext(ctx)
 	go func() {
+		defer close(stopped)
 		<-ctx.Done()
+		if drain > 0 {
+			log.Info("still answering while endpoints drop this replica", "server", name, "for", drain)
+			time.Sleep(drain)
+		}
 		shutdownCtx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 		defer cancel()
 		_ = srv.Shutdown(shutdownCtx)
 	}()
 	go func() {
 		if err := srv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
-			logging.FromContext(ctx).Error("server stopped", "server", name, "err", err)
+			log.Error("server stopped", "server", name, "err", err)
 		}
 	}()
-	logging.FromContext(ctx).Info("serving", "server", name, "address", ln.Addr().String())
-	return ln.Addr().String(), nil
+	log.Info("serving", "server", name, "address", ln.Addr().String())
+	return stopped, nil
 }
 
 // metricsHandler serves /metrics and, with profiling, Go's runtime profiles under /debug/pprof/ (as

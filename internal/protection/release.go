@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"sync"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
@@ -46,32 +47,59 @@ func eachObject(ctx context.Context, w *attach.Writer, namespaces []string, kind
 	return errors.Join(errs...)
 }
 
+// releaseWorkers patch at once: one at a time, a remote API server's latency, not the rate limit,
+// would set the pace.
+const releaseWorkers = 8
+
 // Release takes our finalizer off every ConfigMap and Secret in namespaces ("" is all), so that nothing
 // waits on a controller that is gone: what uninstall does. ownerReferences stay: they are the garbage
 // collector's, and still true. With dryRun it only reports. It returns how many objects it released.
+// Its pace is the client's rate limit (-kube-api-qps).
 func Release(ctx context.Context, w *attach.Writer, namespaces []string, kinds []refs.Kind, dryRun bool, out io.Writer) (int, error) {
 	f := Finalizers{Client: w.Client}
-	n := 0
+	var (
+		mu   sync.Mutex
+		n    int
+		errs []error
+		wg   sync.WaitGroup
+		sem  = make(chan struct{}, releaseWorkers)
+	)
+	say := func(format string, args ...any) {
+		mu.Lock()
+		defer mu.Unlock()
+		fmt.Fprintf(out, format, args...)
+	}
 	err := eachObject(ctx, w, namespaces, kinds, func(kind refs.Kind, m *metav1.PartialObjectMetadata) error {
 		if !api.HasFinalizer(m.Finalizers, api.InUseFinalizer) {
 			return nil
 		}
+		mu.Lock()
 		n++
+		mu.Unlock()
 		state := ""
 		if m.DeletionTimestamp != nil {
 			state = " (being deleted: it goes now)"
 		}
 		if dryRun {
-			fmt.Fprintf(out, "would release %s %s/%s%s\n", kind, m.Namespace, m.Name, state)
+			say("would release %s %s/%s%s\n", kind, m.Namespace, m.Name, state)
 			return nil
 		}
-		if err := ignoreGone(f.Remove(ctx, kind, m.Namespace, m.Name, "")); err != nil {
-			return err
-		}
-		fmt.Fprintf(out, "released %s %s/%s%s\n", kind, m.Namespace, m.Name, state)
+		sem <- struct{}{}
+		wg.Add(1)
+		go func() {
+			defer func() { <-sem; wg.Done() }()
+			if err := ignoreGone(f.Remove(ctx, kind, m.Namespace, m.Name, "")); err != nil {
+				mu.Lock()
+				errs = append(errs, err)
+				mu.Unlock()
+				return
+			}
+			say("released %s %s/%s%s\n", kind, m.Namespace, m.Name, state)
+		}()
 		return nil
 	})
-	return n, err
+	wg.Wait()
+	return n, errors.Join(append(errs, err)...)
 }
 
 // Sweep undoes what we wrote on objects that were opted out while no controller ran: their label is

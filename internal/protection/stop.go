@@ -50,3 +50,16 @@ func StopController(ctx context.Context, kube kubernetes.Interface, namespace, n
 		return true, nil
 	})
 }
+
+// DeleteWebhookConfiguration deletes the pinning webhook's MutatingWebhookConfiguration, so that no pod
+// creation waits on a webhook that is going away: uninstall does it while the controller still answers,
+// before stopping it. The controller never makes a configuration the chart made (it only fills in its
+// caBundle), so it does not come back. Gone already is fine.
+func DeleteWebhookConfiguration(ctx context.Context, kube kubernetes.Interface, name string) error {
+	err := kube.AdmissionregistrationV1().MutatingWebhookConfigurations().Delete(ctx, name, metav1.DeleteOptions{})
+	if err != nil && !apierrors.IsNotFound(err) {
+		return fmt.Errorf("deleting the pinning webhook (MutatingWebhookConfiguration %s): %w", name, err)
+	}
+	logging.FromContext(ctx).Info("took the pinning webhook out of the pod path", "configuration", name)
+	return nil
+}

@@ -24,9 +24,10 @@ import (
 // prune on: Argo CD neither prunes nor flags the previous revision's config while a ReplicaSet uses it,
 // and the garbage collector removes it with that ReplicaSet.
 func TestArgoCDRendersAPublicChartThroughTheCMP(t *testing.T) {
+	t.Parallel()
 	ctx := context.Background()
 	ns := givenNamespace(t, "argocd-cmp")
-	startArgoCD(t)
+	useArgoCD(t)
 	startController(t, nil, ns)
 
 	cmp, err := e2e.cluster.StartCMPServer(ctx, rootPath("deploy/argocd-cmp/plugin.yaml"), map[string]string{

@@ -68,12 +68,13 @@ spec:
 	}
 }
 
-// watchFor is how long the stories watch the Rollout's template after the commit.
-const watchFor = 2 * time.Minute
+// watchFor is how long the stories watch the Rollout's template after the commit: a hard refresh every
+// 10 s, each a full comparison (self-heal would revert drift at the first).
+const watchFor = 45 * time.Second
 
 func configStartsThroughArgoCD(t *testing.T, ns string, app framework.GitApp) {
 	ctx := context.Background()
-	startArgoCD(t)
+	useArgoCD(t)
 	startTriggerController(t, ns)
 	repo, err := framework.ServeGitRepo(ctx)
 	must(t, err)
@@ -139,6 +140,7 @@ func configStartsThroughArgoCD(t *testing.T, ns string, app framework.GitApp) {
 // Server-side diff (Argo CD's compare option ServerSideDiff=true): a field another field manager owns
 // is not drift.
 func TestConfigStartsArgoCDServerSideDiffKeepsTheApplicationSynced(t *testing.T) {
+	t.Parallel()
 	ns := givenNamespace(t, "config-starts-argocd-ssd")
 	configStartsThroughArgoCD(t, ns, framework.GitApp{Name: "config-starts-ssd", ServerSideDiff: true})
 }
@@ -146,6 +148,7 @@ func TestConfigStartsArgoCDServerSideDiffKeepsTheApplicationSynced(t *testing.T)
 // The legacy diff (Argo CD's default) with the documented entry: ignoreDifferences for every field our
 // field manager owns, respected by syncs (docs/config-starts.md).
 func TestConfigStartsArgoCDLegacyDiffWithManagedFieldsManagersKeepsTheApplicationSynced(t *testing.T) {
+	t.Parallel()
 	ns := givenNamespace(t, "config-starts-argocd-legacy")
 	configStartsThroughArgoCD(t, ns, framework.GitApp{Name: "config-starts-legacy",
 		IgnoreDifferences: []map[string]any{{"group": "argoproj.io", "kind": "Rollout", "managedFieldsManagers": []any{api.FieldManager}}},

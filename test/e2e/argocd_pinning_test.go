@@ -16,9 +16,10 @@ import (
 // created with. What Argo CD compares (app-config, the Rollout) is never written by us, and the
 // snapshots carry none of its tracking metadata: the diff stays clean throughout.
 func TestArgoCDZeroTouchPinningKeepsTheDiffClean(t *testing.T) {
+	t.Parallel()
 	ctx := context.Background()
 	ns := givenNamespace(t, "argocd-pinning")
-	startArgoCD(t)
+	useArgoCD(t)
 	startPinningController(t, "Fail", ns)
 	r := pinnedRollout{t: t, ns: ns}
 	// The chart's checksum is over its rendered template, so revisions are told apart by ReplicaSet.

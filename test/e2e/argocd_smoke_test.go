@@ -18,25 +18,14 @@ import (
 
 const argoWait = 2 * time.Minute
 
-// startArgoCD runs Argo CD on the test cluster for the rest of the test. On a cluster the tests
-// started, it is stopped afterwards so later tests do not share the 2 CI cores with it.
-func startArgoCD(t *testing.T) {
-	t.Helper()
-	start := time.Now()
-	must(t, e2e.cluster.EnsureArgoCD(context.Background(), logWriter{t}))
-	t.Logf("Argo CD ready in %s", time.Since(start).Round(time.Millisecond))
-	if e2e.cluster.Owned() {
-		t.Cleanup(func() { _ = e2e.cluster.StopArgoCD(context.Background(), logWriter{t}) })
-	}
-}
-
 // TestArgoCDSyncsAHelmChartFromALocalRepo proves the local Argo CD works end to end: a chart served
 // from a loopback Helm repository is synced by an Application (explicit sync first, then automated
 // sync with prune and selfHeal), lands in the cluster as rendered, and follows a values change.
 func TestArgoCDSyncsAHelmChartFromALocalRepo(t *testing.T) {
+	t.Parallel()
 	ctx := context.Background()
 	ns := givenNamespace(t, "argocd-smoke")
-	startArgoCD(t)
+	useArgoCD(t)
 
 	repo, err := framework.ServeChartRepo(helmCLI(t), "")
 	must(t, err)

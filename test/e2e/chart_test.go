@@ -14,6 +14,7 @@ import (
 	appsv1 "k8s.io/api/apps/v1"
 	batchv1 "k8s.io/api/batch/v1"
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/equality"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
@@ -22,6 +23,7 @@ import (
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/clientcmd"
 
+	"github.com/configmap-attacher/configmap-attacher/internal/pinning"
 	"github.com/configmap-attacher/configmap-attacher/internal/refs"
 	"github.com/configmap-attacher/configmap-attacher/test/framework"
 )
@@ -510,12 +512,20 @@ func (r *chartRelease) runReleaseHook(p *framework.Process) framework.Result {
 			"ServiceAccount": {Version: "v1", Resource: "serviceaccounts"},
 			"Role":           {Group: "rbac.authorization.k8s.io", Version: "v1", Resource: "roles"},
 			"RoleBinding":    {Group: "rbac.authorization.k8s.io", Version: "v1", Resource: "rolebindings"},
+			// With pinning only: deleting the webhook's configuration, a cluster-scoped object.
+			"ClusterRole":        {Group: "rbac.authorization.k8s.io", Version: "v1", Resource: "clusterroles"},
+			"ClusterRoleBinding": {Group: "rbac.authorization.k8s.io", Version: "v1", Resource: "clusterrolebindings"},
 		}[o.GetKind()]
-		if gvr.Resource == "" {
-			t.Fatalf("unexpected pre-delete hook object %s %s (a namespaced install needs nothing cluster-wide)", o.GetKind(), o.GetName())
+		if gvr.Resource == "" || (o.GetNamespace() == "" && !strings.HasSuffix(o.GetName(), "-webhook")) {
+			t.Fatalf("unexpected pre-delete hook object %s %s (a namespaced install needs nothing cluster-wide but deleting the webhook)", o.GetKind(), o.GetName())
 		}
 		_, err := e2e.cluster.Dynamic.Resource(gvr).Namespace(o.GetNamespace()).Create(ctx, o, metav1.CreateOptions{})
 		must(t, err)
+		if o.GetNamespace() == "" {
+			t.Cleanup(func() { // Helm's hook-delete-policy would
+				_ = e2e.cluster.Dynamic.Resource(gvr).Delete(context.Background(), o.GetName(), metav1.DeleteOptions{})
+			})
+		}
 	}
 	if hookJob == nil {
 		t.Fatal("the chart has no pre-delete hook Job")
@@ -576,19 +586,22 @@ func TestChartPinningRBACSuffices(t *testing.T) {
 		_ = e2e.cluster.Kube.AdmissionregistrationV1().MutatingWebhookConfigurations().Delete(context.Background(), r.fullname(), metav1.DeleteOptions{})
 	})
 	wh := cfg.Webhooks[0]
-	if wh.ClientConfig.Service == nil || *wh.FailurePolicy != "Fail" || *wh.SideEffects != "NoneOnDryRun" || *wh.TimeoutSeconds > 5 || len(wh.MatchConditions) != 1 {
+	if wh.ClientConfig.Service == nil || *wh.FailurePolicy != "Fail" || *wh.SideEffects != "NoneOnDryRun" || *wh.TimeoutSeconds != 10 || len(wh.MatchConditions) != 1 {
 		t.Fatalf("the chart's webhook: %+v", wh)
+	}
+	// The chart says what the controller registers at a URL (pinning.Registration.Webhook), the URL and
+	// caBundle aside: the same selectors, the same never-gated namespaces.
+	want := pinning.Registration{OwnNamespace: ns, Namespaces: []string{appNS}, FailurePolicy: "Fail", TimeoutSeconds: 10}.Webhook(nil)
+	if !equality.Semantic.DeepEqual(wh.NamespaceSelector, want.NamespaceSelector) || !equality.Semantic.DeepEqual(wh.ObjectSelector, want.ObjectSelector) ||
+		!equality.Semantic.DeepEqual(wh.MatchConditions, want.MatchConditions) || !equality.Semantic.DeepEqual(wh.Rules, want.Rules) {
+		t.Fatalf("the chart's webhook selects %+v, %+v, %+v, %+v; the controller's at a URL %+v, %+v, %+v, %+v",
+			wh.NamespaceSelector, wh.ObjectSelector, wh.MatchConditions, wh.Rules, want.NamespaceSelector, want.ObjectSelector, want.MatchConditions, want.Rules)
 	}
 	t.Log("given: the chart installed with pinning.enabled: 2 replicas, PDB, anti-affinity, a Fail webhook behind a Service")
 
 	must(t, e2e.cluster.EnablePinning(ctx, appNS))
 	r.runPinningController(d)
-	must(t, e2e.cluster.PutPinnedConfigMap(ctx, appNS, "app-config", pinV1))
-	web, err := e2e.cluster.CreateDeployment(ctx, appNS, "web", framework.PinnedTemplate("web", []string{"app-config"}, pinV1), nil)
-	must(t, err)
-	rs := deploymentReplicaSet(t, appNS, web)
-	must(t, e2e.cluster.WaitPods(ctx, 60*time.Second, rs, 1))
-	pinnedRollout{t: t, ns: appNS}.expectReads(rs, pinV1)
+	rs := givenPinnedWeb(t, appNS)
 	t.Log("then: as the chart's ServiceAccount the controller made its certificate, registered the webhook and pinned the pod")
 
 	t.Log("when: the Deployment opts in with Reloader's annotation and app-config alone is edited (reloaderAnnotations=true)")

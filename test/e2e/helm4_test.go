@@ -14,13 +14,15 @@ import (
 
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 
+	"github.com/configmap-attacher/configmap-attacher/internal/helmplugin"
 	"github.com/configmap-attacher/configmap-attacher/internal/refs"
 	"github.com/configmap-attacher/configmap-attacher/test/framework"
 )
 
-// What Helm 4 does with the shipped post-renderer plugin (deploy/helm-plugin, installed by TestMain
-// from make helm-plugin's package with `helm plugin install <package> --verify=false`), beyond the
-// install and upgrade stories: output, errors, bad input, hooks.
+// What Helm 4 does with the shipped post-renderer plugin (deploy/helm-plugin, installed by TestMain as
+// make helm-plugin's directory, `helm plugin install <directory>`; the signed package's install is
+// TestRealNodeInstallsASignedReleaseFromARegistry's), beyond the install and upgrade stories: output,
+// errors, bad input, hooks.
 
 // revisionName is a name render gives: <name>-<10 hex digits>.
 func revisionName(name string) *regexp.Regexp {
@@ -190,14 +192,11 @@ func TestHelm4PluginRefusesBadInputInOneLine(t *testing.T) {
 	})
 
 	t.Run("Helm 3 and the plugin package", func(t *testing.T) {
-		pkg, err := filepath.Glob(filepath.Join(e2e.helmPlugins, "configmap-attacher-*.tgz"))
+		pkg, err := helmplugin.Pack(ctx, rootPath("deploy/helm-plugin"), e2e.bin.Path, "", t.TempDir()) // make helm-plugin's package
 		must(t, err)
-		if len(pkg) != 1 {
-			t.Fatalf("want the one package helm plugin install kept in %s, got %v", e2e.helmPlugins, pkg)
-		}
 		h3 := helm3CLI(t)
 		h3.Env = nil // no configmap-attacher on its PATH
-		expectRefusal(t, h3, "expected plugin to be a folder", "plugin", "install", pkg[0])
+		expectRefusal(t, h3, "expected plugin to be a folder", "plugin", "install", pkg)
 		expectRefusal(t, h3, `"configmap-attacher": executable file not found in $PATH`, grafanaTemplate(ns)...)
 	})
 }

@@ -13,7 +13,6 @@ import (
 	"fmt"
 	"io"
 	"net"
-	"net/http"
 	"net/url"
 	"os"
 	"os/exec"
@@ -197,10 +196,7 @@ func archiveFiles(t *testing.T, archive string) []string {
 	return files
 }
 
-func lastLine(s string) string {
-	lines := strings.Split(strings.TrimSpace(s), "\n")
-	return lines[len(lines)-1]
-}
+func lastLine(s string) string { return lastLines(s, 1) }
 
 // inCluster is what a pod gets to talk to the API server: the service account mount and the
 // KUBERNETES_SERVICE_* variables.
@@ -442,16 +438,7 @@ func freeLoopbackAddr(t *testing.T) string {
 func waitHTTP(t *testing.T, u string) {
 	t.Helper()
 	must(t, framework.Eventually(context.Background(), 30*time.Second, "GET "+u+" to answer 200", func(ctx context.Context) (bool, string, error) {
-		req, err := http.NewRequestWithContext(ctx, http.MethodGet, u, nil)
-		if err != nil {
-			return false, "", err
-		}
-		resp, err := http.DefaultClient.Do(req)
-		if err != nil {
-			return false, err.Error(), nil
-		}
-		resp.Body.Close()
-		return resp.StatusCode == http.StatusOK, resp.Status, nil
+		return framework.HTTPOK(ctx, u)
 	}))
 }
 

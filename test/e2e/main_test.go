@@ -77,7 +77,8 @@ func run(m *testing.M) int {
 	return m.Run()
 }
 
-// installHelmPlugin installs the post-renderer plugin, packed with bin, once for every test's Helm 4.
+// installHelmPlugin installs the post-renderer plugin with bin, as make helm-plugin's directory (a development
+// install, which Helm does not verify), once for every test's Helm 4.
 func installHelmPlugin(ctx context.Context, root, bin, kubeconfig string) (plugins string, cleanup func(), err error) {
 	path, err := framework.HelmBinary(root, framework.Helm4)
 	if err != nil {

@@ -219,35 +219,13 @@ func TestRealNodeRunsTheControllerChart(t *testing.T) {
 
 	ns := givenNamespace(t, "e2e-realnode-chart")
 	appNS := givenNamespace(t, "e2e-realnode-chart-app")
-	apiHost, apiPort, _ := apiServer(t) // its serving certificate covers apiHost
-	metricsPort, probePort := freePort(t), freePort(t)
-	sets := []string{
-		"image.repository=" + repo, "image.pullPolicy=Never",
-		"watchNamespaces={" + appNS + "}", "rbac.ownerReferencesPermissionEnforcement=true",
-		"nodeSelector." + framework.RealNodeLabel + "=" + framework.RealNodeValue,
-		"tolerations[0].key=" + framework.RealNodeLabel, "tolerations[0].operator=Equal",
-		"tolerations[0].value=" + framework.RealNodeValue, "tolerations[0].effect=NoSchedule",
-		fmt.Sprintf("metrics.port=%d", metricsPort), fmt.Sprintf("healthProbe.port=%d", probePort),
-	}
-	setStrings := []string{ // strings even when they look like numbers (a git hash, an EnvVar's value)
-		"image.tag=" + tag,
-		"extraEnv[0].name=KUBERNETES_SERVICE_HOST", "extraEnv[0].value=" + apiHost,
-		"extraEnv[1].name=KUBERNETES_SERVICE_PORT", "extraEnv[1].value=" + apiPort,
-	}
-	// The local API server listens on loopback only and there is no kube-proxy (Service IPs route
-	// nowhere): the pod shares the host's network (a post-renderer adds hostNetwork, the chart has no
-	// such value) and extraEnv points it at the API server, as kube-proxy's rules would.
 	// Helm 3: the hostNetwork patch is a shell script, an executable post-renderer, which Helm 4 no
 	// longer runs (its --post-renderer names a plugin).
 	r := &chartRelease{t: t, name: "cma-real", ns: ns, helm: helm3CLI(t)}
 	args := []string{"upgrade", "--install", r.name, chartPath("configmap-attacher"), "-n", ns, "--wait", "--timeout", "3m",
-		"--post-renderer", hostNetworkPostRenderer(t)}
-	for _, s := range sets {
-		args = append(args, "--set", s)
-	}
-	for _, s := range setStrings {
-		args = append(args, "--set-string", s)
-	}
+		"--post-renderer", hostNetworkPostRenderer(t), "--set", "image.repository=" + repo, "--set", "image.pullPolicy=Never",
+		"--set-string", "image.tag=" + tag}
+	args = append(args, realNodeControllerValues(t, appNS)...)
 	start := time.Now()
 	if _, err := r.helm.Run(ctx, args...); err != nil {
 		pods, _ := e2e.cluster.Kubectl(ctx, "get", "pods", "-n", ns, "-o", "wide")
@@ -287,15 +265,66 @@ func TestRealNodeRunsTheControllerChart(t *testing.T) {
 	}
 }
 
-// hostNetworkPostRenderer writes a helm post-renderer adding hostNetwork: true to the Deployment's pod.
+// realNodeControllerValues are the controller chart's values, as helm flags, that run its pod on the
+// real node watching watchNS. The local API server listens on loopback only and there is no
+// kube-proxy (Service IPs route nowhere): the pod shares the host's network (a post-renderer adds
+// hostNetwork, the chart has no such value; hostNetworkPostRenderer, hostNetworkPlugin) on free ports,
+// and extraEnv points it at the API server, as kube-proxy's rules would.
+func realNodeControllerValues(t *testing.T, watchNS string) []string {
+	t.Helper()
+	apiHost, apiPort, _ := apiServer(t) // its serving certificate covers apiHost
+	sets := []string{
+		"watchNamespaces={" + watchNS + "}", "rbac.ownerReferencesPermissionEnforcement=true",
+		"nodeSelector." + framework.RealNodeLabel + "=" + framework.RealNodeValue,
+		"tolerations[0].key=" + framework.RealNodeLabel, "tolerations[0].operator=Equal",
+		"tolerations[0].value=" + framework.RealNodeValue, "tolerations[0].effect=NoSchedule",
+		fmt.Sprintf("metrics.port=%d", freePort(t)), fmt.Sprintf("healthProbe.port=%d", freePort(t)),
+	}
+	setStrings := []string{ // strings even when they look like numbers (an EnvVar's value)
+		"extraEnv[0].name=KUBERNETES_SERVICE_HOST", "extraEnv[0].value=" + apiHost,
+		"extraEnv[1].name=KUBERNETES_SERVICE_PORT", "extraEnv[1].value=" + apiPort,
+	}
+	var args []string
+	for _, s := range sets {
+		args = append(args, "--set", s)
+	}
+	for _, s := range setStrings {
+		args = append(args, "--set-string", s)
+	}
+	return args
+}
+
+// hostNetworkScript adds hostNetwork: true to the Deployment's pod of the manifests on stdin.
+const hostNetworkScript = `#!/bin/sh
+exec awk '/^kind: /{dep = ($2 == "Deployment")} {print} dep && /^      serviceAccountName: /{print "      hostNetwork: true"; print "      dnsPolicy: ClusterFirstWithHostNet"}'
+`
+
+// hostNetworkPostRenderer writes hostNetworkScript as Helm 3's executable post-renderer.
 func hostNetworkPostRenderer(t *testing.T) string {
 	t.Helper()
 	path := filepath.Join(t.TempDir(), "host-network.sh")
-	script := `#!/bin/sh
-exec awk '/^kind: /{dep = ($2 == "Deployment")} {print} dep && /^      serviceAccountName: /{print "      hostNetwork: true"; print "      dnsPolicy: ClusterFirstWithHostNet"}'
-`
-	must(t, os.WriteFile(path, []byte(script), 0o755))
+	must(t, os.WriteFile(path, []byte(hostNetworkScript), 0o755))
 	return path
+}
+
+// hostNetworkPlugin installs hostNetworkScript into h as Helm 4's post-renderer plugin host-network
+// (a local directory: a development install, which Helm does not verify) and returns its name.
+func hostNetworkPlugin(t *testing.T, h framework.Helm) string {
+	t.Helper()
+	dir := filepath.Join(t.TempDir(), "host-network")
+	must(t, os.MkdirAll(dir, 0o755))
+	must(t, os.WriteFile(filepath.Join(dir, "host-network.sh"), []byte(hostNetworkScript), 0o755))
+	must(t, os.WriteFile(filepath.Join(dir, "plugin.yaml"), []byte(`apiVersion: v1
+type: postrenderer/v1
+name: host-network
+version: 0.1.0
+runtime: subprocess
+runtimeConfig:
+  platformCommand:
+    - command: ${HELM_PLUGIN_DIR}/host-network.sh
+`), 0o644))
+	helmRun(t, h, "plugin", "install", dir)
+	return "host-network"
 }
 
 func freePort(t *testing.T) int {

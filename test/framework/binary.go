@@ -2,6 +2,7 @@ package framework
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"fmt"
 	"os"
@@ -38,6 +39,8 @@ func BuildBinary(ctx context.Context, repoRoot string) (path string, cleanup fun
 
 // Result is one finished run.
 type Result struct {
+	// Command is the executable's name in String: configmap-attacher when empty.
+	Command  string
 	Args     []string
 	Stdout   string
 	Stderr   string
@@ -46,7 +49,7 @@ type Result struct {
 }
 
 func (r Result) String() string {
-	return fmt.Sprintf("configmap-attacher %s: exit %d after %s\nstdout:\n%s\nstderr:\n%s",
+	return fmt.Sprintf("%s %s: exit %d after %s\nstdout:\n%s\nstderr:\n%s", cmp.Or(r.Command, "configmap-attacher"),
 		strings.Join(r.Args, " "), r.Code, r.Duration.Round(time.Millisecond), r.Stdout, r.Stderr)
 }
 
@@ -61,11 +64,17 @@ func (b Binary) env(extra []string) []string {
 func (b Binary) Run(ctx context.Context, extraEnv []string, args ...string) Result {
 	cmd := exec.CommandContext(ctx, b.Path, args...)
 	cmd.Env = b.env(extraEnv)
+	return runCaptured(cmd, "", args)
+}
+
+// runCaptured runs cmd (command with args) to completion and returns what it printed, its exit code
+// (-1 when it could not run or was killed, the error appended to stderr) and how long it took.
+func runCaptured(cmd *exec.Cmd, command string, args []string) Result {
 	var stdout, stderr bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &stdout, &stderr
 	start := time.Now()
 	err := cmd.Run()
-	r := Result{Args: args, Stdout: stdout.String(), Stderr: stderr.String(), Duration: time.Since(start)}
+	r := Result{Command: command, Args: args, Stdout: stdout.String(), Stderr: stderr.String(), Duration: time.Since(start)}
 	if ee, ok := err.(*exec.ExitError); ok {
 		r.Code = ee.ExitCode()
 	} else if err != nil {
@@ -85,9 +94,15 @@ type Process struct {
 
 // Start starts the binary in the background; its output is kept for Logs.
 func (b Binary) Start(ctx context.Context, extraEnv []string, args ...string) (*Process, error) {
+	return startProcess(ctx, b.env(extraEnv), b.Path, args...)
+}
+
+// startProcess starts path in the background, in its own process group, with env; its output is kept
+// for Logs, and it is stopped when ctx ends.
+func startProcess(ctx context.Context, env []string, path string, args ...string) (*Process, error) {
 	p := &Process{done: make(chan struct{})}
-	p.cmd = exec.Command(b.Path, args...)
-	p.cmd.Env = b.env(extraEnv)
+	p.cmd = exec.Command(path, args...)
+	p.cmd.Env = env
 	p.cmd.Stdout, p.cmd.Stderr = (*lockedWriter)(p), (*lockedWriter)(p)
 	p.cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
 	if err := p.cmd.Start(); err != nil {

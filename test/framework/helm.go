@@ -76,15 +76,16 @@ func (h Helm) RunOutput(ctx context.Context, args ...string) (stdout, stderr str
 	return out.String(), errOut.String(), nil
 }
 
-// InstallHelmPlugin packs the Helm 4 post-renderer plugin with bin (make helm-plugin's package) and
-// installs it as docs/helm.md says, `helm plugin install <package> --verify=false`, into h's data
-// directory. It returns the plugins directory, for HELM_PLUGINS.
+// InstallHelmPlugin installs the Helm 4 post-renderer plugin with bin as a development build does
+// (make helm-plugin's directory, `helm plugin install <directory>`: Helm verifies no signature for a
+// local directory) into h's data directory. It returns the plugins directory, for HELM_PLUGINS. A
+// release's signed package is installed, and verified, by the release story (TestRealNodeInstallsASignedRelease…).
 func InstallHelmPlugin(ctx context.Context, h Helm, repoRoot, bin string) (string, error) {
-	pkg, err := helmplugin.Pack(ctx, filepath.Join(repoRoot, "deploy/helm-plugin"), bin, "", filepath.Join(h.Home, "package"))
+	dir, err := helmplugin.Unpacked(ctx, filepath.Join(repoRoot, "deploy/helm-plugin"), bin, "", filepath.Join(h.Home, "package"))
 	if err != nil {
 		return "", err
 	}
-	if _, err := h.Run(ctx, "plugin", "install", pkg, "--verify=false"); err != nil {
+	if _, err := h.Run(ctx, "plugin", "install", dir); err != nil {
 		return "", err
 	}
 	return filepath.Join(h.Home, "data", "plugins"), nil

@@ -20,7 +20,8 @@ import (
 
 // A real node (hack/cluster/realnode.sh): a kubelet on containerd and runc joined to a local cluster,
 // so pods placed on it run real containers (kwok's nodes only pretend). It is labelled and tainted
-// type=real; Place puts a pod there. It has no registry: images are imported archives.
+// type=real; Place puts a pod there. Its images are imported archives, or pulled from a registry
+// AllowRegistry names.
 
 const (
 	// RealNodeLabel and RealNodeValue select the real node (kwok's nodes carry type=kwok); its taint is
@@ -190,4 +191,11 @@ func (c *Cluster) Exec(ctx context.Context, ns, pod, container string, command .
 		args = append(args, "-c", container)
 	}
 	return c.Kubectl(ctx, append(append(args, "--"), command...)...)
+}
+
+// AllowRegistry lets the node's containerd pull from a plain-HTTP registry at hostport (a loopback
+// registry), as `hack/cluster/realnode.sh registry HOST:PORT` configures it.
+func (n *RealNode) AllowRegistry(ctx context.Context, progress io.Writer, hostport string) error {
+	_, err := n.cluster.realnodeScript(ctx, n.clName, progress, "registry", hostport)
+	return err
 }

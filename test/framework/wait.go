@@ -3,6 +3,7 @@ package framework
 import (
 	"context"
 	"fmt"
+	"net/http"
 	"time"
 
 	appsv1 "k8s.io/api/apps/v1"
@@ -156,4 +157,18 @@ func (c *Cluster) WaitReplicaSetGone(ctx context.Context, timeout time.Duration,
 		}
 		return false, "still there", err
 	})
+}
+
+// HTTPOK is a condition for Eventually: GET url answers 200 (a refused connection is not yet).
+func HTTPOK(ctx context.Context, url string) (bool, string, error) {
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
+	if err != nil {
+		return false, "", err
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return false, err.Error(), nil
+	}
+	resp.Body.Close()
+	return resp.StatusCode == http.StatusOK, "GET " + url + ": " + resp.Status, nil
 }

@@ -16,9 +16,15 @@ import (
 )
 
 // The controller under test: two replicas of the real binary electing a leader on one Lease, as the
-// chart runs it. Each replica's logs go to controller-<i>.log in the work dir, across restarts.
+// chart runs it, both serving the webhook behind one address (a proxy playing the chart's Service),
+// with serving certificates replaced every 40 s. Each replica's logs go to controller-<i>.log in the
+// work dir, across restarts.
 
 const leaseName = "configmap-attacher-soak"
+
+// certValidity is the replicas' -webhook-cert-validity: a new serving certificate every 40 s and a new
+// CA every 400 s, all through the run.
+const certValidity = time.Minute
 
 type replica struct {
 	i        int
@@ -28,7 +34,7 @@ type replica struct {
 	killed   bool  // by the soak, on purpose
 	identity string
 	probes   string
-	port     int // its pinning webhook's, on 127.0.0.1
+	port     int // its pinning webhook's, on 127.0.0.1, kept across restarts
 }
 
 type controllers struct {
@@ -40,6 +46,8 @@ type controllers struct {
 	policy   string // the webhook's failurePolicy the replicas start with
 	// lastAllReady is when every replica was last seen ready (pinning.go's disrupted windows).
 	lastAllReady time.Time
+	// proxy is the address the webhook is registered at: the chart's Service, played on loopback.
+	proxy *framework.ServiceProxy
 }
 
 func newControllers(s *soak) *controllers {
@@ -51,10 +59,11 @@ func newControllers(s *soak) *controllers {
 }
 
 // args are the controller's flags: as the chart's, with pinning served at the replica's own port and
-// registered by URL (the last replica to start is the one the API server calls).
+// registered at the proxy's URL (-webhook-bind-address with -webhook-url).
 func (c *controllers) args(r *replica) []string {
 	return []string{"controller",
-		"-pinning", fmt.Sprintf("-webhook-url=https://127.0.0.1:%d", r.port),
+		"-pinning", "-webhook-url=https://" + c.proxy.Addr, fmt.Sprintf("-webhook-bind-address=127.0.0.1:%d", r.port),
+		"-webhook-cert-validity", certValidity.String(),
 		"-webhook-configuration-name", webhookConfiguration, "-webhook-failure-policy", c.policy,
 		"-namespaces", strings.Join(namespaces, ","),
 		// The Job mode attaches these workloads' ReplicaSets; protection still covers them.
@@ -71,11 +80,9 @@ func (c *controllers) start(ctx context.Context, r *replica) error {
 		r.offset = fi.Size()
 	}
 	c.starts++
-	port, err := framework.FreeLoopbackPort()
-	if err != nil {
+	if err := c.serve(ctx); err != nil {
 		return err
 	}
-	r.port = port
 	args := c.args(r)
 	p, err := c.s.bin.StartLogged(ctx, []string{"LOG_LEVEL=info", "VERSION=soak", "POD_NAMESPACE=" + leaseNamespace}, r.log,
 		fmt.Sprintf("start %d of replica %d at step %d: %s", c.starts, r.i, c.s.step, strings.Join(args, " ")), args...)
@@ -83,6 +90,28 @@ func (c *controllers) start(ctx context.Context, r *replica) error {
 		return err
 	}
 	r.p, r.killed, r.identity, r.probes = p, false, "", ""
+	return nil
+}
+
+// serve chooses the replicas' ports and starts the proxy in front of them, once.
+func (c *controllers) serve(ctx context.Context) error {
+	if c.proxy != nil {
+		return nil
+	}
+	var backends []string
+	for _, r := range c.replicas {
+		port, err := framework.FreeLoopbackPort()
+		if err != nil {
+			return err
+		}
+		r.port = port
+		backends = append(backends, fmt.Sprintf("127.0.0.1:%d", port))
+	}
+	proxy, err := framework.StartServiceProxy(ctx, backends...)
+	if err != nil {
+		return err
+	}
+	c.proxy = proxy
 	return nil
 }
 
@@ -186,25 +215,17 @@ func (c *controllers) allReady(context.Context) bool {
 	return true
 }
 
-// registered returns the replica whose URL the webhook configuration names: the one the API server
-// calls. nil when none (or the configuration is unreadable).
-func (c *controllers) registered(ctx context.Context) *replica {
-	cfg, err := c.s.c.Kube.AdmissionregistrationV1().MutatingWebhookConfigurations().Get(ctx, webhookConfiguration, metav1.GetOptions{})
-	if err != nil || len(cfg.Webhooks) == 0 || cfg.Webhooks[0].ClientConfig.URL == nil {
-		return nil
-	}
-	for _, r := range c.replicas {
-		if r.running() && strings.HasPrefix(*cfg.Webhooks[0].ClientConfig.URL, fmt.Sprintf("https://127.0.0.1:%d/", r.port)) {
-			return r
+// killServing kill -9s a replica serving the webhook, the standby if one runs (leader-kill takes the
+// leader), and starts it again at once; the proxy sends new connections to the other meanwhile. nil
+// when none runs.
+func (c *controllers) killServing(ctx context.Context) (*replica, error) {
+	var r *replica
+	leader := c.leader(ctx)
+	for _, x := range c.replicas {
+		if x.running() && (r == nil || x != leader) {
+			r = x
 		}
 	}
-	return nil
-}
-
-// killRegistered kill -9s the replica serving the registered webhook and starts it again at once; nil
-// when no running replica is registered.
-func (c *controllers) killRegistered(ctx context.Context) (*replica, error) {
-	r := c.registered(ctx)
 	if r == nil {
 		return nil, nil
 	}

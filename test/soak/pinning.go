@@ -2,8 +2,10 @@ package main
 
 import (
 	"context"
+	"crypto/x509"
 	"fmt"
 	"maps"
+	"slices"
 	"sort"
 	"strings"
 	"time"
@@ -14,6 +16,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 
 	"github.com/configmap-attacher/configmap-attacher/internal/api"
+	"github.com/configmap-attacher/configmap-attacher/internal/webhookcert"
 	"github.com/configmap-attacher/configmap-attacher/internal/workload"
 	"github.com/configmap-attacher/configmap-attacher/test/framework"
 )
@@ -30,7 +33,9 @@ import (
 //             revision was created (the soak records that content when it first sees the revision;
 //             it changes a pinned object only once the workload's current revision is pinned, so no
 //             revision can be created between a change and its record).
-//   refused:  a pod creation refused by the webhook while the failurePolicy was Ignore.
+//   refused:  a pod creation refused by the webhook while the failurePolicy was Ignore; or, under
+//             either policy, while every replica was ready and the caBundle in place: refused by a
+//             webhook that should have answered (a certificate rotation must never refuse a pod).
 //
 // Revisions created while their namespace had pinning off are pinned on a best-effort basis
 // (docs/pinning.md): their content is not judged.
@@ -86,6 +91,10 @@ type pinningState struct {
 	disrupted windows
 	// ignore: the failurePolicy was Ignore; switching: a rolling restart changing it.
 	ignore, switching windows
+	// wiped: the caBundle was emptied (bundle-wipe), until the leader restored it.
+	wiped windows
+	// rotations: cert-rotate steps that ended with both replicas serving the new CA's certificate.
+	rotations         int
 	policy            string
 	revisions         map[types.UID]*pinnedRevision
 	offNS             string // the namespace pin-toggle turned pinning off in, until step onAt
@@ -481,7 +490,13 @@ func (p *pinningState) unpinnedAllowed(ns string, t time.Time) bool {
 	if p.off[ns].covers(t) {
 		return true
 	}
-	return p.disrupted.covers(t) && (p.ignore.covers(t) || p.switching.covers(t))
+	return p.unanswered(t) && (p.ignore.covers(t) || p.switching.covers(t))
+}
+
+// unanswered reports whether the webhook may not have answered at t: a replica not ready, the
+// caBundle wiped, or a rolling restart.
+func (p *pinningState) unanswered(t time.Time) bool {
+	return p.disrupted.covers(t) || p.wiped.covers(t) || p.switching.covers(t)
 }
 
 // contentLabel names content the soak wrote by where it was written: the step, and the edit within a
@@ -540,11 +555,88 @@ func (s *soak) pinningIn(snap *snapshot) []violation {
 		}
 	}
 	for _, e := range snap.refusals {
-		if s.pin.ignore.covers(e.first) && s.pin.ignore.covers(e.last) && !s.pin.switching.covers(e.first) && !s.pin.switching.covers(e.last) {
-			out = append(out, violation{kind: "refused", key: e.object, id: e.id,
-				detail: fmt.Sprintf("pod creation refused under failurePolicy Ignore (%d×, %s–%s): %s", e.count,
-					e.first.Format(time.TimeOnly), e.last.Format(time.TimeOnly), e.message)})
+		why := ""
+		switch {
+		case s.pin.ignore.covers(e.first) && s.pin.ignore.covers(e.last) && !s.pin.switching.covers(e.first) && !s.pin.switching.covers(e.last):
+			why = "under failurePolicy Ignore"
+		case !s.pin.unanswered(e.first) && !s.pin.unanswered(e.last):
+			why = "while every replica was ready and the caBundle in place"
+		default:
+			continue
 		}
+		out = append(out, violation{kind: "refused", key: e.object, id: e.id,
+			detail: fmt.Sprintf("pod creation refused %s (%d×, %s–%s): %s", why, e.count,
+				e.first.Format(time.TimeOnly), e.last.Format(time.TimeOnly), e.message)})
 	}
 	return out
+}
+
+// caBundle is the webhook configuration's caBundle (nil when unreadable).
+func (s *soak) caBundle(ctx context.Context) []byte {
+	cfg, err := s.c.Kube.AdmissionregistrationV1().MutatingWebhookConfigurations().Get(ctx, webhookConfiguration, metav1.GetOptions{})
+	if err != nil || len(cfg.Webhooks) == 0 {
+		return nil
+	}
+	return cfg.Webhooks[0].ClientConfig.CABundle
+}
+
+// certRotate deletes the webhook's certificate Secret while both replicas serve: the leader adds a new
+// CA to the caBundle, and once it is registered both replicas serve certificates it signed. It opens
+// no window: a pod refused meanwhile counts.
+func (s *soak) certRotate(ctx context.Context) (string, error) {
+	before := s.caBundle(ctx)
+	start := time.Now()
+	if err := s.c.Kube.CoreV1().Secrets(leaseNamespace).Delete(ctx, webhookConfiguration+"-webhook-tls", metav1.DeleteOptions{}); err != nil {
+		return "", err
+	}
+	var newCA *x509.Certificate
+	if err := framework.Eventually(ctx, time.Minute, "a new CA in the caBundle", func(ctx context.Context) (bool, string, error) {
+		for _, c := range webhookcert.ParseBundle(s.caBundle(ctx)) {
+			if !slices.ContainsFunc(webhookcert.ParseBundle(before), c.Equal) {
+				newCA = c
+				return true, "", nil
+			}
+		}
+		return false, "none yet", nil
+	}); err != nil {
+		return "", err
+	}
+	registered := time.Since(start)
+	roots := x509.NewCertPool()
+	roots.AddCert(newCA)
+	if err := framework.Eventually(ctx, 2*time.Minute, "both replicas serving a certificate of the new CA", func(ctx context.Context) (bool, string, error) {
+		for _, r := range s.ctl.replicas {
+			leaf, err := framework.ServedCertificate(fmt.Sprintf("127.0.0.1:%d", r.port))
+			if err != nil {
+				return false, fmt.Sprintf("replica %d: %v", r.i, err), nil
+			}
+			if _, err := leaf.Verify(x509.VerifyOptions{Roots: roots, DNSName: "127.0.0.1"}); err != nil {
+				return false, fmt.Sprintf("replica %d: %v", r.i, err), nil
+			}
+		}
+		return true, "", nil
+	}); err != nil {
+		return "", err
+	}
+	s.pin.rotations++
+	return fmt.Sprintf("certificate Secret deleted: new CA %s in the caBundle after %s, both replicas serve its certificates after %s",
+		webhookcert.Fingerprint(newCA), registered.Round(100*time.Millisecond), time.Since(start).Round(100*time.Millisecond)), nil
+}
+
+// bundleWipe empties the caBundle, as `helm upgrade --force` or Argo CD's Replace=true would; the leader
+// restores it. The webhook may fail until then (the wiped window).
+func (s *soak) bundleWipe(ctx context.Context) (string, error) {
+	start := time.Now()
+	s.pin.wiped.open(start)
+	defer func() { s.pin.wiped.close(time.Now()) }()
+	patch := `[{"op":"replace","path":"/webhooks/0/clientConfig/caBundle","value":""}]`
+	if _, err := s.c.Kube.AdmissionregistrationV1().MutatingWebhookConfigurations().Patch(ctx, webhookConfiguration, types.JSONPatchType, []byte(patch), metav1.PatchOptions{}); err != nil {
+		return "", err
+	}
+	if err := framework.Eventually(ctx, time.Minute, "the caBundle restored", func(ctx context.Context) (bool, string, error) {
+		return len(s.caBundle(ctx)) > 0, "empty", nil
+	}); err != nil {
+		return "", err
+	}
+	return fmt.Sprintf("caBundle emptied; restored after %s", time.Since(start).Round(time.Millisecond)), nil
 }

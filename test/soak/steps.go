@@ -41,16 +41,18 @@ const (
 	// Zero-touch pinning (pinning.go).
 	actPinConfig     action = "pin-config"     // a pinned object changed in place, its checksum deployed
 	actCanaryKill    action = "canary-kill"    // a pod of the pinned Rollout deleted at once, a stable one mid-canary
-	actWebhookKill   action = "webhook-kill"   // kill -9 of the replica serving the registered webhook
+	actWebhookKill   action = "webhook-kill"   // kill -9 of a replica serving the webhook (the standby, if one runs)
+	actCertRotate    action = "cert-rotate"    // the certificate Secret deleted: a new CA and serving certificates, both replicas serving
+	actBundleWipe    action = "bundle-wipe"    // the webhook configuration's caBundle emptied, as a replace by another tool does
 	actWebhookPolicy action = "webhook-policy" // failurePolicy Fail <-> Ignore, by a rolling restart
 	actPinToggle     action = "pin-toggle"     // a namespace's pinning label removed for 1–4 steps
 )
 
 // faultActions are counted as faults.
-var faultActions = []action{actCtlKill, actLeaderKill, actAPIServer, actSpotKill, actCanaryKill, actWebhookKill, actTrigRestart}
+var faultActions = []action{actCtlKill, actLeaderKill, actAPIServer, actSpotKill, actCanaryKill, actWebhookKill, actTrigRestart, actCertRotate, actBundleWipe}
 
 // pinningActions are the pinning steps (the summary counts them).
-var pinningActions = []action{actPinConfig, actCanaryKill, actWebhookKill, actWebhookPolicy, actPinToggle}
+var pinningActions = []action{actPinConfig, actCanaryKill, actWebhookKill, actWebhookPolicy, actPinToggle, actCertRotate, actBundleWipe}
 
 func isFault(a action) bool {
 	for _, f := range faultActions {
@@ -69,6 +71,7 @@ var weights = []struct {
 	{actCronRun, 4}, {actSpotKill, 8}, {actDelete, 4}, {actRecreate, 6}, {actCfgDelete, 3},
 	{actCtlKill, 4}, {actLeaderKill, 4}, {actAPIServer, 2},
 	{actPinConfig, 10}, {actCanaryKill, 4}, {actWebhookKill, 3}, {actWebhookPolicy, 3}, {actPinToggle, 3},
+	{actCertRotate, 3}, {actBundleWipe, 3},
 	{actTrigEdit, 8}, {actTrigRevert, 5}, {actTrigBurst, 4}, {actTrigPaused, 3}, {actTrigRestart, 3},
 }
 
@@ -140,7 +143,7 @@ func (s *soak) possible(a action) bool {
 	switch a {
 	case actSpotKill:
 		return true
-	case actCtlKill, actLeaderKill, actWebhookKill, actWebhookPolicy:
+	case actCtlKill, actLeaderKill, actWebhookKill, actWebhookPolicy, actCertRotate, actBundleWipe:
 		return !s.ctl.down
 	case actPinToggle:
 		return s.pin.offNS == "" // one namespace at a time
@@ -438,18 +441,22 @@ func (s *soak) execute(ctx context.Context, p plan) (string, error) {
 		return s.webhookPolicy(ctx)
 	case actWebhookKill:
 		s.pin.disrupted.open(time.Now())
-		killed, err := s.ctl.killRegistered(ctx)
+		killed, err := s.ctl.killServing(ctx)
 		if err != nil {
 			return "", err
 		}
 		if killed == nil {
 			fault = false
-			return "no running replica is the registered webhook: nothing killed", nil
+			return "no replica runs: nothing killed", nil
 		}
 		if err := s.ctl.waitReady(ctx, 2*time.Minute); err != nil {
 			return "", fmt.Errorf("replica %d killed; no ready leader: %w", killed.i, err)
 		}
-		return fmt.Sprintf("replica %d (the registered webhook, failurePolicy %s) killed and restarted", killed.i, s.pin.policy), nil
+		return fmt.Sprintf("replica %d (serving the webhook, failurePolicy %s) killed and restarted", killed.i, s.pin.policy), nil
+	case actCertRotate:
+		return s.certRotate(ctx)
+	case actBundleWipe:
+		return s.bundleWipe(ctx)
 	case actCtlKill:
 		s.pin.disrupted.open(time.Now())
 		s.ctl.killAll(s.step + p.downFor)
@@ -693,8 +700,8 @@ func (s *soak) summary(took time.Duration) {
 	}
 	fmt.Printf("\nfaults: %s; unattached (not counted below): %d; retained by a CronJob (by design, not counted below): %d; controller replicas that exited on their own: %d; cluster components restarted: %d; Job mode failures: %d; step errors: %d; took %s; logs in %s\n",
 		strings.Join(faults, " "), s.unattachedN, s.retained, s.crashes, s.planeRestarts, s.jobFailures, s.errors, took.Round(time.Second), s.o.workDir)
-	fmt.Printf("pinning: steps drawn %s, promote/abort/undo/history of pinned workloads %d; revisions of pinned workloads %d judged, %d best effort (created with pinning off); pinned content changes %d; pods reading a pinned object by its own name as allowed (pinning off, or the webhook down under Ignore) %d; webhook failurePolicy now %s\n",
-		strings.Join(pinning, " "), s.pinnedOps, judged, bestEffort, s.pin.changes, len(s.pin.allowed), s.pin.policy)
+	fmt.Printf("pinning: steps drawn %s, promote/abort/undo/history of pinned workloads %d; revisions of pinned workloads %d judged, %d best effort (created with pinning off); pinned content changes %d; pods reading a pinned object by its own name as allowed (pinning off, or the webhook down under Ignore) %d; webhook failurePolicy now %s; CA rotations completed %d, caBundle wipes %d; serving certificates every %s\n",
+		strings.Join(pinning, " "), s.pinnedOps, judged, bestEffort, s.pin.changes, len(s.pin.allowed), s.pin.policy, s.pin.rotations, len(s.pin.wiped), certValidity*2/3)
 	fmt.Println(s.trigSummary())
 	fmt.Printf("steps=%d faults=%d lost=%d leaked=%d unpinned=%d wrong=%d refused=%d revisions=%d/%d seed=%d\n", s.step, total, s.lost, s.leaked, s.unpinned, s.wrong, s.refused,
 		s.trig.right, s.trig.judged, s.o.seed)

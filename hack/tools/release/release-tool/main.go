@@ -4,6 +4,14 @@
 //	release-tool oci-image -out dist/x_oci-image.tar -version 0.1.0 -source-date-epoch 1764000000 \
 //	  -etc hack/image -binary linux/amd64=dist/x_linux_amd64 -binary linux/arm64=dist/x_linux_arm64
 //	release-tool retime-tgz -in chart.tgz -out dist/chart.tgz -source-date-epoch 1764000000
+//	release-tool provenance -dist dist -invocation F... -version 0.1.0 -builder-id URI -out dist/x.provenance.json
+//	release-tool chart-sbom -chart dist/chart.tgz -name c -version 0.1.0 -image repo@sha256:… -out dist/c.sbom.cdx.json
+//
+// and what publishing needs (hack/release/publish.sh):
+//
+//	release-tool sign-helm-plugin -in plugin.tgz -keyring secring -key NAME [-passphrase-file F] [-name N] [-out F.prov]
+//	release-tool helm-plugin-artifact -tgz plugin.tgz -prov plugin.tgz.prov -out layout/
+//	release-tool openpgp-key -name N -secret-out F -public-out F    (a throwaway signing key)
 //
 // oci-image writes the multi-platform image as an OCI image layout in a tar archive, from binaries
 // already built: no registry, no container engine, no emulation (the image is FROM scratch, so nothing
@@ -14,6 +22,10 @@
 // with ENTRYPOINT ["/configmap-attacher"], the contract of hack/image/Containerfile. The layout's
 // index.json names the image index by -version (org.opencontainers.image.ref.name); the last stdout
 // line is DIGEST=<the image index's digest>.
+//
+// provenance writes the SLSA provenance predicate (provenance.go), chart-sbom a chart's CycloneDX SBOM
+// (sbom.go); sign-helm-plugin and helm-plugin-artifact sign the Helm 4 plugin and shape it as Helm
+// pulls it from a registry (helmplugin.go); openpgp-key makes a throwaway key pair (openpgp.go).
 //
 // retime-tgz rewrites a gzipped tar (what helm package writes, stamping the current time on every
 // entry) with every entry's time set to -source-date-epoch and no owner names, keeping the order and
@@ -56,22 +68,40 @@ func (b binaries) Set(v string) error {
 
 func main() {
 	if len(os.Args) < 2 {
-		fmt.Fprintln(os.Stderr, "usage: release-tool oci-image|retime-tgz FLAGS")
+		fmt.Fprintln(os.Stderr, "usage: release-tool COMMAND FLAGS (commands: "+strings.Join(commandNames(), ", ")+")")
 		os.Exit(2)
 	}
-	var err error
-	switch cmd, args := os.Args[1], os.Args[2:]; cmd {
-	case "oci-image":
-		err = ociImage(args)
-	case "retime-tgz":
-		err = retimeTgz(args)
-	default:
-		err = fmt.Errorf("unknown command %q: oci-image or retime-tgz", cmd)
+	run, ok := commands()[os.Args[1]]
+	if !ok {
+		fmt.Fprintf(os.Stderr, "release-tool: unknown command %q (commands: %s)\n", os.Args[1], strings.Join(commandNames(), ", "))
+		os.Exit(2)
 	}
-	if err != nil {
+	if err := run(os.Args[2:]); err != nil {
 		fmt.Fprintln(os.Stderr, "release-tool:", err)
 		os.Exit(1)
 	}
+}
+
+// commands are release-tool's sub-commands by name.
+func commands() map[string]func(args []string) error {
+	return map[string]func(args []string) error{
+		"oci-image":            ociImage,
+		"retime-tgz":           retimeTgz,
+		"provenance":           slsaProvenanceCmd,
+		"chart-sbom":           chartSBOM,
+		"sign-helm-plugin":     signHelmPlugin,
+		"helm-plugin-artifact": helmPluginArtifact,
+		"openpgp-key":          openPGPKey,
+	}
+}
+
+func commandNames() []string {
+	var names []string
+	for n := range commands() {
+		names = append(names, n)
+	}
+	sort.Strings(names)
+	return names
 }
 
 func ociImage(args []string) error {

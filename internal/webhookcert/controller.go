@@ -1,0 +1,331 @@
+package webhookcert
+
+import (
+	"context"
+	"crypto/x509"
+	"errors"
+	"fmt"
+	"sync"
+	"time"
+
+	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/fields"
+	admissioninformers "k8s.io/client-go/informers/admissionregistration/v1"
+	coreinformers "k8s.io/client-go/informers/core/v1"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/tools/cache"
+
+	"github.com/configmap-attacher/configmap-attacher/internal/api"
+	"github.com/configmap-attacher/configmap-attacher/internal/logging"
+	"github.com/configmap-attacher/configmap-attacher/internal/metrics"
+	"github.com/configmap-attacher/configmap-attacher/internal/reconcile"
+)
+
+// Name names the controller in logs and metrics.
+const Name = "webhook-certificate"
+
+// key is the one key of the controller's queue: there is one Secret and one configuration.
+const key = "certificate"
+
+// MinValidity is the shortest serving certificate lifetime accepted (-webhook-cert-validity): tests
+// rotate every 20 s with it; shorter would leave replicas too little time to load each new one.
+const MinValidity = 30 * time.Second
+
+// Target is the webhook configuration the caBundle goes into.
+type Target interface {
+	// Apply makes the configuration carry caBundle; live is the configuration as cached (nil: none).
+	// It reports whether it wrote.
+	Apply(ctx context.Context, live *admissionregistrationv1.MutatingWebhookConfiguration, caBundle []byte) (bool, error)
+	// Bundle is the caBundle live holds for our webhook.
+	Bundle(live *admissionregistrationv1.MutatingWebhookConfiguration) []byte
+}
+
+// Informers watch the certificate Secret and the webhook configuration, each alone by name (RBAC can
+// then name them): every replica serves from the first, the leader reconciles both.
+type Informers struct {
+	Secrets       cache.SharedIndexInformer
+	Configuration cache.SharedIndexInformer
+}
+
+// NewInformers makes the two informers.
+func NewInformers(kube kubernetes.Interface, namespace, secret, configuration string) *Informers {
+	byName := func(name string) func(*metav1.ListOptions) {
+		return func(o *metav1.ListOptions) {
+			o.FieldSelector = fields.OneTermEqualSelector("metadata.name", name).String()
+		}
+	}
+	return &Informers{
+		Secrets:       coreinformers.NewFilteredSecretInformer(kube, namespace, 0, cache.Indexers{}, byName(secret)),
+		Configuration: admissioninformers.NewFilteredMutatingWebhookConfigurationInformer(kube, 0, cache.Indexers{}, byName(configuration)),
+	}
+}
+
+// Run runs both informers until ctx ends and waits for their caches.
+func (i *Informers) Run(ctx context.Context) error {
+	go i.Secrets.Run(ctx.Done())
+	go i.Configuration.Run(ctx.Done())
+	if !cache.WaitForCacheSync(ctx.Done(), i.Secrets.HasSynced, i.Configuration.HasSynced) {
+		return errors.New("the webhook certificate Secret and configuration caches did not sync")
+	}
+	return nil
+}
+
+// Serve makes s follow the Secret.
+func (i *Informers) Serve(s *Serving) error {
+	load := func(obj any) {
+		if secret, ok := obj.(*corev1.Secret); ok {
+			s.Load(secret)
+		}
+	}
+	_, err := i.Secrets.AddEventHandler(cache.ResourceEventHandlerFuncs{AddFunc: load, UpdateFunc: func(_, obj any) { load(obj) }})
+	return err
+}
+
+// Options say what the certificates are for.
+type Options struct {
+	Namespace, Secret, Configuration string
+	// Hosts are the names the API server dials: DNS names or IP addresses.
+	Hosts []string
+	// Validity is a serving certificate's lifetime.
+	Validity time.Duration
+	// OwnsConfiguration: the target makes the configuration itself (a URL); otherwise another tool
+	// (the chart) makes it and only its caBundle is filled in.
+	OwnsConfiguration bool
+}
+
+// Controller is the leader's: it keeps the Secret's CAs and serving certificate fresh (plan) and the
+// configuration's caBundle equal to the Secret's bundle, restoring it within a second of anyone else
+// changing it.
+type Controller struct {
+	kube    kubernetes.Interface
+	opts    Options
+	inf     *Informers
+	serving *Serving
+	target  Target
+	loop    *reconcile.Loop
+	now     func() time.Time
+
+	mu sync.Mutex
+	// seen is when each registered CA (by fingerprint) was first seen in the caBundle, continuously.
+	seen map[string]time.Time
+	// missing: the configuration was absent at the last sync (said once).
+	missing bool
+	// seenConfiguration: it existed at some sync. A configuration deleted after that stays deleted,
+	// even one we own: a wipe is an accident to repair, a deletion a decision (an uninstall takes the
+	// webhook out of the pod path that way before it stops the controller).
+	seenConfiguration bool
+}
+
+// NewController wires the controller to the informers; s is this replica's Serving (the leader
+// serves what it writes at once, and remembers it).
+func NewController(kube kubernetes.Interface, inf *Informers, s *Serving, target Target, m *metrics.Metrics, opts Options) (*Controller, error) {
+	if opts.Validity < MinValidity {
+		return nil, fmt.Errorf("serving certificate validity %s is below %s", opts.Validity, MinValidity)
+	}
+	c := &Controller{kube: kube, opts: opts, inf: inf, serving: s, target: target, now: time.Now, seen: map[string]time.Time{}}
+	c.loop = &reconcile.Loop{Name: Name, Queue: reconcile.NewQueue(Name, m), Sync: c.sync, Metrics: m,
+		Resync: func(context.Context) { c.loop.Queue.Add(key) }, ResyncPeriod: time.Minute}
+	enqueue := func(any) { c.loop.Queue.Add(key) }
+	handler := cache.ResourceEventHandlerFuncs{AddFunc: enqueue, UpdateFunc: func(_, o any) { enqueue(o) }, DeleteFunc: enqueue}
+	for _, i := range []cache.SharedIndexInformer{inf.Secrets, inf.Configuration} {
+		if _, err := i.AddEventHandler(handler); err != nil {
+			return nil, err
+		}
+	}
+	return c, nil
+}
+
+// Loop is the controller's worker loop.
+func (c *Controller) Loop() *reconcile.Loop {
+	c.loop.Queue.Add(key)
+	return c.loop
+}
+
+func (c *Controller) sync(ctx context.Context, _ string) (reconcile.Result, error) {
+	log := logging.FromContext(ctx).With("secret", c.opts.Namespace+"/"+c.opts.Secret, "configuration", c.opts.Configuration)
+	secret, exists, err := c.secret()
+	if err != nil {
+		return reconcile.Result{}, err
+	}
+	live, err := c.configuration()
+	if err != nil {
+		return reconcile.Result{}, err
+	}
+	now := c.now()
+	registered := ParseBundle(c.target.Bundle(live))
+	propagated := c.observe(registered, lastChange(live), now)
+	d, err := plan(state{now: now, stored: parseSecret(secret), exists: exists, known: c.serving.knownAuthority(),
+		registered: registered, propagated: propagated, hosts: c.opts.Hosts, validity: c.opts.Validity})
+	if err != nil {
+		return reconcile.Result{}, err
+	}
+	bundle := parseSecret(secret).bundlePEM()
+	if d.write != nil {
+		written, err := c.store(ctx, secret, d.write)
+		if err != nil {
+			return reconcile.Result{}, err
+		}
+		c.serving.Load(written)
+		bundle = d.write.bundlePEM()
+		log.Info("webhook certificates", "change", d.why, "cas", fingerprints(d.write.bundle), "servingNotAfter", notAfter(d.write))
+	}
+	create, said := c.mayMake(live)
+	if said {
+		log.Warn("the webhook configuration does not exist: no caBundle to register until it does (the chart creates it; " +
+			"one that existed and was deleted, as an uninstall does, is not made again by this process)")
+	}
+	var applied bool
+	if live != nil || create {
+		if applied, err = c.target.Apply(ctx, live, bundle); err != nil {
+			return reconcile.Result{}, err
+		}
+		if applied {
+			c.mu.Lock()
+			c.seenConfiguration = true
+			c.mu.Unlock()
+		}
+	}
+	if applied {
+		log.Info("registered the caBundle", "cas", fingerprints(ParseBundle(bundle)), "was", fingerprints(registered))
+	}
+	return reconcile.Result{RequeueAfter: d.requeue}, nil
+}
+
+// mayMake reports whether an absent configuration may be made (ours, and never seen deleted), and
+// whether its absence is news to log.
+func (c *Controller) mayMake(live *admissionregistrationv1.MutatingWebhookConfiguration) (create, news bool) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if live != nil {
+		c.seenConfiguration, c.missing = true, false
+		return false, false
+	}
+	create = c.opts.OwnsConfiguration && !c.seenConfiguration
+	news = !create && !c.missing
+	c.missing = !create
+	return create, news
+}
+
+// observe records which registered CAs are new and returns whether a CA has been registered for
+// caPropagation: since we first saw it, or since the configuration last changed (managedFields
+// times, whole seconds), whichever is earlier — both are times since which it has been there.
+func (c *Controller) observe(registered []*x509.Certificate, changed, now time.Time) func(*x509.Certificate) bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	in := map[string]bool{}
+	for _, ca := range registered {
+		fp := Fingerprint(ca)
+		in[fp] = true
+		if _, ok := c.seen[fp]; !ok {
+			c.seen[fp] = now
+		}
+	}
+	for fp := range c.seen {
+		if !in[fp] {
+			delete(c.seen, fp)
+		}
+	}
+	since := make(map[string]time.Time, len(in))
+	for fp := range in {
+		since[fp] = c.seen[fp]
+		if !changed.IsZero() && changed.Add(time.Second).Before(since[fp]) {
+			since[fp] = changed.Add(time.Second)
+		}
+	}
+	return func(ca *x509.Certificate) bool {
+		t, ok := since[Fingerprint(ca)]
+		return ok && now.Sub(t) >= caPropagation
+	}
+}
+
+func (c *Controller) secret() (*corev1.Secret, bool, error) {
+	obj, exists, err := c.inf.Secrets.GetStore().GetByKey(c.opts.Namespace + "/" + c.opts.Secret)
+	if err != nil || !exists {
+		return nil, false, err
+	}
+	s, ok := obj.(*corev1.Secret)
+	if !ok {
+		return nil, false, fmt.Errorf("cached %T for Secret %s/%s", obj, c.opts.Namespace, c.opts.Secret)
+	}
+	return s, true, nil
+}
+
+func (c *Controller) configuration() (*admissionregistrationv1.MutatingWebhookConfiguration, error) {
+	obj, exists, err := c.inf.Configuration.GetStore().GetByKey(c.opts.Configuration)
+	if err != nil || !exists {
+		return nil, err
+	}
+	cfg, ok := obj.(*admissionregistrationv1.MutatingWebhookConfiguration)
+	if !ok {
+		return nil, fmt.Errorf("cached %T for MutatingWebhookConfiguration %s", obj, c.opts.Configuration)
+	}
+	return cfg, nil
+}
+
+// store writes a to the Secret, conditional on the resourceVersion planned from (a conflict is
+// retried from the new content), and returns what was written.
+func (c *Controller) store(ctx context.Context, cur *corev1.Secret, a *authority) (*corev1.Secret, error) {
+	data, err := a.data()
+	if err != nil {
+		return nil, err
+	}
+	secrets := c.kube.CoreV1().Secrets(c.opts.Namespace)
+	if cur == nil {
+		s := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: c.opts.Secret, Namespace: c.opts.Namespace}, Type: corev1.SecretTypeTLS, Data: data}
+		out, err := secrets.Create(ctx, s, metav1.CreateOptions{FieldManager: api.FieldManager})
+		if err != nil {
+			return nil, fmt.Errorf("creating the webhook certificate Secret %s/%s: %w", c.opts.Namespace, c.opts.Secret, err)
+		}
+		return out, nil
+	}
+	s := cur.DeepCopy()
+	for k, v := range data {
+		if s.Data == nil {
+			s.Data = map[string][]byte{}
+		}
+		s.Data[k] = v
+	}
+	if _, ok := data[keyNextKey]; !ok {
+		delete(s.Data, keyNextKey)
+	}
+	out, err := secrets.Update(ctx, s, metav1.UpdateOptions{FieldManager: api.FieldManager})
+	if apierrors.IsConflict(err) || apierrors.IsNotFound(err) {
+		return nil, fmt.Errorf("the webhook certificate Secret %s/%s changed meanwhile: %w", c.opts.Namespace, c.opts.Secret, err)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("writing the webhook certificate Secret %s/%s: %w", c.opts.Namespace, c.opts.Secret, err)
+	}
+	return out, nil
+}
+
+// lastChange is the last time anyone changed the configuration, as its managedFields say.
+func lastChange(cfg *admissionregistrationv1.MutatingWebhookConfiguration) time.Time {
+	if cfg == nil {
+		return time.Time{}
+	}
+	t := cfg.CreationTimestamp.Time
+	for _, f := range cfg.ManagedFields {
+		if f.Time != nil && f.Time.After(t) {
+			t = f.Time.Time
+		}
+	}
+	return t
+}
+
+func fingerprints(cas []*x509.Certificate) []string {
+	out := make([]string, 0, len(cas))
+	for _, ca := range cas {
+		out = append(out, Fingerprint(ca))
+	}
+	return out
+}
+
+func notAfter(a *authority) string {
+	if leaf := servingLeaf(a); leaf != nil {
+		return leaf.NotAfter.UTC().Format(time.RFC3339)
+	}
+	return ""
+}
