@@ -22,17 +22,22 @@ const (
 	storyConfigStarts = "config-starts"
 )
 
-// pinnedStory runs one story of the controller with -pinning in namespace ns: intro, then run. The
+// pinnedStory runs one story of the controller with -pinning (and the config trigger with trigger) in
+// namespace ns: intro, then run. The
 // controller stops and its webhook configuration and certificate go at the end, whatever happens; the
 // namespace too unless keep. afterStep shows `configmap-attacher` commands after steps (show runs one).
-func pinnedStory(ctx context.Context, c *framework.Cluster, b framework.Binary, ns string, keep bool, out io.Writer, intro string,
+func pinnedStory(ctx context.Context, c *framework.Cluster, b framework.Binary, ns string, keep, trigger bool, out io.Writer, intro string,
 	run func(*walkthrough.Story, context.Context) error, afterStep func(ctx context.Context, step int, show func(context.Context, ...string) error) error) (err error) {
 	if _, err := c.Kube.CoreV1().Namespaces().Get(ctx, ns, metav1.GetOptions{}); err == nil {
 		return fmt.Errorf("namespace %s already exists: the demo only works in a namespace it creates (use -namespace)", ns)
 	} else if !apierrors.IsNotFound(err) {
 		return err
 	}
-	ctrl, err := walkthrough.StartPinningController(ctx, c, b, "configmap-attacher-demo-"+ns, ns)
+	start := walkthrough.StartPinningController
+	if trigger {
+		start = walkthrough.StartTriggerController
+	}
+	ctrl, err := start(ctx, c, b, "configmap-attacher-demo-"+ns, ns)
 	if err != nil {
 		return err
 	}
@@ -68,7 +73,7 @@ func pinnedStory(ctx context.Context, c *framework.Cluster, b framework.Binary, 
 // zeroTouch runs the second story: the write-up's canary with one static ConfigMap changed in place,
 // the controller running with -pinning in namespace ns.
 func zeroTouch(ctx context.Context, c *framework.Cluster, b framework.Binary, ns string, keep bool, out io.Writer) error {
-	return pinnedStory(ctx, c, b, ns, keep, out, `
+	return pinnedStory(ctx, c, b, ns, keep, false, out, `
 
 ==== Zero-touch pinning: the same canary with ONE static ConfigMap, changed in place
 
@@ -95,15 +100,16 @@ many of its pods read each.
 }
 
 // configStarts runs the third story: the same canary with nothing but the ConfigMap edited, the
-// Rollout opted in with Reloader's annotation, the controller running with -pinning in namespace ns.
+// Rollout opted in with Reloader's annotation, the controller running with -pinning and
+// -reloader-annotations in namespace ns.
 func configStarts(ctx context.Context, c *framework.Cluster, b framework.Binary, ns string, keep bool, out io.Writer) error {
-	return pinnedStory(ctx, c, b, ns, keep, out, `
+	return pinnedStory(ctx, c, b, ns, keep, true, out, `
 
 ==== A config change starts the canary: nothing but the ConfigMap edited
 
 No checksum annotation either: Rollout demo carries Reloader's own annotation,
 reloader.stakater.com/auto: "true", and the team edits ConfigMap %[1]s in place and nothing else. The
-controller (-pinning, webhook at %[2]s) writes one annotation on the Rollout's pod template,
+controller (-pinning -reloader-annotations, webhook at %[2]s) writes one annotation on the Rollout's pod template,
 configmap-attacher.io/config-hash, the hash of the content: Argo Rollouts starts the canary, the new
 revision pins the new content, every older one keeps its own; a revert of the content goes back to the
 revision that had it. Trees show each ReplicaSet's config-hash and snapshots.

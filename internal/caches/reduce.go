@@ -12,6 +12,7 @@ import (
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/client-go/tools/cache"
 
+	"github.com/configmap-attacher/configmap-attacher/internal/api"
 	"github.com/configmap-attacher/configmap-attacher/internal/refs"
 	"github.com/configmap-attacher/configmap-attacher/internal/revision"
 	"github.com/configmap-attacher/configmap-attacher/internal/workload"
@@ -35,14 +36,16 @@ func reduceObject(s *sharing, obj any, keepLabels bool) (*User, error) {
 	case *appsv1.ReplicaSet:
 		u := reduce(s, "apps/v1", ReplicaSet, &o.ObjectMeta, refs.FromPodSpec(&o.Spec.Template.Spec), keepLabels)
 		u.Number = revision.Number(o.Annotations)
+		u.TemplateAnnotations = configHash(o.Spec.Template.Annotations)
 		return u, nil
 	case *appsv1.ControllerRevision:
-		spec, err := controllerRevisionSpec(o)
+		t, err := ControllerRevisionTemplate(o)
 		if err != nil {
 			return nil, err
 		}
-		u := reduce(s, "apps/v1", ControllerRevision, &o.ObjectMeta, refs.FromPodSpec(spec), keepLabels)
+		u := reduce(s, "apps/v1", ControllerRevision, &o.ObjectMeta, refs.FromPodSpec(&t.Spec), keepLabels)
 		u.Number = o.Revision
+		u.TemplateAnnotations = configHash(t.Annotations)
 		return u, nil
 	case *batchv1.Job:
 		return reduce(s, "batch/v1", Job, &o.ObjectMeta, refs.FromPodSpec(&o.Spec.Template.Spec), keepLabels), nil
@@ -79,26 +82,34 @@ func reduceObject(s *sharing, obj any, keepLabels bool) (*User, error) {
 }
 
 // reduceWorkload reduces a Deployment, StatefulSet, DaemonSet or Rollout: its pod template's references
-// and Reloader annotations, and whether its controller observed generation observed.
+// and what its containers read of them, its Reloader annotations and our config-hash, and whether its
+// controller observed generation observed.
 func reduceWorkload(s *sharing, apiVersion string, kind Kind, meta *metav1.ObjectMeta, t *corev1.PodTemplateSpec, observed int64, keepLabels bool) *User {
 	u := reduce(s, apiVersion, kind, meta, refs.FromPodSpec(&t.Spec), keepLabels)
+	u.Reads = refs.Reads(&t.Spec)
 	u.TemplateAnnotations = reloaderAnnotations(t.Annotations)
+	if v, ok := t.Annotations[api.ConfigHashAnnotation]; ok {
+		if u.TemplateAnnotations == nil {
+			u.TemplateAnnotations = map[string]string{}
+		}
+		u.TemplateAnnotations[api.ConfigHashAnnotation] = v
+	}
 	u.Status = &WorkloadStatus{Observed: observed >= meta.Generation}
 	return u
+}
+
+// configHash keeps our config-hash of a revision's template annotations, nil without it: the config
+// trigger reads which value each revision was made with.
+func configHash(annotations map[string]string) map[string]string {
+	if v, ok := annotations[api.ConfigHashAnnotation]; ok {
+		return map[string]string{api.ConfigHashAnnotation: v}
+	}
+	return nil
 }
 
 // transform is the informers' transform: everything they store is a User. keepLabels: see reduce.
 func transform(s *sharing, keepLabels bool) cache.TransformFunc {
 	return func(obj any) (any, error) { return reduceObject(s, obj, keepLabels) }
-}
-
-// controllerRevisionSpec decodes the pod spec a StatefulSet's or DaemonSet's ControllerRevision keeps.
-func controllerRevisionSpec(cr *appsv1.ControllerRevision) (*corev1.PodSpec, error) {
-	t, err := ControllerRevisionTemplate(cr)
-	if err != nil {
-		return nil, err
-	}
-	return &t.Spec, nil
 }
 
 // ControllerRevisionTemplate decodes the pod template a StatefulSet's or DaemonSet's

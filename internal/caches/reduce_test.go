@@ -98,3 +98,36 @@ func TestReduceKeepsOnlyTheLabelsRead(t *testing.T) {
 		})
 	}
 }
+
+// The config trigger reads, of a workload, what its containers read (not its image pull Secret) and
+// our config-hash on its template; of a revision, the config-hash its template carries. Nothing else of
+// a template's annotations is kept.
+func TestReduceKeepsWhatTheTriggerReads(t *testing.T) {
+	tmpl := corev1.PodTemplateSpec{
+		ObjectMeta: metav1.ObjectMeta{Annotations: map[string]string{"configmap-attacher.io/config-hash": "6aa5937ede", "checksum/config": "x"}},
+		Spec: corev1.PodSpec{ImagePullSecrets: []corev1.LocalObjectReference{{Name: "registry"}},
+			Containers: []corev1.Container{{Name: "c", Env: []corev1.EnvVar{{Name: "P", ValueFrom: &corev1.EnvVarSource{
+				ConfigMapKeyRef: &corev1.ConfigMapKeySelector{LocalObjectReference: corev1.LocalObjectReference{Name: "app"}, Key: "port"}}}}}}},
+	}
+	d, err := Reduce(&appsv1.Deployment{ObjectMeta: metav1.ObjectMeta{Name: "web", Namespace: "ns"}, Spec: appsv1.DeploymentSpec{Template: tmpl}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := []refs.Read{{Ref: refs.Ref{Kind: refs.ConfigMap, Name: "app"}, Keys: []string{"port"}}}; !slices.EqualFunc(d.Reads, want, func(a, b refs.Read) bool {
+		return a.Ref == b.Ref && slices.Equal(a.Keys, b.Keys)
+	}) {
+		t.Errorf("Reads %v, want %v", d.Reads, want)
+	}
+	if !slices.Contains(d.Refs, refs.Ref{Kind: refs.Secret, Name: "registry"}) {
+		t.Errorf("Refs %v: the pull Secret is still referenced (attach, protection)", d.Refs)
+	}
+	rs, err := Reduce(&appsv1.ReplicaSet{ObjectMeta: metav1.ObjectMeta{Name: "web-1", Namespace: "ns"}, Spec: appsv1.ReplicaSetSpec{Template: tmpl}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, u := range []*User{d, rs} {
+		if len(u.TemplateAnnotations) != 1 || u.TemplateAnnotations["configmap-attacher.io/config-hash"] != "6aa5937ede" {
+			t.Errorf("%s: template annotations %v, want our config-hash only", u.Kind(), u.TemplateAnnotations)
+		}
+	}
+}

@@ -64,14 +64,18 @@ type User struct {
 	Labels, Annotations map[string]string
 	// Refs are the config objects its pod spec references, distinct and sorted.
 	Refs []refs.Ref
+	// Reads are what the containers of a workload's pod template read of them (refs.Reads: keys or
+	// whole, no image pull Secrets), for the config trigger; nil for other kinds.
+	Reads []refs.Read
 	// Number is the revision number of a ReplicaSet or ControllerRevision, 0 for other kinds.
 	Number int64
 	// Finished is true for a pod the kubelet is done with: it reads no config any more.
 	Finished bool
 	// ShutDown is true for a pod deleted with no grace period left: the kubelet has stopped it.
 	ShutDown bool
-	// TemplateAnnotations are Reloader's annotations on a workload's pod template, where Reloader
-	// looks when the workload's own metadata has none.
+	// TemplateAnnotations are, on a workload's pod template, Reloader's annotations (where Reloader
+	// looks when the workload's own metadata has none) and our config-hash; on a revision's, our
+	// config-hash only (api.ConfigHashAnnotation). Nil when none.
 	TemplateAnnotations map[string]string
 	// Status is set for Deployments, StatefulSets, DaemonSets and Rollouts: whether their controller
 	// has caught up with their spec.

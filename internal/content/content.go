@@ -76,6 +76,36 @@ func Of(obj runtime.Object) (string, error) {
 	return "", fmt.Errorf("%T is not a ConfigMap or Secret", obj)
 }
 
+// OfKeys is the content hash of what a pod reads of a live ConfigMap or Secret through the given keys
+// only (a configMapKeyRef, a volume's items): the hash of the same canonical form over those keys,
+// a key the object lacks left out. Nil keys: the whole object, as Of.
+func OfKeys(obj runtime.Object, keys []string) (string, error) {
+	if keys == nil {
+		return Of(obj)
+	}
+	switch o := obj.(type) {
+	case *corev1.ConfigMap:
+		return ConfigMap{Data: only(o.Data, keys), BinaryData: only(o.BinaryData, keys)}.Hash()
+	case *corev1.Secret:
+		return Secret{Type: string(o.Type), Data: only(o.Data, keys)}.Hash()
+	}
+	return "", fmt.Errorf("%T is not a ConfigMap or Secret", obj)
+}
+
+// only keeps the given keys of m (nil when none of them is there).
+func only[V any](m map[string]V, keys []string) map[string]V {
+	var out map[string]V
+	for _, k := range keys {
+		if v, ok := m[k]; ok {
+			if out == nil {
+				out = map[string]V{}
+			}
+			out[k] = v
+		}
+	}
+	return out
+}
+
 // HashOfName is the content hash a revisioned name <base>-<hash> carries.
 func HashOfName(name, base string) (string, bool) {
 	if !IsRevisionOf(name, base) {

@@ -53,16 +53,16 @@ type Options struct {
 	Trigger          TriggerOptions
 }
 
-// TriggerOptions: a config change starts a revision (docs/config-starts.md). On with -pinning.
+// TriggerOptions: a config change starts a revision (docs/config-starts.md), with or without pinning.
 type TriggerOptions struct {
-	// ReloaderAnnotations honours Reloader's annotations; false for a cluster still running Reloader.
+	// ReloaderAnnotations turns the trigger on: Reloader's annotations on workloads are honoured.
 	ReloaderAnnotations bool
 	// Settle is how long content must stay unchanged before a revision is started for it.
 	Settle time.Duration
 }
 
-// TriggerEnabled reports whether the config trigger runs: with pinning, unless turned off.
-func (o *Options) TriggerEnabled() bool { return o.Pinning.Enabled && o.Trigger.ReloaderAnnotations }
+// TriggerEnabled reports whether the config trigger runs: -reloader-annotations, pinning or not.
+func (o *Options) TriggerEnabled() bool { return o.Trigger.ReloaderAnnotations }
 
 // PinningOptions turn on zero-touch pinning and say how the API server reaches its webhook.
 type PinningOptions struct {
@@ -167,7 +167,7 @@ func NewOptions(lookup func(string) (string, bool)) *Options {
 		Client: kube.ClientOptions{QPS: 100, Burst: 200},
 		Pinning: PinningOptions{BindAddress: ":9443", Configuration: "configmap-attacher", FailurePolicy: "Fail",
 			TimeoutSeconds: pinning.DefaultTimeoutSeconds, CertValidity: DefaultCertValidity, ShutdownDelay: -1},
-		Trigger: TriggerOptions{ReloaderAnnotations: true, Settle: trigger.DefaultSettle},
+		Trigger: TriggerOptions{Settle: trigger.DefaultSettle},
 	}
 }
 
@@ -223,8 +223,8 @@ func (o *Options) AddFlags(fs *flag.FlagSet) {
 		"it is replaced when two thirds have passed, under a CA that lives ten times as long")
 	fs.DurationVar(&o.Pinning.ShutdownDelay, "webhook-shutdown-delay", o.Pinning.ShutdownDelay, "how long the webhook keeps answering after a stop signal, not ready meanwhile, "+
 		"while the Service's endpoints drop this replica (default: 5s with -webhook-service, 0 with -webhook-url)")
-	fs.BoolVar(&o.Trigger.ReloaderAnnotations, "reloader-annotations", o.Trigger.ReloaderAnnotations, "with -pinning, honour Reloader's annotations on workloads: a change of the config they select starts a new revision "+
-		"(docs/config-starts.md); false while the cluster still runs Reloader (a migration)")
+	fs.BoolVar(&o.Trigger.ReloaderAnnotations, "reloader-annotations", o.Trigger.ReloaderAnnotations, "honour Reloader's annotations on workloads, with or without -pinning: a change of the config they select starts a new revision "+
+		"by writing one annotation on the pod template (docs/config-starts.md); off while the cluster still runs Reloader")
 	fs.DurationVar(&o.Trigger.Settle, "config-settle", o.Trigger.Settle, "how long a config object must stay unchanged before a revision is started for its change: a burst of edits within it starts one")
 	o.Client.AddRateFlags(fs)
 	o.Client.AddFlags(fs)

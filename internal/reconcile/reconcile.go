@@ -45,6 +45,9 @@ type Loop struct {
 	// unsynced until something else touches its object. It should only queue keys.
 	Resync       func(ctx context.Context)
 	ResyncPeriod time.Duration
+	// WorkersPer is how many workers Run starts per worker it is asked for (0 or 1: one each): a
+	// controller whose syncs mostly wait on the API server runs more.
+	WorkersPer int
 }
 
 // NewQueue makes the rate-limited queue a Loop uses. With m, the queue reports how long keys wait,
@@ -62,6 +65,7 @@ func NewQueue(name string, m *metrics.Metrics) workqueue.TypedRateLimitingInterf
 // Run runs workers until ctx ends, then shuts the queue down and waits for them.
 func (l *Loop) Run(ctx context.Context, workers int) {
 	defer utilruntime.HandleCrash()
+	workers *= max(l.WorkersPer, 1)
 	var wg sync.WaitGroup
 	for range workers {
 		wg.Add(1)

@@ -117,6 +117,11 @@ type Use struct {
 	// Outside is true for a user that is no pod template: an Ingress's TLS Secret, a ServiceAccount's
 	// secrets. Such a user does not follow revisions: the renderer refuses to rename what it names.
 	Outside bool
+	// Keys are the keys of the object this use reads when it reads only some: a configMapKeyRef's or
+	// secretKeyRef's key, the items of a volume or projected source. Nil when it reads the whole object
+	// (envFrom, a volume or projected source without items, a volume plugin's credentials) or reads
+	// none of it (an image pull Secret).
+	Keys []string
 }
 
 // Uses lists every place the pod spec names a ConfigMap or Secret, in spec order: volumes (configMap,
@@ -129,25 +134,26 @@ func Uses(spec *corev1.PodSpec) []Use {
 		return nil
 	}
 	var out []Use
-	add := func(kind Kind, name string, path ...any) {
+	addKeys := func(kind Kind, name string, keys []string, path ...any) {
 		if name != "" {
-			out = append(out, Use{Ref: Ref{Kind: kind, Name: name}, Path: path})
+			out = append(out, Use{Ref: Ref{Kind: kind, Name: name}, Path: path, Keys: keys})
 		}
 	}
+	add := func(kind Kind, name string, path ...any) { addKeys(kind, name, nil, path...) }
 	for i, v := range spec.Volumes {
 		if v.ConfigMap != nil {
-			add(ConfigMap, v.ConfigMap.Name, "volumes", i, "configMap", "name")
+			addKeys(ConfigMap, v.ConfigMap.Name, itemKeys(v.ConfigMap.Items), "volumes", i, "configMap", "name")
 		}
 		if v.Secret != nil {
-			add(Secret, v.Secret.SecretName, "volumes", i, "secret", "secretName")
+			addKeys(Secret, v.Secret.SecretName, itemKeys(v.Secret.Items), "volumes", i, "secret", "secretName")
 		}
 		if v.Projected != nil {
 			for j, s := range v.Projected.Sources {
 				if s.ConfigMap != nil {
-					add(ConfigMap, s.ConfigMap.Name, "volumes", i, "projected", "sources", j, "configMap", "name")
+					addKeys(ConfigMap, s.ConfigMap.Name, itemKeys(s.ConfigMap.Items), "volumes", i, "projected", "sources", j, "configMap", "name")
 				}
 				if s.Secret != nil {
-					add(Secret, s.Secret.Name, "volumes", i, "projected", "sources", j, "secret", "name")
+					addKeys(Secret, s.Secret.Name, itemKeys(s.Secret.Items), "volumes", i, "projected", "sources", j, "secret", "name")
 				}
 			}
 		}
@@ -196,16 +202,88 @@ func Uses(spec *corev1.PodSpec) []Use {
 					continue
 				}
 				if r := e.ValueFrom.ConfigMapKeyRef; r != nil {
-					add(ConfigMap, r.Name, field, i, "env", j, "valueFrom", "configMapKeyRef", "name")
+					addKeys(ConfigMap, r.Name, []string{r.Key}, field, i, "env", j, "valueFrom", "configMapKeyRef", "name")
 				}
 				if r := e.ValueFrom.SecretKeyRef; r != nil {
-					add(Secret, r.Name, field, i, "env", j, "valueFrom", "secretKeyRef", "name")
+					addKeys(Secret, r.Name, []string{r.Key}, field, i, "env", j, "valueFrom", "secretKeyRef", "name")
 				}
 			}
 		}
 	}
 	containers("initContainers", spec.InitContainers)
 	containers("containers", spec.Containers)
+	return out
+}
+
+// itemKeys are the keys a volume's items project, nil without items (the whole object).
+func itemKeys(items []corev1.KeyToPath) []string {
+	if len(items) == 0 {
+		return nil
+	}
+	out := make([]string, len(items))
+	for i, it := range items {
+		out[i] = it.Key
+	}
+	return out
+}
+
+// Read is what the containers of a pod read of one config object: some keys, or the whole object
+// (Keys nil).
+type Read struct {
+	Ref
+	Keys []string
+}
+
+// Whole reports whether the whole object is read.
+func (r Read) Whole() bool { return r.Keys == nil }
+
+func (r Read) String() string {
+	if r.Whole() {
+		return r.Ref.String()
+	}
+	return r.Ref.String() + "[" + strings.Join(r.Keys, ",") + "]"
+}
+
+// Reads lists what the pod spec's containers read, one Read per object, ordered like Set.Sorted: an
+// object some use reads whole is read whole, otherwise the union of the keys its uses read, sorted.
+// Only the uses in volumes and env count (Path.InVolumesOrEnv): an image pull Secret is the kubelet's
+// registry credential, which no container reads.
+func Reads(spec *corev1.PodSpec) []Read {
+	keys := map[Ref]map[string]bool{} // nil: read whole
+	for _, u := range Uses(spec) {
+		if !u.Path.InVolumesOrEnv() {
+			continue
+		}
+		got, seen := keys[u.Ref]
+		switch {
+		case u.Keys == nil:
+			keys[u.Ref] = nil
+		case !seen:
+			keys[u.Ref] = map[string]bool{}
+			got = keys[u.Ref]
+			fallthrough
+		case got != nil:
+			for _, k := range u.Keys {
+				got[k] = true
+			}
+		}
+	}
+	set := Set{}
+	for r := range keys {
+		set[r] = struct{}{}
+	}
+	out := make([]Read, 0, len(keys))
+	for _, r := range set.Sorted() {
+		rd := Read{Ref: r}
+		if ks := keys[r]; ks != nil {
+			rd.Keys = make([]string, 0, len(ks))
+			for k := range ks {
+				rd.Keys = append(rd.Keys, k)
+			}
+			sort.Strings(rd.Keys)
+		}
+		out = append(out, rd)
+	}
 	return out
 }
 

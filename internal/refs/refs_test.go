@@ -115,3 +115,53 @@ func TestFromPodSpecDeduplicates(t *testing.T) {
 		t.Fatalf("got %v, want %v", got, want)
 	}
 }
+
+// What containers read, per object: keys where every use names keys, whole where one use reads it
+// whole; an image pull Secret is read by no container.
+func TestReads(t *testing.T) {
+	items := func(keys ...string) []corev1.KeyToPath {
+		var out []corev1.KeyToPath
+		for _, k := range keys {
+			out = append(out, corev1.KeyToPath{Key: k, Path: k})
+		}
+		return out
+	}
+	cmItems := cmVolume("vol-items")
+	cmItems.ConfigMap.Items = items("b.conf", "a.conf")
+	secretItems := secretVolume("tls")
+	secretItems.Secret.Items = items("tls.crt")
+	projItems := projCM("proj-items")
+	projItems.ConfigMap.Items = items("x")
+	keyed := func(name, key string) corev1.EnvVar {
+		e := envCMKey(name)
+		e.ValueFrom.ConfigMapKeyRef.Key = key
+		return e
+	}
+	spec := &corev1.PodSpec{
+		Volumes:          []corev1.Volume{cmItems, secretItems, projected(projItems, projCM("proj-whole")), cmVolume("mixed")},
+		ImagePullSecrets: []corev1.LocalObjectReference{{Name: "registry"}},
+		InitContainers:   []corev1.Container{{Name: "i", Env: []corev1.EnvVar{keyed("env-keys", "z")}}},
+		Containers: []corev1.Container{{Name: "c", EnvFrom: []corev1.EnvFromSource{envFromSecret("env-whole")},
+			Env: []corev1.EnvVar{keyed("env-keys", "y"), keyed("env-keys", "z"), keyed("mixed", "k"), envSecretKey("sk")}}},
+	}
+	var got []string
+	for _, r := range Reads(spec) {
+		got = append(got, r.String())
+	}
+	want := []string{
+		"ConfigMap/env-keys[y,z]", // two containers' keyRefs, one key twice
+		"ConfigMap/mixed",         // a keyRef, and a volume without items: whole
+		"ConfigMap/proj-items[x]", // a projected source with items
+		"ConfigMap/proj-whole",    // a projected source without
+		"ConfigMap/vol-items[a.conf,b.conf]",
+		"Secret/env-whole",    // envFrom
+		"Secret/sk[k]",        // secretKeyRef
+		"Secret/tls[tls.crt]", // a Secret volume with items
+	}
+	if !reflect.DeepEqual(got, want) {
+		t.Errorf("Reads() =\n%q\nwant\n%q (no registry: an image pull Secret is read by no container)", got, want)
+	}
+	if !FromPodSpec(spec).Has(Ref{Secret, "registry"}) {
+		t.Error("FromPodSpec must still list the image pull Secret: attach and in-use protection keep it")
+	}
+}

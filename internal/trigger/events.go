@@ -15,11 +15,14 @@ const (
 	ReasonStarted = "ConfigStartsRevision"
 	// ReasonBack: the annotation was set back; the workload returns to an existing revision.
 	ReasonBack = "ConfigRevertsRevision"
-	// ReasonUnpinned (Warning): a changed object is not pinned, so older revisions' pods that start
-	// from now on read the new content.
+	// ReasonTakenBack: another field manager owned the config-hash annotation with a value we wrote
+	// (a rollback copies it); our write took it back to start the revision.
+	ReasonTakenBack = "ConfigHashTakenBack"
+	// ReasonUnpinned (Warning): objects the pods read are not pinned, so older revisions' pods that
+	// start after a change read the new content; told once per workload until that list changes.
 	ReasonUnpinned = "ConfigNotPinned"
-	// ReasonOverruled (Warning): someone else changed the template back, or owns the annotation; no
-	// write until the content changes again.
+	// ReasonOverruled (Warning): someone else changed the template back, or owns the annotation with
+	// a value we never wrote; no write until the content changes again.
 	ReasonOverruled = "ConfigTriggerOverruled"
 	// ReasonInvalid (Warning): the annotations cannot be followed (a malformed list, a named object
 	// missing, a kind we do not revise): nothing is written.

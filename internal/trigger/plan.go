@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"maps"
+	"strings"
 
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
@@ -36,8 +37,10 @@ type revisionTemplate struct {
 	tmpl *corev1.PodTemplateSpec
 }
 
-// planFor decides the write for live content. Deterministic: the same content gives the same
-// template. It reads the workload's revisions (a handful: revisionHistoryLimit) from the API server.
+// planFor decides the write for live content, and reads the holder it goes to (current).
+// Deterministic: the same content gives the same template. It reads from the API server the templates
+// of the newest revision and of the revisions that can matter (made with the live content, or carrying
+// the value it would write): the caches keep no templates.
 //
 //  1. Back: a revision created with exactly this content whose template differs from the newest
 //     one's only by our annotation. The annotation is set to what that revision has (or removed, if
@@ -48,34 +51,39 @@ type revisionTemplate struct {
 //     left an older value of ours in place), the hash gets a suffix: the controller must never reuse
 //     a revision whose pods read other content.
 func planFor(ctx context.Context, kube kubernetes.Interface, dyn dynamic.Interface, w *caches.User, revs []*caches.User, live map[string]string,
-	contentOf func(*caches.User) map[string]string) (plan, error) {
+	contentOf func(*caches.User) map[string]string) (plan, current, error) {
+	h, err := content.HashJSON(live)
+	if err != nil {
+		return plan{}, current{}, err
+	}
 	var all []revisionTemplate
-	for _, r := range revs {
+	for i, r := range revs {
+		v, has := r.TemplateAnnotations[api.ConfigHashAnnotation]
+		if i > 0 && !sameContent(contentOf(r), live) && (!has || !strings.HasPrefix(v, h)) {
+			continue // neither a revision to go back to nor one whose value could be taken
+		}
 		t, err := fetchTemplate(ctx, kube, r)
 		if apierrors.IsNotFound(err) {
 			continue // pruned meanwhile
 		}
 		if err != nil {
-			return plan{}, err
+			return plan{}, current{}, err
 		}
 		all = append(all, revisionTemplate{u: r, tmpl: t})
 	}
 	if len(all) == 0 || all[0].u.UID != revs[0].UID {
-		return plan{}, fmt.Errorf("reading the newest revision %s of %s: gone", revs[0].Name, revs[0].Namespace)
+		return plan{}, current{}, fmt.Errorf("reading the newest revision %s of %s: gone", revs[0].Name, revs[0].Namespace)
 	}
-	if err := checkCurrent(ctx, kube, dyn, w, all[0]); err != nil {
-		return plan{}, err
+	cur, err := checkCurrent(ctx, kube, dyn, w, all[0])
+	if err != nil {
+		return plan{}, current{}, err
 	}
 	base := withoutOurs(all[0].tmpl)
 	for _, r := range all[1:] {
 		if sameContent(contentOf(r.u), live) && apiequality.Semantic.DeepEqual(withoutOurs(r.tmpl), base) {
 			v, set := r.tmpl.Annotations[api.ConfigHashAnnotation]
-			return plan{value: v, set: set, back: r.u}, nil
+			return plan{value: v, set: set, back: r.u}, cur, nil
 		}
-	}
-	h, err := content.HashJSON(live)
-	if err != nil {
-		return plan{}, err
 	}
 	for n := 1; ; n++ {
 		v := h
@@ -91,7 +99,7 @@ func planFor(ctx context.Context, kube kubernetes.Interface, dyn dynamic.Interfa
 			}
 		}
 		if !taken {
-			return plan{value: v, set: true}, nil
+			return plan{value: v, set: true}, cur, nil
 		}
 	}
 }
@@ -157,38 +165,48 @@ var errNotCurrent = errors.New("the newest revision is not the one its template 
 // checkCurrent verifies, before a write, that the newest revision is the one the workload's template
 // makes now, the way its controller tells: a Rollout by its status.currentPodHash, the others by
 // template equality (less the hash label). Writing on a stale newest revision would start a second
-// revision right after one a deploy started.
-func checkCurrent(ctx context.Context, kube kubernetes.Interface, dyn dynamic.Interface, w *caches.User, newest revisionTemplate) error {
+// revision right after one a deploy started. It returns what the write is decided on of the holder
+// (current): read here, in the same request where the holder is the workload.
+func checkCurrent(ctx context.Context, kube kubernetes.Interface, dyn dynamic.Interface, w *caches.User, newest revisionTemplate) (current, error) {
 	var want *corev1.PodTemplateSpec
+	var meta metav1.Object
 	switch w.Kind() {
 	case caches.Rollout:
 		ro, err := dyn.Resource(workload.RolloutGVR).Namespace(w.Namespace).Get(ctx, w.Name, metav1.GetOptions{})
 		if err != nil {
-			return err
+			return current{}, err
 		}
 		hash, _, _ := unstructured.NestedString(ro.Object, "status", "currentPodHash")
 		if hash == "" || newest.tmpl.Labels[workload.RolloutHashLabel] != hash {
-			return fmt.Errorf("%w: Rollout %s/%s runs %q, the newest ReplicaSet is %s", errNotCurrent, w.Namespace, w.Name, hash, newest.u.Name)
+			return current{}, fmt.Errorf("%w: Rollout %s/%s runs %q, the newest ReplicaSet is %s", errNotCurrent, w.Namespace, w.Name, hash, newest.u.Name)
 		}
-		return nil
+		if w.Status != nil && w.Status.TemplateRef != "" {
+			d, err := kube.AppsV1().Deployments(w.Namespace).Get(ctx, w.Status.TemplateRef, metav1.GetOptions{})
+			if err != nil {
+				return current{}, err
+			}
+			return currentOf(d, d.Spec.Template.Annotations)
+		}
+		annotations, _, _ := unstructured.NestedStringMap(ro.Object, "spec", "template", "metadata", "annotations")
+		return currentOf(ro, annotations)
 	case caches.Deployment:
 		d, err := kube.AppsV1().Deployments(w.Namespace).Get(ctx, w.Name, metav1.GetOptions{})
 		if err != nil {
-			return err
+			return current{}, err
 		}
-		want = &d.Spec.Template
+		want, meta = &d.Spec.Template, d
 	case caches.StatefulSet:
 		s, err := kube.AppsV1().StatefulSets(w.Namespace).Get(ctx, w.Name, metav1.GetOptions{})
 		if err != nil {
-			return err
+			return current{}, err
 		}
-		want = &s.Spec.Template
+		want, meta = &s.Spec.Template, s
 	case caches.DaemonSet:
 		d, err := kube.AppsV1().DaemonSets(w.Namespace).Get(ctx, w.Name, metav1.GetOptions{})
 		if err != nil {
-			return err
+			return current{}, err
 		}
-		want = &d.Spec.Template
+		want, meta = &d.Spec.Template, d
 	}
 	got := newest.tmpl.DeepCopy()
 	delete(got.Labels, workload.DeploymentHashLabel)
@@ -196,7 +214,7 @@ func checkCurrent(ctx context.Context, kube kubernetes.Interface, dyn dynamic.In
 		got.Labels = nil
 	}
 	if want == nil || !apiequality.Semantic.DeepEqual(got, want) {
-		return fmt.Errorf("%w: %s is not the template of %s", errNotCurrent, newest.u.Name, describe(w))
+		return current{}, fmt.Errorf("%w: %s is not the template of %s", errNotCurrent, newest.u.Name, describe(w))
 	}
-	return nil
+	return currentOf(meta, want.Annotations)
 }

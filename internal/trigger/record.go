@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"maps"
+	"slices"
 	"strings"
 
 	corev1 "k8s.io/api/core/v1"
@@ -28,25 +29,79 @@ import (
 // onto the Deployment) and not another field of the user's workload. It lives in an annotation of the
 // ConfigMap, so the metadata-only config cache holds it and reading it costs no request.
 type record struct {
-	// Revisions is, per revision uid, the content hash of each followed object (objectKey) the
-	// revision was created with, for the objects no snapshot pins: a pinned revision's snapshot names
-	// carry its content already.
+	// Written is, per config-hash value we wrote (set, or set back), the content it was written for:
+	// the content hash of what the workload reads of each followed object (objectKey). A revision our
+	// write makes is known by it, not by a later look; a value on a template that is in here is ours
+	// to take back.
+	Written map[string]map[string]string `json:"written,omitempty"`
+	// Revisions is, per revision uid, what the revision was made with, for the objects no snapshot
+	// pins (a pinned revision's snapshot names carry its content already): an entry for every
+	// revision the trigger has acknowledged as the newest.
 	Revisions map[types.UID]map[string]string `json:"revisions,omitempty"`
-	// Acknowledged is the content of the followed objects as it was when Revision became the newest
-	// revision, or when the trigger last started one: a revision is started only for a change since.
+	// Acknowledged is the newest revision as last decided and the content then: a revision is started
+	// only for a change since.
 	Acknowledged acknowledged `json:"acknowledged"`
+	// Unpinned are the objects its pods read that no snapshot pins, as last told (ConfigNotPinned).
+	Unpinned []string `json:"unpinned,omitempty"`
 }
 
 type acknowledged struct {
-	Revision types.UID         `json:"revision,omitempty"`
-	Content  map[string]string `json:"content,omitempty"`
+	// Revision is the newest revision acknowledged; with Wrote, the one our write was made on.
+	Revision types.UID `json:"revision,omitempty"`
+	// Wrote is our last write on the template until the record is next written: the revision it
+	// makes is then the newest, made with Content. Not resolved at once, so a change costs one write
+	// of the record.
+	Wrote   *wrote            `json:"wrote,omitempty"`
+	Content map[string]string `json:"content,omitempty"`
+}
+
+// wrote is a write of ours on the pod template: config-hash set to Value (Set) or removed, when the
+// newest revision was numbered After; Back is the existing revision it goes back to.
+type wrote struct {
+	Value string    `json:"value,omitempty"`
+	Set   bool      `json:"set"`
+	After int64     `json:"after"`
+	Back  types.UID `json:"back,omitempty"`
+}
+
+// made is the revision the write made, once it appeared: the revision it goes back to, renumbered
+// above After; or the first revision numbered above After that carries the value (a later deploy
+// keeping our value makes more of them).
+func (w *wrote) made(revs []*caches.User) *caches.User {
+	var first *caches.User
+	for _, r := range revs {
+		switch {
+		case r.Number <= w.After:
+		case w.Back != "":
+			if r.UID == w.Back {
+				return r
+			}
+		case w.Set && carries(r, w.Value) && (first == nil || r.Number < first.Number):
+			first = r
+		}
+	}
+	return first
+}
+
+// carries reports whether a revision's (or a workload's) pod template has config-hash value v.
+func carries(u *caches.User, v string) bool {
+	got, ok := u.TemplateAnnotations[api.ConfigHashAnnotation]
+	return ok && got == v
 }
 
 func (r *record) clone() *record {
-	out := &record{Revisions: map[types.UID]map[string]string{}, Acknowledged: acknowledged{Revision: r.Acknowledged.Revision,
-		Content: maps.Clone(r.Acknowledged.Content)}}
+	out := &record{Written: map[string]map[string]string{}, Revisions: map[types.UID]map[string]string{},
+		Acknowledged: acknowledged{Revision: r.Acknowledged.Revision, Content: maps.Clone(r.Acknowledged.Content)},
+		Unpinned:     slices.Clone(r.Unpinned)}
+	for v, c := range r.Written {
+		out.Written[v] = maps.Clone(c)
+	}
 	for uid, c := range r.Revisions {
 		out.Revisions[uid] = maps.Clone(c)
+	}
+	if w := r.Acknowledged.Wrote; w != nil {
+		cp := *w
+		out.Acknowledged.Wrote = &cp
 	}
 	if out.Acknowledged.Content == nil {
 		out.Acknowledged.Content = map[string]string{}
@@ -55,8 +110,10 @@ func (r *record) clone() *record {
 }
 
 func (r *record) equal(o *record) bool {
-	if r.Acknowledged.Revision != o.Acknowledged.Revision || !maps.Equal(r.Acknowledged.Content, o.Acknowledged.Content) ||
-		len(r.Revisions) != len(o.Revisions) {
+	a, b := r.Acknowledged, o.Acknowledged
+	if a.Revision != b.Revision || !maps.Equal(a.Content, b.Content) || (a.Wrote == nil) != (b.Wrote == nil) ||
+		(a.Wrote != nil && *a.Wrote != *b.Wrote) || len(r.Revisions) != len(o.Revisions) || len(r.Written) != len(o.Written) ||
+		!slices.Equal(r.Unpinned, o.Unpinned) {
 		return false
 	}
 	for uid, c := range r.Revisions {
@@ -64,7 +121,47 @@ func (r *record) equal(o *record) bool {
 			return false
 		}
 	}
+	for v, c := range r.Written {
+		if oc, ok := o.Written[v]; !ok || !maps.Equal(c, oc) {
+			return false
+		}
+	}
 	return true
+}
+
+// tidy readies the record for a write: the revision our last write made, if it appeared, is recorded
+// as made with what we wrote it for; revisions that are gone are dropped, and values no revision and
+// no template carries any more.
+func (r *record) tidy(revs []*caches.User, pinned map[string]bool, template *caches.User) {
+	if w := r.Acknowledged.Wrote; w != nil {
+		if made := w.made(revs); made != nil {
+			r.Revisions[made.UID] = unpinned(r.Acknowledged.Content, pinned)
+			r.Acknowledged.Revision, r.Acknowledged.Wrote = made.UID, nil
+		}
+	}
+	for uid := range r.Revisions {
+		if !slices.ContainsFunc(revs, func(u *caches.User) bool { return u.UID == uid }) {
+			delete(r.Revisions, uid)
+		}
+	}
+	for v := range r.Written {
+		inUse := slices.ContainsFunc(revs, func(u *caches.User) bool { return carries(u, v) }) ||
+			(template != nil && carries(template, v)) || (r.Acknowledged.Wrote != nil && r.Acknowledged.Wrote.Value == v)
+		if !inUse {
+			delete(r.Written, v)
+		}
+	}
+}
+
+// unpinned is content less the pinned objects (their snapshots know them).
+func unpinned(content map[string]string, pinned map[string]bool) map[string]string {
+	out := map[string]string{}
+	for k, v := range content {
+		if !pinned[k] {
+			out[k] = v
+		}
+	}
+	return out
 }
 
 func recordName(w *caches.User) string { return RecordName(string(w.Kind()), w.Name) }
@@ -105,6 +202,25 @@ func (rs records) load(w *caches.User) (*record, bool, error) {
 		}
 	}
 	return r.clone(), true, nil
+}
+
+// learnWritten adds to a record written before it kept the values we wrote (Written) the values it
+// can prove ours: a revision's config-hash that is the hash of what the revision was made with, as
+// only our write computes it.
+func (r *record) learnWritten(revs []*caches.User) {
+	for _, rev := range revs {
+		made, ok := r.Revisions[rev.UID]
+		v, has := rev.TemplateAnnotations[api.ConfigHashAnnotation]
+		if !ok || !has || len(made) == 0 {
+			continue
+		}
+		if _, known := r.Written[v]; known {
+			continue
+		}
+		if h, err := content.HashJSON(made); err == nil && h == v {
+			r.Written[v] = maps.Clone(made)
+		}
+	}
 }
 
 func isRecordOf(m *metav1.PartialObjectMetadata, w *caches.User) bool {

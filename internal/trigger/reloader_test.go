@@ -15,7 +15,8 @@ func object(name string, annotations map[string]string) *metav1.PartialObjectMet
 	return &metav1.PartialObjectMetadata{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: "app", Annotations: annotations}}
 }
 
-// Reloader's semantics (pkg/common.ShouldReload of v1.4.14), one case per rule.
+// Reloader's semantics (pkg/common.ShouldReload of v1.4.14), one case per rule; the cases of its own
+// e2e suite (test/e2e/annotations, core) are listed in docs/config-starts.md with where each is proved.
 func TestSelectFollowsAsReloaderDoes(t *testing.T) {
 	match := map[string]string{api.ReloaderMatch: "true"}
 	ignore := map[string]string{api.ReloaderIgnore: "true"}
@@ -52,6 +53,13 @@ func TestSelectFollowsAsReloaderDoes(t *testing.T) {
 		{"the template's annotations when the metadata has none", nil, map[string]string{api.ReloaderAuto: "true"}, refs.ConfigMap, object("a", nil), true, true, true, ""},
 		{"not the template's when the metadata has one for the kind", map[string]string{api.ReloaderConfigMapReload: "b"}, map[string]string{api.ReloaderAuto: "true"}, refs.ConfigMap, object("a", nil), true, false, true, ""},
 		{"per kind: the template's for Secrets when the metadata has only ConfigMap's", map[string]string{api.ReloaderConfigMapReload: "b"}, map[string]string{api.ReloaderSecretAuto: "true"}, refs.Secret, object("a", nil), true, true, true, ""},
+		{"auto and a reload list together: the reload list's object", map[string]string{api.ReloaderAuto: "true", api.ReloaderConfigMapReload: "listed"}, nil, refs.ConfigMap, object("listed", nil), false, true, true, ""},
+		{"auto and a reload list together: what auto finds", map[string]string{api.ReloaderAuto: "true", api.ReloaderConfigMapReload: "listed"}, nil, refs.ConfigMap, object("read", nil), true, true, true, ""},
+		{"on the metadata and the template alike: followed", map[string]string{api.ReloaderConfigMapReload: "a"}, map[string]string{api.ReloaderConfigMapReload: "a"}, refs.ConfigMap, object("a", nil), true, true, true, ""},
+		{"a ConfigMap list on the template: a Secret read is not followed", nil, map[string]string{api.ReloaderConfigMapReload: "a"}, refs.Secret, object("s", nil), true, false, true, ""},
+		{"search and match on the template (Reloader's case is pending; its code falls back too)", nil, map[string]string{api.ReloaderSearch: "true"}, refs.ConfigMap, object("a", match), true, true, true, ""},
+		{"exclude is read from the metadata only", map[string]string{api.ReloaderAuto: "true"}, map[string]string{api.ReloaderConfigMapExclude: "a"}, refs.ConfigMap, object("a", nil), true, true, true, ""},
+		{"no annotation: nothing", nil, nil, refs.ConfigMap, object("a", nil), true, false, false, ""},
 		{"our snapshots are never followed", map[string]string{api.ReloaderConfigMapReload: "a.*"}, nil, refs.ConfigMap,
 			&metav1.PartialObjectMetadata{ObjectMeta: metav1.ObjectMeta{Name: "a-0123456789", Labels: map[string]string{api.SnapshotLabel: api.SnapshotValue}}}, false, false, true, ""},
 		{"our records are never followed", map[string]string{api.ReloaderConfigMapReload: ".*"}, nil, refs.ConfigMap,

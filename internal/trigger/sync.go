@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"maps"
 	"slices"
 	"sort"
 	"strings"
@@ -22,22 +21,22 @@ import (
 	"github.com/configmap-attacher/configmap-attacher/internal/refs"
 )
 
-// waitAgain is how soon a workload is looked at again while its controller, or the pinning of its
-// newest revision, catches up.
+// waitAgain is how soon a workload is looked at again while its controller, the pinning of its
+// newest revision, or the config cache catches up.
 const waitAgain = time.Second
 
-// followed is one config object a workload follows, as the cache shows it.
+// followed is one config object a workload follows, as the cache shows it, and what it reads of it.
 type followed struct {
 	kind refs.Kind
 	meta *metav1.PartialObjectMetadata
-	read bool // the pod template reads it (pinning snapshots only what pods read)
+	read bool     // the pod template reads it (pinning snapshots only what pods read)
+	keys []string // the keys the template reads, nil: the whole object (or not read: a reload list names it)
 }
 
-func (f followed) key() string { return objectKey(f.kind, f.meta.Name) }
+func (f followed) key() string { return objectKey(f.kind, f.meta.Name, f.keys) }
 
-// sync looks at one workload: records what its newest revision was created with, and starts a
-// revision when the content it follows changed since, has settled, and the newest revision does not
-// already read it.
+// sync looks at one workload: what it follows, what that holds now, what its newest revision was
+// made with; decide does the rest.
 func (c *Controller) sync(ctx context.Context, key string) (reconcile.Result, error) {
 	k, ns, name, err := reconcile.SplitKey(key)
 	if err != nil {
@@ -82,7 +81,7 @@ func (c *Controller) sync(ctx context.Context, key string) (reconcile.Result, er
 			return reconcile.Result{}, nil
 		}
 	}
-	refd, observed, err := c.template(w)
+	tmpl, observed, err := c.template(w)
 	if err != nil {
 		c.tell(w, ReasonInvalid, "%v", err)
 		return reconcile.Result{}, nil
@@ -94,10 +93,14 @@ func (c *Controller) sync(ctx context.Context, key string) (reconcile.Result, er
 	if len(revs) == 0 {
 		return reconcile.Result{}, nil // its first revision's creation brings it back
 	}
-	objs := c.followed(w, sel, refd)
+	objs := c.followed(w, sel, tmpl.Reads)
 	live := map[string]string{}
 	for _, o := range objs {
-		h, err := c.content.hash(ctx, o.kind, o.meta)
+		h, err := c.content.hash(ctx, o.kind, o.meta, o.keys)
+		if errors.Is(err, errCacheBehind) {
+			logging.FromContext(ctx).Debug("waiting for the config cache", "err", err)
+			return reconcile.Result{RequeueAfter: waitAgain}, nil
+		}
 		if err != nil {
 			return reconcile.Result{}, err
 		}
@@ -111,16 +114,19 @@ func (c *Controller) sync(ctx context.Context, key string) (reconcile.Result, er
 	if err != nil {
 		return reconcile.Result{}, err
 	}
+	rec.learnWritten(revs)
+	pinned := c.pinnedOf(w.Namespace, objs)
 	before := rec.clone()
-	res, err := c.decide(ctx, w, revs, objs, live, rec)
+	c.warnUnpinned(w, objs, pinned, rec)
+	res, err := c.decide(ctx, &look{w: w, tmpl: tmpl, revs: revs, objs: objs, pinned: pinned, live: live, rec: rec})
 	if err != nil {
 		return res, err
 	}
-	rec.prune(revs)
 	if !exists && len(live) == 0 && len(rec.Revisions) == 0 {
 		return res, nil // follows nothing yet: no record needed
 	}
 	if !exists || !rec.equal(before) {
+		rec.tidy(revs, pinned, tmpl)
 		if err := c.records.save(ctx, w, rec, exists); err != nil {
 			return reconcile.Result{}, err
 		}
@@ -128,199 +134,49 @@ func (c *Controller) sync(ctx context.Context, key string) (reconcile.Result, er
 	return res, nil
 }
 
-// decide updates the record and starts a revision if one is due.
-func (c *Controller) decide(ctx context.Context, w *caches.User, revs []*caches.User, objs []followed, live map[string]string, rec *record) (reconcile.Result, error) {
-	log := logging.FromContext(ctx)
-	newest := revs[0]
-	pinned := c.pinnedOf(w.Namespace, objs)
-	contentOf := func(r *caches.User) map[string]string { return c.revisionContent(r, objs, pinned, rec) }
-
-	// First sight of the newest revision: it was created with what the objects hold now (a pinned
-	// object's content is its snapshot, which the pinning controller takes; wait for it). A revision
-	// that owns a snapshot of an object no longer pinned (its namespace's pinning turned off, its pin
-	// label removed) is known by that snapshot: what the object holds now may be a later edit.
-	for _, o := range objs {
-		if pinned[o.key()] {
-			if _, ok := contentOf(newest)[o.key()]; !ok {
-				return reconcile.Result{RequeueAfter: waitAgain}, nil
-			}
-			continue
-		}
-		if _, ok := rec.Revisions[newest.UID][o.key()]; ok {
-			continue
-		}
-		if _, ok := c.snapshotContent(newest, o); ok {
-			continue
-		}
-		if rec.Revisions[newest.UID] == nil {
-			rec.Revisions[newest.UID] = map[string]string{}
-		}
-		rec.Revisions[newest.UID][o.key()] = live[o.key()]
+// warnUnpinned tells which objects the workload's pods read that no snapshot pins: after a change of
+// one, the pods of older revisions that start (a spot replacement, a scale-up, a partitioned
+// StatefulSet's) read the new content; and which label fixes that. Once per workload, until that list
+// changes (the record keeps it, so a restart does not tell every workload again); each change's own
+// Event repeats it.
+func (c *Controller) warnUnpinned(w *caches.User, objs []followed, pinned map[string]bool, rec *record) {
+	names, fix := unpinnedRead(w, objs, pinned)
+	if slices.Equal(names, rec.Unpinned) {
+		return
 	}
-	switch {
-	case rec.Acknowledged.Revision == "":
-		// First sight of the workload: opting in starts no revision, so what its objects hold now is
-		// where we start from; unless a followed object changed since we watch it following (it was
-		// opted in before we got here), in which case the revision's own content is, and that change
-		// counts.
-		base := maps.Clone(live)
-		if c.sawChange(w.Key()) {
-			maps.Copy(base, contentOf(newest))
-		}
-		rec.Acknowledged = acknowledged{Revision: newest.UID, Content: base}
-		log.Debug("first sight", "revision", newest.Name, "acknowledged", base)
-	case rec.Acknowledged.Revision != newest.UID:
-		// A new newest revision: a deploy, our own last write, a rollback, or someone changing the
-		// template back. Only a content change from here on starts a revision.
-		created := contentOf(newest)
-		if !sameContent(created, live) && madeSince(newest, revs, rec.Acknowledged, created) {
-			// Made since our last look, and an edit came after it, before this look (a loaded
-			// controller, an edit right after a deploy or our own write): the edit is a change since
-			// the revision appeared, counted from what it was created with, not the template changed back.
-			rec.Acknowledged = acknowledged{Revision: newest.UID, Content: maps.Clone(created)}
-			log.Debug("newest revision acknowledged, edited since", "revision", newest.Name, "created", created, "content", live)
-			break
-		}
-		if !sameContent(created, live) {
-			c.overruled(w, newest, live, created)
-		}
-		rec.Acknowledged = acknowledged{Revision: newest.UID, Content: maps.Clone(live)}
-		log.Debug("newest revision acknowledged", "revision", newest.Name, "content", live)
-		return reconcile.Result{}, nil
-	}
-	var changed []string
-	for k, v := range live {
-		was, known := rec.Acknowledged.Content[k]
-		if !known {
-			rec.Acknowledged.Content[k] = v // newly followed: its content is where we start from
-			continue
-		}
-		if was != v {
-			changed = append(changed, k)
-		}
-	}
-	if len(changed) == 0 {
-		log.Debug("no change since the newest revision appeared", "revision", newest.Name, "content", live)
-		return reconcile.Result{}, nil
-	}
-	if s := c.since(w.Key()); s < c.opts.Settle {
-		log.Debug("changed, settling", "changed", changed, "wait", c.opts.Settle-s)
-		return reconcile.Result{RequeueAfter: c.opts.Settle - s}, nil
-	}
-	if sameContent(contentOf(newest), live) {
-		log.Debug("changed, and the newest revision already runs it", "changed", changed, "revision", newest.Name)
-		rec.Acknowledged.Content = maps.Clone(live) // already deployed with it (e.g. config and template together)
-		return reconcile.Result{}, nil
-	}
-	sort.Strings(changed)
-	p, err := planFor(ctx, c.kube, c.dynamic, w, revs, live, contentOf)
-	if err != nil {
-		return reconcile.Result{}, err
-	}
-	h := holderOf(w)
-	err = c.write(ctx, h, p)
-	if errors.Is(err, errOwnedElsewhere) {
-		c.tell(w, ReasonOverruled, "%s changed, but %s on the pod template of %s belongs to another field manager "+
-			"(it set or changed it): not written, so no revision starts; the next change of the config tries again. %v",
-			strings.Join(changed, ", "), api.ConfigHashAnnotation, h, err)
-		c.countOverruled(w)
-		rec.Acknowledged.Content = maps.Clone(live)
-		return reconcile.Result{}, nil
-	}
-	if err != nil {
-		return reconcile.Result{}, err
-	}
-	c.untell(w, ReasonOverruled, "")
-	rec.Acknowledged.Content = maps.Clone(live)
-	if p.back != nil {
-		log.Info("config reverted: back to an existing revision", "changed", changed, "revision", p.back.Name)
-		c.event(w, ReasonBack, "%s changed back: %s set to %s on the pod template of %s, which goes back to %s (revision %d), created with this content",
-			strings.Join(changed, ", "), api.ConfigHashAnnotation, valueOrRemoved(p), h, p.back.Name, p.back.Number)
-	} else {
-		log.Info("config changed: a new revision starts", "changed", changed, api.ConfigHashAnnotation, p.value)
-		c.event(w, ReasonStarted, "%s changed: %s=%s written on the pod template of %s; a new revision starts",
-			strings.Join(changed, ", "), api.ConfigHashAnnotation, p.value, h)
-	}
-	if c.metrics != nil {
-		c.metrics.RevisionStarted(string(w.Kind()), p.back != nil)
-	}
-	c.warnUnpinned(w, objs, changed, pinned)
-	return reconcile.Result{}, nil
-}
-
-// madeSince reports whether the newest revision is one made since the acknowledged one, not one
-// reused by a rollback: created no earlier than it (whole seconds: the same second counts as made
-// since, a rollback to a revision made within a second of its successor is no rollback anyone runs),
-// or, the acknowledged one gone, created with the content acknowledged then.
-func madeSince(newest *caches.User, revs []*caches.User, ack acknowledged, created map[string]string) bool {
-	for _, r := range revs {
-		if r.UID == ack.Revision {
-			return !newest.CreationTimestamp.Before(&r.CreationTimestamp)
-		}
-	}
-	return sameContent(created, ack.Content)
-}
-
-func valueOrRemoved(p plan) string {
-	if p.set {
-		return p.value
-	}
-	return "removed"
-}
-
-// overruled reports that the newest revision does not run the live content though no content changed
-// since we last looked: the template was changed back (a tool reverting our annotation, `kubectl
-// apply` of an older manifest, a rollback). We do not write it again: the next change of the config does.
-func (c *Controller) overruled(w *caches.User, newest *caches.User, live, created map[string]string) {
-	var differ []string
-	for k, v := range live {
-		if created[k] != v {
-			differ = append(differ, k)
-		}
-	}
-	sort.Strings(differ)
-	if c.tell(w, ReasonOverruled, "the pod template changed to revision %s (%d), created with other content of %s than it holds now: "+
-		"someone changed the template back (a rollback, or a tool reverting %s). Not written again, so no revision starts; "+
-		"the next change of the config starts one", newest.Name, newest.Number, strings.Join(differ, ", "), api.ConfigHashAnnotation) {
-		c.countOverruled(w)
-	}
-}
-
-func (c *Controller) countOverruled(w *caches.User) {
-	if c.metrics != nil {
-		c.metrics.Overruled(string(w.Kind()))
-	}
-}
-
-// warnUnpinned tells, for the changed objects no snapshot pins, that the pods of older revisions
-// starting from now on (a spot replacement, a scale-up, a partitioned StatefulSet's) read the new
-// content, and which label fixes that.
-func (c *Controller) warnUnpinned(w *caches.User, objs []followed, changed []string, pinned map[string]bool) {
-	var fix []string
-	for _, o := range objs {
-		if !slices.Contains(changed, o.key()) || pinned[o.key()] || !o.read {
-			continue
-		}
-		fix = append(fix, fmt.Sprintf("kubectl -n %s label %s %s %s=%s", w.Namespace, strings.ToLower(string(o.kind)), o.meta.Name, api.PinLabel, api.PinValue))
-	}
-	if len(fix) == 0 {
+	rec.Unpinned = names
+	if len(names) == 0 || c.events == nil {
 		return
 	}
 	if c.caches.Pinning == nil || !c.caches.Pinning.Enabled(w.Namespace) {
 		fix = append([]string{fmt.Sprintf("kubectl label namespace %s %s=%s", w.Namespace, api.PinningNamespaceLabel, api.PinningEnabled)}, fix...)
 	}
-	if c.events != nil { // once per change: each is news
-		c.events.Eventf(involved(w), corev1.EventTypeWarning, ReasonUnpinned, "pods of older revisions of %s that start from now on read the new content (it is not pinned); fix: %s",
-			describe(w), strings.Join(fix, "; "))
+	if c.caches.Pinning == nil {
+		fix = append([]string{"run the controller with -pinning (chart: pinning.enabled=true)"}, fix...)
 	}
+	c.events.Eventf(involved(w), corev1.EventTypeWarning, ReasonUnpinned, "%s not pinned: after a change, pods of older revisions of %s that start "+
+		"(a spot replacement, a scale-up) read the new content; fix: %s", strings.Join(names, ", "), describe(w), strings.Join(fix, "; "))
 }
 
-// template returns the config objects the workload's pod template reads and whether its controller
-// has caught up with that template (its newest revision is then the template's).
-func (c *Controller) template(w *caches.User) ([]refs.Ref, bool, error) {
+// unpinnedRead are the objects the workload's pods read that no snapshot pins, and the label for each.
+func unpinnedRead(w *caches.User, objs []followed, pinned map[string]bool) (names, fix []string) {
+	for _, o := range objs {
+		if pinned[o.key()] || !o.read {
+			continue
+		}
+		names = append(names, objectKey(o.kind, o.meta.Name, nil))
+		fix = append(fix, fmt.Sprintf("kubectl -n %s label %s %s %s=%s", w.Namespace, strings.ToLower(string(o.kind)), o.meta.Name, api.PinLabel, api.PinValue))
+	}
+	return names, fix
+}
+
+// template returns the workload holding the pod template (the workload itself, or the Deployment a
+// Rollout's workloadRef names), as cached, and whether the workload's controller has caught up with that
+// template (its newest revision is then the template's).
+func (c *Controller) template(w *caches.User) (*caches.User, bool, error) {
 	observed := w.Status != nil && w.Status.Observed
 	if w.Status == nil || w.Status.TemplateRef == "" {
-		return w.Refs, observed, nil
+		return w, observed, nil
 	}
 	d, exists, err := c.caches.Users[caches.Deployment].Get(w.Namespace, w.Status.TemplateRef)
 	if err != nil {
@@ -330,7 +186,7 @@ func (c *Controller) template(w *caches.User) ([]refs.Ref, bool, error) {
 		return nil, false, fmt.Errorf("not followed: Deployment %s/%s, which spec.workloadRef names, does not exist; create it or fix the reference",
 			w.Namespace, w.Status.TemplateRef)
 	}
-	return d.Refs, observed && w.Status.TemplateRefObserved >= d.Generation, nil
+	return d, observed && w.Status.TemplateRefObserved >= d.Generation, nil
 }
 
 // templateUsers are the Rollouts taking their template from Deployment d.
@@ -370,8 +226,9 @@ func (c *Controller) revisions(w *caches.User) []*caches.User {
 	return out
 }
 
-// followed lists the config objects the workload follows, and tells about named ones that are missing.
-func (c *Controller) followed(w *caches.User, sel Selection, refd []refs.Ref) []followed {
+// followed lists the config objects the workload follows, with what its template reads of them, and
+// tells about named ones that are missing.
+func (c *Controller) followed(w *caches.User, sel Selection, reads []refs.Read) []followed {
 	var out []followed
 	var missing []string
 	for _, kind := range refs.Kinds() {
@@ -380,12 +237,12 @@ func (c *Controller) followed(w *caches.User, sel Selection, refd []refs.Ref) []
 			continue
 		}
 		seen := map[string]bool{}
-		for _, r := range refd {
+		for _, r := range reads {
 			if r.Kind != kind {
 				continue
 			}
 			if m, exists, _ := inf.Get(w.Namespace, r.Name); exists && sel.Follows(kind, m, true) {
-				out = append(out, followed{kind: kind, meta: m, read: true})
+				out = append(out, followed{kind: kind, meta: m, read: true, keys: r.Keys})
 				seen[r.Name] = true
 			}
 		}
@@ -428,10 +285,10 @@ func (c *Controller) pinnedOf(ns string, objs []followed) map[string]bool {
 	return out
 }
 
-// revisionContent is what a revision was created with, per followed object: its snapshot's content
-// for a pinned object (what its pods read); for the others the record's, else the snapshot's the
-// revision owns from when the object was pinned; objects it does not know are absent.
-func (c *Controller) revisionContent(r *caches.User, objs []followed, pinned map[string]bool, rec *record) map[string]string {
+// revisionContent is what a revision was made with, per followed object: its snapshot's content for a
+// pinned object (what its pods read); for the others the record's, else the snapshot's the revision
+// owns from when the object was pinned; objects it does not know are absent.
+func (c *Controller) revisionContent(ctx context.Context, r *caches.User, objs []followed, pinned map[string]bool, rec *record) map[string]string {
 	out := map[string]string{}
 	for _, o := range objs {
 		k := o.key()
@@ -441,16 +298,18 @@ func (c *Controller) revisionContent(r *caches.User, objs []followed, pinned map
 				continue
 			}
 		}
-		if h, ok := c.snapshotContent(r, o); ok {
+		if h, ok := c.snapshotContent(ctx, r, o); ok {
 			out[k] = h
 		}
 	}
 	return out
 }
 
-// snapshotContent is the content hash of the snapshot of o that revision r owns (its pin), if any:
-// whether the object is pinned now or not, the snapshot holds what r was pinned with.
-func (c *Controller) snapshotContent(r *caches.User, o followed) (string, bool) {
+// snapshotContent is the content hash of what the workload reads of the snapshot of o that revision r
+// owns (its pin), if any: whether the object is pinned now or not, the snapshot holds what r was
+// pinned with. A snapshot is the whole object; where the template reads some keys only, their hash
+// is read from the snapshot's data (once: a snapshot never changes).
+func (c *Controller) snapshotContent(ctx context.Context, r *caches.User, o followed) (string, bool) {
 	if c.caches.Pinning == nil {
 		return "", false
 	}
@@ -458,14 +317,13 @@ func (c *Controller) snapshotContent(r *caches.User, o followed) (string, bool) 
 	if !ok {
 		return "", false
 	}
-	return content.HashOfName(snap, o.meta.Name)
-}
-
-// prune drops what the record holds of revisions that are gone.
-func (r *record) prune(revs []*caches.User) {
-	for uid := range r.Revisions {
-		if !slices.ContainsFunc(revs, func(u *caches.User) bool { return u.UID == uid }) {
-			delete(r.Revisions, uid)
-		}
+	if o.keys == nil {
+		return content.HashOfName(snap, o.meta.Name)
 	}
+	h, err := c.content.snapshotKeys(ctx, o.kind, r.Namespace, snap, o.keys)
+	if err != nil {
+		logging.FromContext(ctx).Debug("reading a snapshot's keys", "snapshot", snap, "err", err)
+		return "", false
+	}
+	return h, true
 }

@@ -14,6 +14,7 @@ import (
 	appsv1 "k8s.io/api/apps/v1"
 	batchv1 "k8s.io/api/batch/v1"
 	corev1 "k8s.io/api/core/v1"
+	apiequality "k8s.io/apimachinery/pkg/api/equality"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
@@ -53,15 +54,18 @@ type fixture struct {
 
 	deployment *appsv1.Deployment
 	revisions  []*appsv1.ReplicaSet
-	applied    []string // the bodies of the applies on workloads
+	applied    []string // the bodies of the writes on workloads
+	forced     []bool   // whether each was forced (or a conditional merge patch)
 	pending    []string // events recorded, not yet expected
-	refuse     bool     // answer applies with a conflict (another manager owns the annotation)
+	// manager is the field manager of the next change of the Deployment (the fake API server keeps
+	// managedFields): a user's tool by default, ours while an apply of ours is played.
+	manager string
 }
 
 func newFixture(t *testing.T, annotations map[string]string, objs ...*corev1.ConfigMap) *fixture {
 	t.Helper()
 	f := &fixture{t: t, kube: kubefake.NewClientset(), events: toolsrecord.NewFakeRecorder(100), metrics: metrics.New(),
-		now: time.Date(2026, 11, 25, 12, 0, 0, 0, time.UTC)}
+		now: time.Date(2026, 11, 25, 12, 0, 0, 0, time.UTC), manager: "kubectl-client-side-apply"}
 	scheme := runtime.NewScheme()
 	f.dyn = dynamicfake.NewSimpleDynamicClientWithCustomListKinds(scheme, map[schema.GroupVersionResource]string{workload.RolloutGVR: "RolloutList"})
 	f.dyn.PrependReactor("patch", "*", f.apply)
@@ -99,33 +103,88 @@ func metaOf(cm *corev1.ConfigMap) *metav1.PartialObjectMetadata {
 	return &metav1.PartialObjectMetadata{TypeMeta: metav1.TypeMeta{APIVersion: "v1", Kind: "ConfigMap"}, ObjectMeta: *cm.ObjectMeta.DeepCopy()}
 }
 
+// The content hash of app-config holding data, and the config-hash of a workload following it alone:
+// computed by hand, not by the code under test, e.g.
+//
+//	printf '%s' '{"data":{"config":"v2"}}' | sha256sum | cut -c1-10                 # 7797398703
+//	printf '%s' '{"ConfigMap/app-config":"7797398703"}' | sha256sum | cut -c1-10     # 58c69207a7
+var knownHashes = map[string]struct{ content, config string }{
+	"v1":  {"8774ad9c59", "25f47d58c1"},
+	"v2":  {"7797398703", "58c69207a7"},
+	"v2b": {"1b93037b95", "1adeed063b"},
+	"v3":  {"a572974d76", "2ef6a29b63"},
+	"v4":  {"80c6f6cb01", "b8b7df9573"},
+	"v5":  {"3d82ede31a", "fb6a3731d6"},
+}
+
 func hashOf(data string) string {
-	h, _ := content.ConfigMap{Data: map[string]string{"config": data}}.Hash()
-	return h
+	h, ok := knownHashes[data]
+	if !ok {
+		panic("no hand-computed hash for " + data)
+	}
+	return h.content
 }
 
 // configHash is the annotation value for app-config holding data.
 func configHash(data string) string {
-	h, _ := content.HashJSON(map[string]string{"ConfigMap/app-config": hashOf(data)})
-	return h
+	h, ok := knownHashes[data]
+	if !ok {
+		panic("no hand-computed hash for " + data)
+	}
+	return h.config
 }
 
 func (f *fixture) store(kind caches.Kind) *caches.Informer[*caches.User] { return f.cs.Users[kind] }
 
+// putDeployment writes the Deployment as f.manager (the API server then owns the fields it changed
+// to that manager) with the next resourceVersion, and shows it in the cache.
 func (f *fixture) putDeployment() {
 	f.t.Helper()
+	f.rv++
+	f.deployment.ResourceVersion = strconv.Itoa(f.rv)
 	u, err := caches.Reduce(f.deployment)
 	if err != nil {
 		f.t.Fatal(err)
 	}
 	_ = f.store(caches.Deployment).Indexers()[0].Update(u)
 	d := f.deployment.DeepCopy()
-	if _, err := f.kube.AppsV1().Deployments(ns).Update(context.Background(), d, metav1.UpdateOptions{}); apierrors.IsNotFound(err) {
-		_, err = f.kube.AppsV1().Deployments(ns).Create(context.Background(), d, metav1.CreateOptions{})
+	d.ResourceVersion = ""
+	deployments := f.kube.AppsV1().Deployments(ns)
+	if _, err := deployments.Update(context.Background(), d, metav1.UpdateOptions{FieldManager: f.manager}); apierrors.IsNotFound(err) {
+		_, err = deployments.Create(context.Background(), d, metav1.CreateOptions{FieldManager: f.manager})
 		if err != nil {
 			f.t.Fatal(err)
 		}
 	}
+	// The fake API server keeps no resourceVersion of its own: ours is what a GET answers.
+	got, err := deployments.Get(context.Background(), d.Name, metav1.GetOptions{})
+	if err != nil {
+		f.t.Fatal(err)
+	}
+	got.ResourceVersion = f.deployment.ResourceVersion
+	if err := f.kube.Tracker().Update(appsv1.SchemeGroupVersion.WithResource("deployments"), got, ns); err != nil {
+		f.t.Fatal(err)
+	}
+}
+
+// owner is the field manager owning config-hash on the Deployment's template, as the API server keeps it.
+func (f *fixture) owner() []string {
+	f.t.Helper()
+	d, err := f.kube.AppsV1().Deployments(ns).Get(context.Background(), "web", metav1.GetOptions{})
+	if err != nil {
+		f.t.Fatal(err)
+	}
+	cur, err := currentOf(d, d.Spec.Template.Annotations)
+	if err != nil {
+		f.t.Fatal(err)
+	}
+	out := cur.owners
+	for _, mf := range d.ManagedFields {
+		if mf.Manager == api.FieldManager && strings.Contains(string(mf.FieldsV1.Raw), api.ConfigHashAnnotation) {
+			out = append(out, mf.Manager)
+		}
+	}
+	return out
 }
 
 // newRevision is what the Deployment controller does for the current template: a new ReplicaSet with
@@ -140,10 +199,15 @@ func (f *fixture) newRevision() *appsv1.ReplicaSet {
 	for _, rs := range f.revisions {
 		t := rs.Spec.Template.DeepCopy()
 		delete(t.Labels, workload.DeploymentHashLabel)
-		if maps.Equal(t.Annotations, f.deployment.Spec.Template.Annotations) {
+		if maps.Equal(t.Annotations, f.deployment.Spec.Template.Annotations) && apiequality.Semantic.DeepEqual(t.Spec, f.deployment.Spec.Template.Spec) {
 			if revision.Number(rs.Annotations) != n-1 {
+				old, _ := caches.Reduce(rs)
 				rs.Annotations[revision.DeploymentAnnotation] = strconv.FormatInt(n, 10)
 				f.putRevision(rs, false)
+				if f.c != nil { // its watch event: renumbered
+					cur, _ := caches.Reduce(rs)
+					f.c.revisionHandler().OnUpdate(old, cur)
+				}
 			}
 			return rs
 		}
@@ -153,6 +217,10 @@ func (f *fixture) newRevision() *appsv1.ReplicaSet {
 	rs.CreationTimestamp = metav1.NewTime(f.now)
 	f.revisions = append(f.revisions, rs)
 	f.putRevision(rs, true)
+	if f.c != nil { // its watch event
+		u, _ := caches.Reduce(rs)
+		f.c.revisionHandler().OnAdd(u, false)
+	}
 	return rs
 }
 
@@ -171,20 +239,43 @@ func (f *fixture) putRevision(rs *appsv1.ReplicaSet, create bool) {
 	}
 }
 
-// apply plays a server-side apply of the trigger onto the Deployment's template, as the API server
-// would for the one annotation it names.
+// apply plays a write of the trigger onto the Deployment's template as the API server would: a
+// server-side apply of the one annotation it names (refused with a conflict when another manager owns
+// that annotation with another value and the apply is not forced, or when the resourceVersion it
+// carries is not the Deployment's), or the merge patch that removes it.
 func (f *fixture) apply(action k8stesting.Action) (bool, runtime.Object, error) {
 	p := action.(k8stesting.PatchAction)
-	if p.GetPatchType() != types.ApplyPatchType {
-		f.t.Errorf("a %s patch on a workload: only server-side apply is allowed", p.GetPatchType())
-	}
-	f.applied = append(f.applied, string(p.GetPatch()))
-	if f.refuse {
-		return true, nil, apierrors.NewApplyConflict(nil, "conflict with \"kubectl-edit\"")
-	}
 	var obj map[string]any
 	_ = json.Unmarshal(p.GetPatch(), &obj)
+	rv, _, _ := unstructured.NestedString(obj, "metadata", "resourceVersion")
+	force := false
+	switch p.GetPatchType() {
+	case types.ApplyPatchType:
+		force = p.(k8stesting.PatchActionImpl).PatchOptions.Force != nil && *p.(k8stesting.PatchActionImpl).PatchOptions.Force
+	case types.MergePatchType:
+		if rv == "" {
+			f.t.Errorf("an unconditional merge patch on a workload: %s", p.GetPatch())
+		}
+		force = true
+	default:
+		f.t.Errorf("a %s patch on a workload: only server-side apply, or a conditional merge patch removing our annotation", p.GetPatchType())
+	}
+	f.applied = append(f.applied, string(p.GetPatch()))
+	f.forced = append(f.forced, force)
+	if rv != "" && rv != f.deployment.ResourceVersion {
+		return true, nil, apierrors.NewConflict(appsv1.Resource("deployments"), "web", errors.New("the object has been modified"))
+	}
 	v, set, _ := unstructured.NestedString(obj, "spec", "template", "metadata", "annotations", api.ConfigHashAnnotation)
+	cur, has := f.deployment.Spec.Template.Annotations[api.ConfigHashAnnotation]
+	if others := f.owner(); !force && len(others) > 0 && others[0] != api.FieldManager {
+		switch {
+		case set && v != cur:
+			return true, nil, apierrors.NewApplyConflict(nil, fmt.Sprintf("conflict with %q", others[0]))
+		case !set && has: // an apply naming nothing removes only what no one else owns
+			out, _ := runtime.DefaultUnstructuredConverter.ToUnstructured(f.deployment)
+			return true, &unstructured.Unstructured{Object: out}, nil
+		}
+	}
 	if f.deployment.Spec.Template.Annotations == nil {
 		f.deployment.Spec.Template.Annotations = map[string]string{}
 	}
@@ -197,7 +288,10 @@ func (f *fixture) apply(action k8stesting.Action) (bool, runtime.Object, error) 
 		f.deployment.Spec.Template.Annotations = nil
 	}
 	f.deployment.Generation++
+	user := f.manager
+	f.manager = api.FieldManager
 	f.putDeployment()
+	f.manager = user
 	out, _ := runtime.DefaultUnstructuredConverter.ToUnstructured(f.deployment)
 	return true, &unstructured.Unstructured{Object: out}, nil
 }
@@ -253,6 +347,19 @@ func (f *fixture) sync() time.Duration {
 }
 
 func (f *fixture) tick(d time.Duration) { f.now = f.now.Add(d) }
+
+// change edits app-config, lets the settle window pass and the trigger write, then lets the Deployment
+// controller make the revision and the trigger look at it; it returns that revision.
+func (f *fixture) change(data string) *appsv1.ReplicaSet {
+	f.t.Helper()
+	f.edit("app-config", data)
+	f.tick(6 * time.Second)
+	f.sync()
+	f.tick(time.Second)
+	rs := f.observe()
+	f.sync()
+	return rs
+}
 
 func (f *fixture) templateHash() (string, bool) {
 	v, ok := f.deployment.Spec.Template.Annotations[api.ConfigHashAnnotation]
@@ -452,22 +559,148 @@ func TestNeverFightsOverTheTemplate(t *testing.T) {
 	f.expectApplies(2)
 }
 
-// The annotation owned by another field manager: the apply (never forced) is refused; one Warning, no
-// retry until the content changes again.
-func TestAnAnnotationOwnedElsewhereIsNotForced(t *testing.T) {
+// The annotation owned by another field manager with a value we never wrote (someone pins it on
+// purpose): left alone; one Warning naming the manager, no write until the content changes again.
+func TestAValueWeNeverWroteIsLeftAlone(t *testing.T) {
 	f := newFixture(t, auto, configMap("app-config", "v1", nil))
 	f.observe()
 	f.sync()
-	f.refuse = true
+	f.manager = "kubectl-edit"
+	f.deployment.Spec.Template.Annotations = map[string]string{api.ConfigHashAnnotation: "pinned-by-hand"}
+	f.deployment.Generation++
+	f.observe()
+	f.sync()
+	f.recorded()
 	f.edit("app-config", "v2")
 	f.tick(6 * time.Second)
 	f.sync()
-	f.expectEvent("Warning " + ReasonOverruled)
+	msg := f.expectEvent("Warning " + ReasonOverruled)
+	if !strings.Contains(msg, "kubectl-edit") || !strings.Contains(msg, "pinned-by-hand") {
+		t.Errorf("the warning does not name the manager and its value: %s", msg)
+	}
 	for range 3 {
 		f.tick(time.Minute)
 		f.sync()
 	}
-	f.expectApplies(1)
+	f.expectApplies(0)
+	if v, _ := f.templateHash(); v != "pinned-by-hand" {
+		t.Errorf("config-hash %q: a value we never wrote was overwritten", v)
+	}
+}
+
+// A rollback (`kubectl rollout undo`) copies an older revision's template, our value included, under
+// its own field manager. The next config change takes the annotation back: a forced apply,
+// conditional on the resourceVersion the decision read, with a Normal event naming the manager; the
+// change starts its revision, and later changes need no force.
+func TestAValueWeWroteIsTakenBackAfterARollback(t *testing.T) {
+	f := newFixture(t, auto, configMap("app-config", "v1", nil))
+	rs1 := f.observe()
+	f.sync()
+	rs2 := f.change("v2")
+	f.change("v3")
+	f.expectApplies(2)
+	f.recorded()
+
+	f.tick(time.Minute)
+	f.manager = "kubectl-rollout" // undo to rs2: its template, our value 58c69207a7 (v2) with it
+	f.deployment.Spec.Template.Annotations = maps.Clone(rs2.Spec.Template.Annotations)
+	f.deployment.Generation++
+	if back := f.observe(); back.UID != rs2.UID {
+		t.Fatalf("the undo made %s, want %s", back.Name, rs2.Name)
+	}
+	f.sync()
+	f.expectEvent("Warning " + ReasonOverruled) // the template changed back: told, not written
+	if owners := f.owner(); len(owners) == 0 || owners[0] != "kubectl-rollout" {
+		t.Fatalf("config-hash owned by %v, want kubectl-rollout", owners)
+	}
+	rv := f.deployment.ResourceVersion
+
+	f.edit("app-config", "v4") // the fix-forward edit
+	f.tick(6 * time.Second)
+	f.sync()
+	f.expectApplies(3)
+	if !f.forced[2] || !strings.Contains(f.applied[2], `"resourceVersion":"`+rv+`"`) {
+		t.Errorf("the take-back apply: forced %v, %s; want forced and conditional on resourceVersion %s", f.forced[2], f.applied[2], rv)
+	}
+	// printf '%s' '{"ConfigMap/app-config":"80c6f6cb01"}' | sha256sum (v4's content hash)
+	if v, _ := f.templateHash(); v != "b8b7df9573" {
+		t.Errorf("config-hash %q, want b8b7df9573 (v4)", v)
+	}
+	msg := f.expectEvent("Normal " + ReasonTakenBack)
+	if !strings.Contains(msg, "kubectl-rollout") {
+		t.Errorf("the event does not name the manager it was taken from: %s", msg)
+	}
+	f.expectEvent("Normal " + ReasonStarted)
+	if owners := f.owner(); len(owners) != 1 || owners[0] != api.FieldManager {
+		t.Errorf("config-hash owned by %v after the take-back, want %s alone", owners, api.FieldManager)
+	}
+	if n := f.observe(); n.UID == rs1.UID || n.UID == rs2.UID {
+		t.Fatalf("the edit after the undo went to %s: want a new revision", n.Name)
+	}
+	f.sync()
+	f.edit("app-config", "v5")
+	f.tick(6 * time.Second)
+	f.sync()
+	if len(f.forced) != 4 || f.forced[3] {
+		t.Errorf("writes %d, the last forced %v: once ours again, no force is needed", len(f.forced), f.forced)
+	}
+}
+
+// The take-back is conditional: should the workload change between the decision's read and the
+// write, the forced apply fails and the sync is retried, never overwriting what the decision did not
+// see.
+func TestATakeBackIsConditionalOnTheResourceVersionRead(t *testing.T) {
+	f := newFixture(t, auto, configMap("app-config", "v1", nil))
+	f.observe()
+	f.sync()
+	rs2 := f.change("v2")
+	f.change("v3")
+	f.manager = "kubectl-rollout" // undo to rs2: a value we wrote, now owned elsewhere
+	f.deployment.Spec.Template.Annotations = maps.Clone(rs2.Spec.Template.Annotations)
+	f.deployment.Generation++
+	f.observe()
+	f.sync()
+	f.edit("app-config", "v4")
+	f.tick(6 * time.Second)
+	read := f.deployment.ResourceVersion
+	f.dyn.PrependReactor("patch", "*", func(k8stesting.Action) (bool, runtime.Object, error) {
+		f.deployment.Labels = map[string]string{"changed": "meanwhile"} // between the read and the write
+		f.putDeployment()
+		return false, nil, nil
+	})
+	_, err := f.c.sync(context.Background(), caches.Key(caches.Deployment, ns, "web"))
+	if !apierrors.IsConflict(err) {
+		t.Fatalf("sync: %v, want a conflict (retried): the write carried resourceVersion %s, the workload changed meanwhile", err, read)
+	}
+	if v := f.deployment.Spec.Template.Annotations[api.ConfigHashAnnotation]; v != rs2.Spec.Template.Annotations[api.ConfigHashAnnotation] {
+		t.Errorf("config-hash %q was overwritten", v)
+	}
+}
+
+// A change of a config object's metadata only (a label) changes no content: no revision, as with
+// Reloader ("should NOT reload when only ConfigMap labels change").
+func TestAMetadataOnlyChangeStartsNothing(t *testing.T) {
+	f := newFixture(t, auto, configMap("app-config", "v1", nil))
+	f.observe()
+	f.sync()
+	cms := f.kube.CoreV1().ConfigMaps(ns)
+	cm, err := cms.Get(context.Background(), "app-config", metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	old := metaOf(cm)
+	cm.Labels = map[string]string{"team": "payments"}
+	f.rv++
+	cm.ResourceVersion = strconv.Itoa(f.rv)
+	if _, err := cms.Update(context.Background(), cm, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	_ = f.cs.AllConfigs[refs.ConfigMap].Indexers()[0].Update(metaOf(cm))
+	f.c.configHandler(refs.ConfigMap).OnUpdate(old, metaOf(cm))
+	f.sync()
+	f.tick(time.Minute)
+	f.sync()
+	f.expectApplies(0)
 }
 
 // Opting out (the annotation removed) stops all triggering.
@@ -502,6 +735,7 @@ func TestBadInputIsToldNotWritten(t *testing.T) {
 			if !strings.Contains(msg, tc.want) {
 				t.Errorf("warning %q does not say %q", msg, tc.want)
 			}
+			f.recorded() // app-config, followed, is not pinned: told once too
 			f.sync()
 			if evs := f.recorded(); len(evs) != 0 {
 				t.Errorf("told again at the next sync: %q", evs)
@@ -719,10 +953,9 @@ func TestPinningTurnedOffStillKnowsThePinnedRevisions(t *testing.T) {
 }
 
 // An edit that lands after a revision was created but before the controller's first look at it (a
-// loaded controller, an edit a second after a deploy or after our own write): the
-// revision was created with what its snapshot holds, so the edit is a change since it appeared and
-// starts a revision, not a template changed back. A rollback to an older revision created with other
-// content is one: nothing is written, the Warning says why.
+// loaded controller, an edit a second after a deploy, our own write or a rollback): the revision was
+// created with what its snapshot holds, so the edit is a change since it appeared and starts a
+// revision, not a template changed back. After a rollback too: the fix-forward edit must roll.
 func TestAnEditBeforeTheFirstLookAtANewRevisionStartsOne(t *testing.T) {
 	for _, tc := range []struct {
 		name         string
@@ -748,7 +981,7 @@ func TestAnEditBeforeTheFirstLookAtANewRevisionStartsOne(t *testing.T) {
 			f.deployment.Spec.Template.Annotations = nil
 			f.deployment.Generation++
 			return f.observe()
-		}, "", 0, true},
+		}, "", 1, false},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			cm := configMap("app-config", "v1", nil)

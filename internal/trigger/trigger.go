@@ -7,16 +7,22 @@
 //
 // Deterministic: the same content gives the same template, so a revert of the config makes the
 // workload go back to the revision that had it (plan.go), and the revision made before it opted in
-// carries no annotation of ours, which a revert to its content removes again. What each revision was
-// created with is remembered in a record of ours owned by the workload (record.go), or, for pinned
-// objects, in the revision's snapshots.
+// carries no annotation of ours, which a revert to its content removes again. What each value of
+// config-hash we wrote was written for, and what each other revision was made with, is remembered in
+// a record of ours owned by the workload (record.go), or, for pinned objects, in the revision's
+// snapshots. Only what the pod template's containers read counts: the keys a configMapKeyRef or a
+// volume's items name, the whole object otherwise; never an image pull Secret the template merely
+// names (refs.Reads).
 //
 // Exactly one revision per change: a change is acted on only once the content has settled
-// (Options.Settle) and only when the newest revision was not created with it, so a deploy that
-// changes config and template together (Helm's checksum annotation) gets no second revision. Never a
-// fight: a revision is started only for a change of the content since the newest revision appeared,
-// so a template changed back by someone else (a tool reverting our annotation, a rollback) is reported
-// once and left alone until the content changes again.
+// (Options.Settle) and only when the newest revision was not made with it, so a deploy that changes
+// config and template together (Helm's checksum annotation) gets no second revision. Never a fight,
+// never a swallowed edit: a revision is started for a change of the content since the newest
+// revision was made (known from our own write, or, for a revision someone else made, from the order
+// in which its appearance and the config's changes reached us), so a template changed back by
+// someone else (a tool reverting our annotation, a rollback) is reported once and left alone until
+// the content changes again; then our annotation is taken back from whoever copied a value of ours
+// (a rollback), never from a value we did not write (sync.go, decide: the decision table).
 //
 // Like the other controllers it reads the shared caches only (the workloads, their revisions, the
 // widened config informer) and queues workload keys (caches.Key).
@@ -28,6 +34,7 @@ import (
 	"time"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 	utilruntime "k8s.io/apimachinery/pkg/util/runtime"
 	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/kubernetes"
@@ -44,11 +51,12 @@ import (
 const Name = "trigger"
 
 // DefaultSettle is the default settle window. A deploy tool writes a release's objects one after the
-// other within a second or two (Argo CD waits 2 s between sync waves by default), and the workload's
-// controller makes the new revision a few milliseconds after the template changes: 5 s covers both
-// with room for a loaded API server, and adds no more than that to the time a config edit takes to
-// start its canary.
-const DefaultSettle = 5 * time.Second
+// other, config objects first (Helm, Argo CD and kubectl order them by kind), within milliseconds of
+// each other in one sync (a second or so for a large release on a loaded API server): 2 s covers that
+// and a burst of hand edits, and keeps a config edit as quick to start its canary as Reloader at its
+// defaults (docs/benchmarks.md). Argo CD's sync waves are 2 s apart: config and workload in different
+// waves need a longer window (-config-settle).
+const DefaultSettle = 2 * time.Second
 
 // Options tune the trigger.
 type Options struct {
@@ -78,12 +86,15 @@ type Controller struct {
 	now     func() time.Time
 
 	mu sync.Mutex
-	// changed is when an object a workload follows last changed, by workload key: the settle window
-	// runs from there.
-	changed map[string]time.Time
+	// seen is what reached this process of each workload, by workload key: when an object it follows
+	// last changed (the settle window runs from there) and, in the order events arrived, whether that
+	// was before or after its newest revision appeared.
+	seen map[string]*seen
 	// told is the last message of each Warning reason recorded per workload key, so a condition that
 	// lasts is reported once, not at every sync.
 	told map[string]string
+	// order counts the events noted in seen.
+	order uint64
 }
 
 // New wires the trigger to the caches, which must hold every config object (caches.Options.AllConfigs).
@@ -93,8 +104,12 @@ func New(c *caches.Caches, kube kubernetes.Interface, dyn dynamic.Interface, eve
 	}
 	ctl := &Controller{caches: c, kube: kube, dynamic: dyn, events: events, metrics: m, opts: o,
 		content: newContents(kube, c.Pinning), records: records{kube: kube, configs: c.AllConfigs[refs.ConfigMap]},
-		now: time.Now, changed: map[string]time.Time{}, told: map[string]string{}}
-	ctl.loop = &reconcile.Loop{Name: Name, Queue: reconcile.NewQueue(Name, m), Sync: ctl.sync, Metrics: m}
+		now: time.Now, seen: map[string]*seen{}, told: map[string]string{}}
+	// A sync is a chain of requests (the content, the templates, the workload, the write, the record)
+	// with little to compute: twice the workers keep a burst of changes (a deploy of many workloads'
+	// config at once) from queueing behind them (docs/benchmarks.md: -workers=16 took the p50 of 100
+	// changes at once from 5.5 to 4.2 s).
+	ctl.loop = &reconcile.Loop{Name: Name, Queue: reconcile.NewQueue(Name, m), Sync: ctl.sync, Metrics: m, WorkersPer: 2}
 	for _, kind := range workloadKinds() {
 		if inf, ok := c.Users[kind]; ok {
 			if err := inf.AddEventHandler(ctl.workloadHandler()); err != nil {
@@ -200,19 +215,37 @@ func equalStrings(a, b map[string]string) bool {
 }
 
 // revisionHandler: a revision appearing, going, or renumbered (a rollback reuses an old one) changes
-// which is the newest.
+// which is the newest. A revision appearing or renumbered after the initial list is noted, in the
+// order events arrive, for the workloads that opted in: an edit that arrives after it was not what
+// the revision was made with.
 func (c *Controller) revisionHandler() cache.ResourceEventHandler {
 	owner := func(obj any) {
 		if u, ok := caches.UserOf(obj); ok {
 			c.enqueueController(u)
 		}
 	}
-	return cache.ResourceEventHandlerFuncs{
-		AddFunc: owner,
+	appeared := func(obj any) {
+		if u, ok := caches.UserOf(obj); ok {
+			c.noteRevision(u)
+			c.enqueueController(u)
+		}
+	}
+	return cache.ResourceEventHandlerDetailedFuncs{
+		AddFunc: func(obj any, initial bool) {
+			if initial {
+				owner(obj)
+			} else {
+				appeared(obj)
+			}
+		},
 		UpdateFunc: func(old, cur any) {
 			o, okO := caches.UserOf(old)
 			n, okN := caches.UserOf(cur)
-			if okO && okN && (o.Number != n.Number || (o.DeletionTimestamp == nil) != (n.DeletionTimestamp == nil)) {
+			switch {
+			case !okO || !okN:
+			case o.Number != n.Number:
+				appeared(cur)
+			case (o.DeletionTimestamp == nil) != (n.DeletionTimestamp == nil):
 				owner(cur)
 			}
 		},
@@ -220,14 +253,22 @@ func (c *Controller) revisionHandler() cache.ResourceEventHandler {
 	}
 }
 
-// enqueueController enqueues the workload controlling revision u.
-func (c *Controller) enqueueController(u *caches.User) {
+// controllerKey is the key of the workload controlling revision u ("" when none of ours).
+func controllerKey(u *caches.User) string {
 	if ref := u.Owner; ref != nil {
 		for _, k := range workloadKinds() {
 			if string(k) == ref.Kind {
-				c.loop.Queue.Add(caches.Key(k, u.Namespace, ref.Name))
+				return caches.Key(k, u.Namespace, ref.Name)
 			}
 		}
+	}
+	return ""
+}
+
+// enqueueController enqueues the workload controlling revision u.
+func (c *Controller) enqueueController(u *caches.User) {
+	if key := controllerKey(u); key != "" {
+		c.loop.Queue.Add(key)
 	}
 }
 
@@ -247,12 +288,15 @@ func (c *Controller) enqueueWorkloadOf(ns string, o metav1.OwnerReference) {
 // configHandler: a config object changed (or appeared, or went): the workloads following it look
 // again once the content has settled.
 func (c *Controller) configHandler(kind refs.Kind) cache.ResourceEventHandler {
-	changed := func(obj any, gone bool) {
+	changed := func(obj any, gone, initial bool) {
 		m, ok := caches.MetaOf(obj)
 		if !ok {
 			return
 		}
 		if ours(m) {
+			if gone {
+				c.content.forgetSnapshot(kind, m.Namespace, m.Name)
+			}
 			// A snapshot taken: the workload of its revision may be waiting for it.
 			for _, o := range m.OwnerReferences {
 				c.enqueueWorkloadOf(m.Namespace, o)
@@ -262,25 +306,24 @@ func (c *Controller) configHandler(kind refs.Kind) cache.ResourceEventHandler {
 		if gone {
 			c.content.forget(kind, m.Namespace, m.Name)
 		}
-		now := c.now()
 		for _, u := range c.followers(kind, m.Namespace, m.Name) {
-			c.mu.Lock()
-			c.changed[u.Key()] = now
-			c.mu.Unlock()
+			if !initial {
+				c.noteChange(u.Key())
+			}
 			c.loop.Queue.AddAfter(u.Key(), c.opts.Settle)
 		}
 	}
-	return cache.ResourceEventHandlerFuncs{
-		AddFunc: func(obj any) { changed(obj, false) },
+	return cache.ResourceEventHandlerDetailedFuncs{
+		AddFunc: func(obj any, initial bool) { changed(obj, false, initial) },
 		UpdateFunc: func(old, cur any) {
 			o, okO := caches.MetaOf(old)
 			n, okN := caches.MetaOf(cur)
 			if okO && okN && o.ResourceVersion == n.ResourceVersion {
 				return // a resync, not a change
 			}
-			changed(cur, false)
+			changed(cur, false, false)
 		},
-		DeleteFunc: func(obj any) { changed(obj, true) },
+		DeleteFunc: func(obj any) { changed(obj, true, false) },
 	}
 }
 
@@ -328,11 +371,85 @@ func (c *Controller) enqueueUnsupported(obj any) {
 	}
 }
 
+// seen is what reached this process of a workload since it started: events in arrival order, counted
+// by Controller.order.
+type seen struct {
+	changedAt  time.Time // an object it follows last changed
+	changedSeq uint64    // ... as the changedSeq-th event
+	newest     types.UID // the revision that last appeared or was renumbered
+	newestSeq  uint64
+	pending    time.Time // since when our last write waits for its revision (decide: pending)
+}
+
+// noteChange notes that an object the workload follows changed, now.
+func (c *Controller) noteChange(key string) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	s := c.seenOf(key)
+	c.order++
+	s.changedAt, s.changedSeq = c.now(), c.order
+}
+
+// noteRevision notes that revision u appeared (or was renumbered: it is the newest again), for a
+// workload that opted in (the others' revisions are not held).
+func (c *Controller) noteRevision(u *caches.User) {
+	key := controllerKey(u)
+	if key == "" {
+		return
+	}
+	inf, ok := c.caches.Users[caches.Kind(u.Owner.Kind)]
+	if !ok {
+		return
+	}
+	if w, exists, _ := inf.Get(u.Namespace, u.Owner.Name); !exists || (len(w.Annotations) == 0 && len(w.TemplateAnnotations) == 0) {
+		return
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	s := c.seenOf(key)
+	c.order++
+	s.newest, s.newestSeq = u.UID, c.order
+}
+
+// notePending notes whether our last write on the workload still waits for its revision.
+func (c *Controller) notePending(key string, waiting bool) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	s := c.seenOf(key)
+	switch {
+	case !waiting:
+		s.pending = time.Time{}
+	case s.pending.IsZero():
+		s.pending = c.now()
+	}
+}
+
+// pendingFor is how long our last write on the workload has waited for its revision (0: not waiting).
+func (c *Controller) pendingFor(key string) time.Duration {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	s, ok := c.seen[key]
+	if !ok || s.pending.IsZero() {
+		return 0
+	}
+	return c.now().Sub(s.pending)
+}
+
+// seenOf is the workload's entry, made on first use; c.mu held.
+func (c *Controller) seenOf(key string) *seen {
+	s, ok := c.seen[key]
+	if !ok {
+		s = &seen{}
+		c.seen[key] = s
+	}
+	return s
+}
+
 // forget drops what is held in memory of a workload.
 func (c *Controller) forget(key string) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	delete(c.changed, key)
+	delete(c.seen, key)
 	for k := range c.told {
 		if len(k) > len(key) && k[:len(key)+1] == key+"#" {
 			delete(c.told, k)
@@ -344,18 +461,28 @@ func (c *Controller) forget(key string) {
 func (c *Controller) sawChange(key string) bool {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	_, ok := c.changed[key]
-	return ok
+	s, ok := c.seen[key]
+	return ok && s.changedSeq > 0
+}
+
+// changedAfter reports whether an object the workload follows changed after revision uid appeared,
+// in the order the events reached this process. False when its appearance did not reach us (it
+// predates this process): then nothing is known to have come after it.
+func (c *Controller) changedAfter(key string, uid types.UID) bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	s, ok := c.seen[key]
+	return ok && s.newest == uid && s.changedSeq > s.newestSeq
 }
 
 // since is how long ago an object the workload follows last changed (a long time when unknown, e.g.
 // after a restart: the change happened while we were away).
 func (c *Controller) since(key string) time.Duration {
 	c.mu.Lock()
-	t, ok := c.changed[key]
+	s, ok := c.seen[key]
 	c.mu.Unlock()
-	if !ok {
+	if !ok || s.changedSeq == 0 {
 		return time.Duration(1<<62 - 1)
 	}
-	return c.now().Sub(t)
+	return c.now().Sub(s.changedAt)
 }

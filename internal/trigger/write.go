@@ -2,22 +2,19 @@ package trigger
 
 import (
 	"context"
-	"errors"
+	"encoding/json"
 	"fmt"
+	"slices"
 
-	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/types"
 
 	"github.com/configmap-attacher/configmap-attacher/internal/api"
 	"github.com/configmap-attacher/configmap-attacher/internal/caches"
 	"github.com/configmap-attacher/configmap-attacher/internal/workload"
 )
-
-// errOwnedElsewhere: another field manager owns the annotation (it set it, or changed our value),
-// so our apply, which never forces, was refused or could not remove it.
-var errOwnedElsewhere = errors.New("the annotation is owned by another field manager")
 
 // holder is the object whose pod template a workload's revisions come from: the workload itself, or
 // for a Rollout with workloadRef the Deployment it names (its own spec.template must stay empty, and
@@ -49,31 +46,77 @@ func holderOf(w *caches.User) holder {
 
 func (h holder) String() string { return fmt.Sprintf("%s %s/%s", h.kind, h.namespace, h.name) }
 
+// current is what a write is decided on: the holder as read from the API server just before, its
+// resourceVersion, our annotation's value on its pod template, and the other field managers that own
+// that annotation (managedFields).
+type current struct {
+	rv     string
+	value  string
+	has    bool
+	owners []string
+}
+
+// currentOf reads current from the holder's metadata and pod template annotations.
+func currentOf(meta metav1.Object, annotations map[string]string) (current, error) {
+	cur := current{rv: meta.GetResourceVersion()}
+	cur.value, cur.has = annotations[api.ConfigHashAnnotation]
+	path := []string{"f:spec", "f:template", "f:metadata", "f:annotations", "f:" + api.ConfigHashAnnotation}
+	for _, mf := range meta.GetManagedFields() {
+		if mf.Manager == api.FieldManager || mf.FieldsV1 == nil || slices.Contains(cur.owners, mf.Manager) {
+			continue
+		}
+		var fields map[string]any
+		if err := json.Unmarshal(mf.FieldsV1.Raw, &fields); err != nil {
+			return current{}, fmt.Errorf("reading the managedFields of %s: %w", meta.GetName(), err)
+		}
+		if _, ok, _ := unstructured.NestedFieldNoCopy(fields, path...); ok {
+			cur.owners = append(cur.owners, mf.Manager)
+		}
+	}
+	return cur, nil
+}
+
 // write sets (or removes) our one annotation on the holder's pod template with server-side apply
 // under our field manager. The applied configuration names nothing else, so the API server records
 // us as the owner of that one field and of nothing else; removing it is an apply that names nothing,
-// which deletes the fields only we owned. Never forced: a field another manager owns is theirs
-// (errOwnedElsewhere).
-func (c *Controller) write(ctx context.Context, h holder, p plan) error {
-	obj := &unstructured.Unstructured{Object: map[string]any{
-		"apiVersion": h.apiVersion, "kind": h.kind,
-		"metadata": map[string]any{"name": h.name, "namespace": h.namespace},
-	}}
-	if p.set {
-		obj.Object["spec"] = map[string]any{"template": map[string]any{"metadata": map[string]any{
-			"annotations": map[string]any{api.ConfigHashAnnotation: p.value}}}}
-	}
-	out, err := c.dynamic.Resource(h.gvr).Namespace(h.namespace).Apply(ctx, h.name, obj,
-		metav1.ApplyOptions{FieldManager: api.FieldManager})
-	if apierrors.IsConflict(err) {
-		return fmt.Errorf("%w: %v", errOwnedElsewhere, err)
+// which deletes the fields only we owned.
+//
+// takeBack: another field manager owns the annotation with a value we wrote (a rollback copied it).
+// The apply is then forced, which takes ownership of exactly that one field, and carries the
+// resourceVersion the decision read as a precondition: any change since makes it fail (a conflict,
+// retried) instead of overwriting what we have not seen. A removal cannot be forced (an apply that
+// names nothing takes nothing), so it is a merge patch of that one key to null, under the same
+// precondition.
+func (c *Controller) write(ctx context.Context, h holder, p plan, cur current, takeBack bool) error {
+	res := c.dynamic.Resource(h.gvr).Namespace(h.namespace)
+	var out *unstructured.Unstructured
+	var err error
+	if takeBack && !p.set {
+		patch, _ := json.Marshal(map[string]any{"metadata": map[string]any{"resourceVersion": cur.rv},
+			"spec": map[string]any{"template": map[string]any{"metadata": map[string]any{"annotations": map[string]any{api.ConfigHashAnnotation: nil}}}}})
+		out, err = res.Patch(ctx, h.name, types.MergePatchType, patch, metav1.PatchOptions{FieldManager: api.FieldManager})
+	} else {
+		obj := &unstructured.Unstructured{Object: map[string]any{
+			"apiVersion": h.apiVersion, "kind": h.kind,
+			"metadata": map[string]any{"name": h.name, "namespace": h.namespace},
+		}}
+		if takeBack {
+			obj.SetResourceVersion(cur.rv)
+		}
+		if p.set {
+			obj.Object["spec"] = map[string]any{"template": map[string]any{"metadata": map[string]any{
+				"annotations": map[string]any{api.ConfigHashAnnotation: p.value}}}}
+		}
+		out, err = res.Apply(ctx, h.name, obj, metav1.ApplyOptions{FieldManager: api.FieldManager, Force: takeBack})
 	}
 	if err != nil {
+		// A conflict (another manager took the field, or the precondition failed) is retried: the
+		// next sync reads the holder again and decides anew.
 		return fmt.Errorf("writing %s on the pod template of %s: %w", api.ConfigHashAnnotation, h, err)
 	}
 	got, found, _ := unstructured.NestedString(out.Object, "spec", "template", "metadata", "annotations", api.ConfigHashAnnotation)
 	if found != p.set || got != p.value {
-		return fmt.Errorf("%w: %s still carries %s=%q", errOwnedElsewhere, h, api.ConfigHashAnnotation, got)
+		return fmt.Errorf("writing %s on the pod template of %s: it still carries %q (another field manager took it meanwhile)", api.ConfigHashAnnotation, h, got)
 	}
 	return nil
 }

@@ -79,7 +79,7 @@ func run(ctx context.Context, args []string) error {
 	pods := fs.Int("pods", 10000, "memory: Pods to add for the last measurement of our controller (0: none)")
 	size := fs.Int("size", 64*1024, "memory: bytes of data per ConfigMap")
 	unlabelled := fs.Int("unlabelled", 0, "memory: unlabelled ConfigMaps (of -size) and Helm release Secrets (of half) to add after the labelled ones; "+
-		"with it or -annotated, ours also runs with -pinning (the widened config cache) and with -pinning -reloader-annotations=false")
+		"with it or -annotated, ours also runs with -pinning -reloader-annotations (the widened config cache) and with -pinning alone")
 	annotated := fs.Int("annotated", 0, "memory: Deployments (0 replicas) with reloader.stakater.com/auto to add last, each reading one unlabelled ConfigMap")
 	withPeers := fs.Bool("peers", true, "run the peers built by hack/tools/build.sh peers beside ours")
 	breakdown := fs.Bool("breakdown", false, "controller: split each latency of ours and the floor at the moment its PATCH returned (their logs)")

@@ -15,11 +15,11 @@ import (
 )
 
 // What the config trigger's widened config cache costs (docs/config-starts.md, "The config cache"):
-// with -pinning and Reloader's annotations honoured (the default with -pinning), the controller
-// watches every ConfigMap and Secret of the cluster, metadata only, instead of the opted-in ones, and
-// reads the data of an object a workload follows. The memory scenario then runs our controller three
-// ways side by side: as before (no -pinning: label-filtered), with -pinning -reloader-annotations=false
-// (pinning alone: still label-filtered) and with -pinning (widened); after the labelled ConfigMaps it
+// with -reloader-annotations (the trigger's switch), the controller watches every ConfigMap and Secret
+// of the cluster, metadata only, instead of the opted-in ones, and reads the data of an object a
+// workload follows. The memory scenario then runs our controller three ways side by side: as before
+// (no -pinning: label-filtered), with -pinning (pinning alone: still label-filtered) and with
+// -pinning -reloader-annotations (widened); after the labelled ConfigMaps it
 // adds objects nobody labelled — ConfigMaps and Helm release Secrets, the most common unlabelled
 // objects of a cluster — and then Deployments carrying Reloader's annotation, each following one of
 // those ConfigMaps.
@@ -32,7 +32,7 @@ type triggerObjects struct {
 func (t triggerObjects) on() bool { return t.unlabelled > 0 || t.annotated > 0 }
 
 // oursForMemory is our controller as the memory scenario runs it: with the trigger's objects, also
-// with -pinning -reloader-annotations=false and with -pinning, each registering its webhook at a port
+// with -pinning and with -pinning -reloader-annotations, each registering its webhook at a port
 // of its own under a configuration of its own (the namespace is not labelled for pinning: the API
 // server never calls them). cleanup deletes those configurations and their certificate Secrets.
 func (e env) oursForMemory() (procs []*memProc, cleanup func()) {
@@ -42,8 +42,8 @@ func (e env) oursForMemory() (procs []*memProc, cleanup func()) {
 	}
 	var names []string
 	for _, v := range []struct{ label, name string }{
-		{" -pinning -reloader-annotations=false", "bench-mem-pinning"},
-		{" -pinning", "bench-mem-trigger"},
+		{" -pinning", "bench-mem-pinning"},
+		{" -pinning -reloader-annotations", "bench-mem-trigger"},
 	} {
 		names = append(names, v.name)
 		procs = append(procs, &memProc{name: ours + v.label, start: func(ctx context.Context) (*framework.Process, error) {

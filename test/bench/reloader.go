@@ -20,6 +20,7 @@ import (
 	"k8s.io/client-go/tools/cache"
 
 	"github.com/configmap-attacher/configmap-attacher/internal/api"
+	"github.com/configmap-attacher/configmap-attacher/internal/trigger"
 	"github.com/configmap-attacher/configmap-attacher/internal/workload"
 	"github.com/configmap-attacher/configmap-attacher/test/framework"
 )
@@ -32,8 +33,9 @@ import (
 // at once, and the bench's own watch measures, per workload, the time from the ConfigMap's update to
 // the workload's new ReplicaSet (one process, one clock).
 //
-// Rows: ours (-pinning, nothing else but the settle window) with -config-settle=0 and at its default,
-// ours in a namespace with pinning on and the ConfigMaps pinned (what pinning adds: the snapshots),
+// Rows: ours at its defaults with the trigger's switch (-reloader-annotations, nothing else), with
+// -config-settle=0 and at the default settle window; ours with -pinning too, in a namespace with
+// pinning on and the ConfigMaps pinned (what pinning adds: the snapshots),
 // Reloader with its default strategy (env-vars) and with --reload-strategy=annotations, both with
 // --is-Argo-Rollouts=true (else it ignores Rollouts) and KUBERNETES_NAMESPACE set to the namespace,
 // and Reloader once more with reloader.stakater.com/rollout-strategy: restart on the Rollouts: it sets
@@ -45,9 +47,9 @@ import (
 // cluster during the change (the workload controllers', kwok's, ours), for context.
 func (e env) againstReloader(ctx context.Context, n int, keep bool) error {
 	tools := []triggerTool{
-		{name: ours + ", -config-settle=0", start: e.startTrigger("0s")},
-		{name: ours + ", -config-settle=5s (default)", start: e.startTrigger("5s")},
-		{name: ours + ", -config-settle=0, pinned", pinned: true, start: e.startTrigger("0s")},
+		{name: ours + " -reloader-annotations, -config-settle=0", start: e.startTrigger("0s", false)},
+		{name: fmt.Sprintf("%s -reloader-annotations, -config-settle=%s (default)", ours, trigger.DefaultSettle), start: e.startTrigger(trigger.DefaultSettle.String(), false)},
+		{name: ours + " -pinning -reloader-annotations, -config-settle=0, pinned", pinned: true, start: e.startTrigger("0s", true)},
 	}
 	if e.peers.reloader != "" {
 		if l, err := net.Listen("tcp", ":9090"); err != nil {
@@ -94,15 +96,22 @@ type triggerTool struct {
 	start              func(ctx context.Context, ns, kubeconfig string) (*framework.Process, func(), error)
 }
 
-// startTrigger starts our controller with -pinning (the trigger's only requirement) and the settle
-// window, on the namespace alone.
-func (e env) startTrigger(settle string) func(ctx context.Context, ns, kubeconfig string) (*framework.Process, func(), error) {
+// startTrigger starts our controller with -reloader-annotations (the trigger's switch), the settle
+// window and, with pinning, -pinning, on the namespace alone.
+func (e env) startTrigger(settle string, pinning bool) func(ctx context.Context, ns, kubeconfig string) (*framework.Process, func(), error) {
 	return func(ctx context.Context, ns, kubeconfig string) (*framework.Process, func(), error) {
 		o := e
 		o.bin = framework.Binary{Path: e.bin.Path, Kubeconfig: kubeconfig}
-		o.controllerFlags = append([]string{"-config-settle=" + settle}, e.controllerFlags...)
-		p, _, stop, err := o.startPinning(ctx, ns)
-		return p, stop, err
+		o.controllerFlags = append([]string{"-reloader-annotations", "-config-settle=" + settle}, e.controllerFlags...)
+		if pinning {
+			p, _, stop, err := o.startPinning(ctx, ns)
+			return p, stop, err
+		}
+		p, err := o.startOurs(ctx, "-namespaces", ns)
+		if err != nil {
+			return nil, nil, err
+		}
+		return p, func() { _ = p.Stop() }, nil
 	}
 }
 

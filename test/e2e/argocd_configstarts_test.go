@@ -75,7 +75,7 @@ const watchFor = 45 * time.Second
 func configStartsThroughArgoCD(t *testing.T, ns string, app framework.GitApp) {
 	ctx := context.Background()
 	useArgoCD(t)
-	startPinningController(t, "Fail", ns)
+	startTriggerController(t, ns)
 	repo, err := framework.ServeGitRepo(ctx)
 	must(t, err)
 	t.Cleanup(func() { _ = repo.Close() })

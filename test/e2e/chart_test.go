@@ -562,7 +562,8 @@ func (r *chartRelease) runReleaseHook(p *framework.Process) framework.Result {
 }
 
 // pinning.enabled: the chart's RBAC suffices for zero-touch pinning (namespaces, the webhook
-// configuration, the certificate Secret, snapshots). kwok runs no container and the API server could
+// configuration, the certificate Secret, snapshots), and with reloaderAnnotations for the config
+// trigger. kwok runs no container and the API server could
 // not reach one here, so the controller runs locally as the chart's ServiceAccount with the chart's
 // arguments, serving the webhook at a loopback URL instead of behind the chart's Service: it then
 // writes its URL into the chart's own MutatingWebhookConfiguration.
@@ -571,7 +572,7 @@ func TestChartPinningRBACSuffices(t *testing.T) {
 	ctx := context.Background()
 	ns := givenNamespace(t, "e2e-chart-pinning")
 	appNS := givenNamespace(t, "e2e-chart-pinning-app")
-	r := installChart(t, "cma-pin", ns, "watchNamespaces={"+appNS+"}", "pinning.enabled=true", "rbac.ownerReferencesPermissionEnforcement=true")
+	r := installChart(t, "cma-pin", ns, "watchNamespaces={"+appNS+"}", "pinning.enabled=true", "reloaderAnnotations=true", "rbac.ownerReferencesPermissionEnforcement=true")
 	d := r.deployment()
 	if *d.Spec.Replicas != 2 || d.Spec.Template.Spec.Affinity == nil || d.Spec.Template.Spec.Affinity.PodAntiAffinity == nil {
 		t.Fatalf("pinning: want 2 replicas with anti-affinity, got %d, %+v", *d.Spec.Replicas, d.Spec.Template.Spec.Affinity)
@@ -603,7 +604,7 @@ func TestChartPinningRBACSuffices(t *testing.T) {
 	rs := givenPinnedWeb(t, appNS)
 	t.Log("then: as the chart's ServiceAccount the controller made its certificate, registered the webhook and pinned the pod")
 
-	t.Log("when: the Deployment opts in with Reloader's annotation and app-config alone is edited (pinning.reloaderAnnotations, on by default)")
+	t.Log("when: the Deployment opts in with Reloader's annotation and app-config alone is edited (reloaderAnnotations=true)")
 	triggered{t: t, ns: appNS}.optIn(framework.DeploymentGVR, "Deployment", "web")
 	must(t, e2e.cluster.EditConfigMap(ctx, appNS, "app-config", pinV2))
 	next := triggered{t: t, ns: appNS}.waitDeployment("web", pinV2, func(n *appsv1.ReplicaSet) bool { return n.UID != rs.UID && hashOf(n) != "" })

@@ -31,9 +31,9 @@ import (
 )
 
 // A config change starts a revision (docs/config-starts.md): workloads opt in with Reloader's own
-// annotations, the user edits only the ConfigMap, and the controller (with -pinning, nothing else)
+// annotations, the user edits only the ConfigMap, and the controller (-pinning -reloader-annotations)
 // writes configmap-attacher.io/config-hash on the pod template with server-side apply. The settle
-// window is the default (5 s).
+// window is the default (trigger.DefaultSettle).
 
 // settled is long enough for the controller to have acted on a change: the settle window, then a
 // margin for a loaded machine.
@@ -83,7 +83,7 @@ func TestConfigStartsTheWriteUpsCanaryWithNothingButTheConfigMapEdited(t *testin
 	t.Parallel()
 	ctx := context.Background()
 	s := story(t, "config-starts", nil)
-	ctrl, err := walkthrough.StartPinningController(ctx, e2e.cluster, e2e.bin, "walkthrough-"+s.Namespace, s.Namespace)
+	ctrl, err := walkthrough.StartTriggerController(ctx, e2e.cluster, e2e.bin, "walkthrough-"+s.Namespace, s.Namespace)
 	must(t, err)
 	t.Cleanup(func() {
 		must(t, ctrl.Stop(context.Background()))
@@ -122,25 +122,7 @@ func (w triggered) put(data map[string]string) {
 // pod ready and reading the ReplicaSet's own snapshot of data, and returns it.
 func (w triggered) waitDeployment(name string, data map[string]string, ok func(*appsv1.ReplicaSet) bool) *appsv1.ReplicaSet {
 	w.t.Helper()
-	var rs *appsv1.ReplicaSet
-	must(w.t, framework.Eventually(context.Background(), 2*time.Minute, "Deployment "+name+"'s next revision", func(ctx context.Context) (bool, string, error) {
-		res, err := e2e.cluster.ResolveWorkload(ctx, workload.Ref{Kind: workload.Deployment, Namespace: w.ns, Name: name})
-		if err != nil {
-			return false, err.Error(), nil
-		}
-		cur, err := res.Current()
-		if err != nil || !ok(cur) {
-			return false, fmt.Sprintf("current %v (%v)", cur, err), nil
-		}
-		pods, err := e2e.cluster.PodsOf(ctx, cur)
-		if err != nil {
-			return false, "", err
-		}
-		rs = cur
-		return len(pods) == 1 && framework.ReadyPods(pods) == 1 && cur.Status.Replicas == 1, framework.DescribePods(pods), nil
-	}))
-	pinnedRollout{t: w.t, ns: w.ns}.expectReads(rs, data)
-	return rs
+	return w.waitCurrent(workload.Deployment, name, 1, data, ok)
 }
 
 func (w triggered) replicaSets() []appsv1.ReplicaSet {
@@ -175,7 +157,7 @@ func TestConfigStartsADeploymentAndARevertReusesItsReplicaSet(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	ns := givenNamespace(t, "config-starts-deployment")
-	startPinningController(t, "Fail", ns)
+	startTriggerController(t, ns)
 	w := triggered{t: t, ns: ns}
 	w.put(pinV1)
 	_, err := e2e.cluster.CreateDeployment(ctx, ns, "web", framework.PodTemplate("web", []string{"app-config"}, nil), nil)
@@ -227,7 +209,7 @@ func TestConfigStartsAStatefulSetPartitionedUpdate(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	ns := givenNamespace(t, "config-starts-statefulset")
-	startPinningController(t, "Fail", ns)
+	startTriggerController(t, ns)
 	w := triggered{t: t, ns: ns}
 	w.put(pinV1)
 	sts, err := e2e.cluster.CreateStatefulSet(ctx, ns, "db", 2, framework.PodTemplate("db", []string{"app-config"}, nil))
@@ -267,7 +249,7 @@ func TestConfigStartsADaemonSet(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	ns := givenNamespace(t, "config-starts-daemonset")
-	startPinningController(t, "Fail", ns)
+	startTriggerController(t, ns)
 	w := triggered{t: t, ns: ns}
 	w.put(pinV1)
 	tmpl := framework.PodTemplate("agent", []string{"app-config"}, nil)
@@ -305,7 +287,7 @@ func TestConfigStartsARolloutWithWorkloadRef(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	ns := givenNamespace(t, "config-starts-workloadref")
-	startPinningController(t, "Fail", ns)
+	startTriggerController(t, ns)
 	w := triggered{t: t, ns: ns}
 	w.put(pinV1)
 	tmpl := framework.PodTemplate("demo", []string{"app-config"}, nil)
@@ -342,7 +324,7 @@ func TestConfigStartsNothingMoreWhenAHelmUpgradeChangesConfigAndChecksumTogether
 	t.Parallel()
 	ctx := context.Background()
 	ns := givenNamespace(t, "config-starts-helm")
-	startPinningController(t, "Fail", ns)
+	startTriggerController(t, ns)
 	h := helmCLI(t)
 	values := func(data map[string]string) string {
 		b, err := json.Marshal(map[string]any{"config": data})
@@ -380,7 +362,7 @@ func TestConfigStartsNeverFightsAToolRevertingIt(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	ns := givenNamespace(t, "config-starts-fight")
-	startPinningController(t, "Fail", ns)
+	startTriggerController(t, ns)
 	w := triggered{t: t, ns: ns}
 	w.put(pinV1)
 	tmpl := framework.PodTemplate("web", []string{"app-config"}, nil)
@@ -418,7 +400,7 @@ func TestConfigStartsBadInputIsToldAndNothingIsWritten(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	ns := givenNamespace(t, "config-starts-bad-input")
-	startPinningController(t, "Fail", ns)
+	startTriggerController(t, ns)
 	w := triggered{t: t, ns: ns}
 	w.put(pinV1)
 	for name, annotations := range map[string]map[string]string{
@@ -474,7 +456,7 @@ func TestConfigStartsWithUnpinnedConfigTellsTheLabelThatFixesIt(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	ns := givenNamespace(t, "config-starts-unpinned")
-	startPinningController(t, "Fail", ns)
+	startTriggerController(t, ns)
 	_, err := e2e.cluster.PutConfigMap(ctx, ns, "plain-config", pinV1)
 	must(t, err)
 	_, err = e2e.cluster.CreateDeployment(ctx, ns, "web", framework.PodTemplate("web", []string{"plain-config"}, nil), nil)
@@ -492,9 +474,10 @@ func TestConfigStartsWithUnpinnedConfigTellsTheLabelThatFixesIt(t *testing.T) {
 }
 
 // The chart grants our first write on workloads (patch on Deployments, StatefulSets, DaemonSets,
-// Rollouts) only while the feature is on: with pinning (pinning.reloaderAnnotations, default true);
-// never without pinning or with pinning.reloaderAnnotations=false. TestChartPinningRBACSuffices proves
-// the grant suffices.
+// Rollouts) only while the trigger's own value is on (reloaderAnnotations, default off), with pinning
+// or without; the deprecated pinning.reloaderAnnotations is honoured when set, with pinning. A
+// Reloader cluster's chart with pinning on and the trigger off grants no patch on workloads.
+// TestChartPinningRBACSuffices proves the grant suffices.
 func TestConfigStartsChartGrantsPatchOnWorkloadsOnlyWhileOn(t *testing.T) {
 	t.Parallel()
 	h := helmCLI(t)
@@ -503,10 +486,13 @@ func TestConfigStartsChartGrantsPatchOnWorkloadsOnlyWhileOn(t *testing.T) {
 		patch bool
 		flag  string // the controller's, "" for none
 	}{
-		{[]string{"pinning.enabled=true"}, true, "-reloader-annotations=true"},
-		{[]string{"pinning.enabled=true", "watchNamespaces={a}"}, true, "-reloader-annotations=true"},
+		{[]string{"pinning.enabled=true"}, false, "-reloader-annotations=false"},
+		{nil, false, "-reloader-annotations=false"},
+		{[]string{"reloaderAnnotations=true"}, true, "-reloader-annotations=true"},
+		{[]string{"pinning.enabled=true", "reloaderAnnotations=true"}, true, "-reloader-annotations=true"},
+		{[]string{"pinning.enabled=true", "watchNamespaces={a}", "reloaderAnnotations=true"}, true, "-reloader-annotations=true"},
+		{[]string{"pinning.enabled=true", "pinning.reloaderAnnotations=true"}, true, "-reloader-annotations=true"}, // deprecated, honoured
 		{[]string{"pinning.enabled=true", "pinning.reloaderAnnotations=false"}, false, "-reloader-annotations=false"},
-		{nil, false, ""},
 	} {
 		args := []string{"template", "cma", chartPath("configmap-attacher"), "-n", "cma"}
 		for _, s := range tc.sets {
@@ -514,7 +500,7 @@ func TestConfigStartsChartGrantsPatchOnWorkloadsOnlyWhileOn(t *testing.T) {
 		}
 		objs, err := framework.ParseManifests(helmRun(t, h, args...))
 		must(t, err)
-		var patched []string
+		var patched, created []string
 		flag := ""
 		for _, o := range objs {
 			if o.GetKind() == "Deployment" {
@@ -540,6 +526,9 @@ func TestConfigStartsChartGrantsPatchOnWorkloadsOnlyWhileOn(t *testing.T) {
 						}
 					}
 				}
+				if slices.Contains(verbs, any("create")) && slices.Contains(resources, any("configmaps")) {
+					created = append(created, o.GetKind())
+				}
 			}
 		}
 		if tc.patch != (len(patched) > 0) {
@@ -547,6 +536,9 @@ func TestConfigStartsChartGrantsPatchOnWorkloadsOnlyWhileOn(t *testing.T) {
 		}
 		if flag != tc.flag {
 			t.Errorf("--set %v: controller flag %q, want %q", tc.sets, flag, tc.flag)
+		}
+		if tc.patch && len(created) == 0 {
+			t.Errorf("--set %v: the trigger is on but no rule lets it create its records (ConfigMaps)", tc.sets)
 		}
 		t.Logf("--set %v: patch on workloads: %v %s", tc.sets, patched, flag)
 	}
@@ -561,7 +553,7 @@ func TestConfigStartsWidenedCacheTouchesOnlyOptedInObjects(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	ns := givenNamespace(t, "config-starts-widened")
-	startPinningController(t, "Fail", ns)
+	startTriggerController(t, ns)
 	ours := configRevision(t, ns, "web-cm", "v1")
 	plain := configRevisionLabelled(t, ns, "plain", false)
 	selected := configRevisionLabelled(t, ns, "selected", false)

@@ -72,7 +72,7 @@ func TestFluxConfigStartsTheCanaryWithoutDrift(t *testing.T) {
 	ctx := context.Background()
 	ns := givenNamespace(t, "e2e-flux-config-starts")
 	useFlux(t)
-	startPinningController(t, "Fail", ns)
+	startTriggerController(t, ns)
 	versions := fluxRepository(t, ns, "charts/grafana")
 	hr := framework.HelmRelease{Name: "graf", Namespace: ns, Repository: ns, Chart: "grafana", Version: versions["grafana"],
 		Values: grafanaCustomValues(customV1), Interval: 10 * time.Second,

@@ -35,6 +35,13 @@ func startPinningController(t *testing.T, failurePolicy string, namespaces ...st
 	return startPinningControllerWith(t, failurePolicy, nil, namespaces...)
 }
 
+// startTriggerController is startPinningController with the config trigger on: -reloader-annotations,
+// its own switch (pinning alone does not turn it on).
+func startTriggerController(t *testing.T, namespaces ...string) *framework.Process {
+	t.Helper()
+	return startPinningControllerWith(t, "Fail", []string{"-reloader-annotations"}, namespaces...)
+}
+
 // startPinningControllerWith is startPinningController with more controller flags.
 func startPinningControllerWith(t *testing.T, failurePolicy string, extraArgs []string, namespaces ...string) *framework.Process {
 	t.Helper()
@@ -61,7 +68,7 @@ func startPinningControllerWith(t *testing.T, failurePolicy string, extraArgs []
 		}
 		return err == nil && len(c.Webhooks) == 1 && len(c.Webhooks[0].ClientConfig.CABundle) > 0, "no caBundle yet", err
 	}))
-	t.Logf("given: the controller runs with -pinning, its webhook registered at https://127.0.0.1:%d (failurePolicy %s)", port, failurePolicy)
+	t.Logf("given: the controller runs with -pinning %s, its webhook registered at https://127.0.0.1:%d (failurePolicy %s)", strings.Join(extraArgs, " "), port, failurePolicy)
 	return p
 }
 

@@ -182,3 +182,33 @@ func (c *Cluster) WaitEvent(ctx context.Context, timeout time.Duration, ns, kind
 	})
 	return last, err
 }
+
+// ArgoRollouts runs the real kubectl-argo-rollouts plugin (hack/tools build), as `kubectl argo
+// rollouts ARGS`, on the cluster and returns its stdout; an error carries stderr.
+func (c *Cluster) ArgoRollouts(ctx context.Context, args ...string) (string, error) {
+	return c.runTool(ctx, "kubectl-argo-rollouts", "kubectl argo rollouts", args...)
+}
+
+// ConfigHashOwners are the field managers other than ours that own the config-hash annotation on the
+// pod template of a workload (a rollback copies it under its own).
+func (c *Cluster) ConfigHashOwners(ctx context.Context, gvr schema.GroupVersionResource, ns, name string) ([]string, error) {
+	u, err := c.Dynamic.Resource(gvr).Namespace(ns).Get(ctx, name, metav1.GetOptions{})
+	if err != nil {
+		return nil, err
+	}
+	path := []string{"f:spec", "f:template", "f:metadata", "f:annotations", "f:" + api.ConfigHashAnnotation}
+	var out []string
+	for _, mf := range u.GetManagedFields() {
+		if mf.Manager == api.FieldManager || mf.FieldsV1 == nil {
+			continue
+		}
+		var fields map[string]any
+		if err := json.Unmarshal(mf.FieldsV1.Raw, &fields); err != nil {
+			return nil, err
+		}
+		if _, ok, _ := unstructured.NestedFieldNoCopy(fields, path...); ok {
+			out = append(out, mf.Manager)
+		}
+	}
+	return out, nil
+}

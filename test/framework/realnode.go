@@ -167,12 +167,17 @@ func DescribePod(p *corev1.Pod) string {
 // Kubectl runs the real kubectl (hack/tools build) on the cluster and returns its stdout; an error
 // carries stderr.
 func (c *Cluster) Kubectl(ctx context.Context, args ...string) (string, error) {
-	bin := filepath.Join(c.root, "_output/tools/bin/kubectl")
-	cmd := exec.CommandContext(ctx, bin, append([]string{"--kubeconfig", c.Kubeconfig}, args...)...)
+	return c.runTool(ctx, "kubectl", "kubectl", args...)
+}
+
+// runTool runs a tool of the hack/tools build, bin, on the cluster (its --kubeconfig) and returns its
+// stdout; an error names it as the user types it (as) and carries stderr.
+func (c *Cluster) runTool(ctx context.Context, bin, as string, args ...string) (string, error) {
+	cmd := exec.CommandContext(ctx, filepath.Join(c.root, "_output/tools/bin", bin), append([]string{"--kubeconfig", c.Kubeconfig}, args...)...)
 	var stdout, stderr bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &stdout, &stderr
 	if err := cmd.Run(); err != nil {
-		return stdout.String(), fmt.Errorf("kubectl %s: %w\n%s", strings.Join(args, " "), err, stderr.String())
+		return stdout.String(), fmt.Errorf("%s %s: %w\n%s", as, strings.Join(args, " "), err, stderr.String())
 	}
 	return stdout.String(), nil
 }

@@ -71,8 +71,8 @@ func (c *controllers) args(r *replica) []string {
 		"-leader-elect=true", "-leader-election-namespace", leaseNamespace, "-leader-election-id", leaseName,
 		"-leader-election-lease-duration", "6s", "-leader-election-renew-deadline", "4s", "-leader-election-retry-period", "1s",
 		"-metrics-bind-address", "127.0.0.1:0", "-health-probe-bind-address", "127.0.0.1:0",
-		// The config trigger (on with -pinning) at its default settle window, which trigger.go judges by.
-		"-config-settle", configSettle.String()}
+		// The config trigger (its own switch) at its default settle window, which trigger.go judges by.
+		"-reloader-annotations", "-config-settle", configSettle.String()}
 }
 
 func (c *controllers) start(ctx context.Context, r *replica) error {

@@ -394,12 +394,12 @@ func (s *soak) execute(ctx context.Context, p plan) (string, error) {
 		if err := s.c.Promote(ctx, w.ns, w.name); err != nil {
 			return "", err
 		}
-		return "promoted", nil
+		return s.editAfter(ctx, w, "promoted")
 	case actAbort:
 		if err := s.c.Abort(ctx, w.ns, w.name); err != nil {
 			return "", err
 		}
-		return "aborted", nil
+		return s.editAfter(ctx, w, "aborted")
 	case actUndo:
 		rs, err := s.undo(ctx, w)
 		if err != nil {
@@ -408,7 +408,7 @@ func (s *soak) execute(ctx context.Context, p plan) (string, error) {
 		if rs == "" {
 			return "no previous revision: nothing done", nil
 		}
-		return "back to " + rs + "'s template, " + s.observed(ctx, w, time.Minute), nil
+		return s.editAfter(ctx, w, "back to "+rs+"'s template, "+s.observed(ctx, w, time.Minute))
 	case actHistory:
 		return s.history(ctx, w, p.limit)
 	case actCronRun:

@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
 	"maps"
 	"sort"
@@ -35,10 +34,10 @@ import (
 //             the current one stays;
 //           "back" when another revision not being deleted was created with C and its template is
 //             the workload's but for our annotation (base): no revision made, it becomes current;
-//           "new" otherwise: exactly one revision made, and it becomes current;
-//           but "refused" when another field manager owns the config-hash annotation on the template
-//             (an undo copied an older revision's value there): our apply is never forced
-//             (docs/config-starts.md, Never a fight), so no revision made, the current one stays;
+//           "new" otherwise: exactly one revision made, and it becomes current; also when another
+//             field manager owns the config-hash annotation on the template with a value we wrote
+//             (an undo copied an older revision's value there): the controller takes it back
+//             (docs/config-starts.md, Never a fight);
 //   wait:   for that outcome (up to the settle window and 90 s), then until one more settle window
 //           has passed since the last edit and 2 s since the outcome, for a second write;
 //   judge:  the revisions the watch saw created for the workload since, and the current revision.
@@ -48,7 +47,7 @@ import (
 // changes, K made exactly the revisions expected.
 
 // configSettle is the controllers' -config-settle (the default): edits within it are one change.
-const configSettle = 5 * time.Second
+const configSettle = trigger.DefaultSettle
 
 // How a config-triggered workload opts in (its Reloader annotation).
 const (
@@ -166,6 +165,7 @@ type triggerState struct {
 	outcomes     map[string]int // judged changes by expectation: new, back, same
 	skipped      map[string]int // changes not judged, by reason
 	pinningOff   int            // judged changes made while their namespace had pinning off
+	afterRollout int            // judged edits right after a promote, abort or undo
 	notSettled   int            // changes not made: the workload did not settle
 	restartDowns []time.Duration
 	events       map[string]int32 // the trigger's Events by reason, read at the end (before the cluster goes)
@@ -184,9 +184,8 @@ type change struct {
 	first, last time.Time // the first and last write of the change
 	deploy      bool      // config and template together (pin-config): the deploy's one revision
 	content     contentState
-	expect      string // new, back, same, refused
+	expect      string // new, back, same
 	targets     []*revInfo
-	owner       string // another field manager owning the config-hash annotation before the edits
 	skip        string // why it is not judged
 	pinningOff  bool
 }
@@ -404,11 +403,7 @@ func (s *soak) beginChange(ctx context.Context, w *app, what string) (*change, e
 	if err != nil {
 		return nil, err
 	}
-	owner, err := s.configHashOwner(ctx, w)
-	if err != nil {
-		return nil, err
-	}
-	ch := &change{w: w, what: what, revs: wr, before: s.trig.watch.of(wr.owner), pinningOff: !s.pin.on[w.ns], owner: owner}
+	ch := &change{w: w, what: what, revs: wr, before: s.trig.watch.of(wr.owner), pinningOff: !s.pin.on[w.ns]}
 	for _, r := range wr.all {
 		ch.before[r.uid] = r.name
 	}
@@ -428,10 +423,6 @@ func (s *soak) expect(ch *change) {
 	}
 	if ch.deploy {
 		ch.expect = "new"
-		return
-	}
-	if ch.owner != "" {
-		ch.expect = "refused"
 		return
 	}
 	if cur := s.pin.revisions[ch.revs.current.uid]; cur != nil && sameState(contentState(cur.content), ch.content) {
@@ -473,7 +464,7 @@ func (s *soak) finishChange(ctx context.Context, ch *change) string {
 				reached = true
 			case ch.expect == "back":
 				reached = containsRev(ch.targets, cur.uid)
-			case ch.expect == "same" || ch.expect == "refused" || ch.skip != "":
+			case ch.expect == "same" || ch.skip != "":
 				reached = time.Since(ch.last) > configSettle+3*time.Second
 			}
 		}
@@ -524,7 +515,7 @@ func (s *soak) finishChange(ctx context.Context, ch *change) string {
 		ok = len(made) == 1 && cur != nil && cur.name == made[0] && !existedBefore(ch, cur)
 	case "back":
 		ok = len(made) == 0 && cur != nil && containsRev(ch.targets, cur.uid)
-	case "same", "refused":
+	case "same":
 		ok = len(made) == 0 && cur != nil && cur.uid == ch.revs.current.uid
 	}
 	s.trig.judged++
@@ -537,8 +528,7 @@ func (s *soak) finishChange(ctx context.Context, ch *change) string {
 		s.trig.pinningOff++
 	}
 	want := map[string]string{"new": "one new revision", "same": "no revision, " + ch.revs.current.name + " still running",
-		"refused": "no revision (" + api.ConfigHashAnnotation + " owned by " + ch.owner + "), " + ch.revs.current.name + " still running",
-		"back":    "no revision, back to " + revNames(ch.targets)}[expect]
+		"back": "no revision, back to " + revNames(ch.targets)}[expect]
 	if ok {
 		s.trig.right++
 		return outcome + "; expected " + want
@@ -613,7 +603,7 @@ func (s *soak) pinConfigTriggered(ctx context.Context, w *app) (string, error) {
 // trigEvents counts the Events the config trigger recorded on the soak's workloads, by reason.
 func (s *soak) trigEvents(ctx context.Context) map[string]int32 {
 	out := map[string]int32{}
-	reasons := []string{trigger.ReasonStarted, trigger.ReasonBack, trigger.ReasonOverruled, trigger.ReasonInvalid, trigger.ReasonUnpinned, trigger.ReasonNotHonoured}
+	reasons := []string{trigger.ReasonStarted, trigger.ReasonBack, trigger.ReasonTakenBack, trigger.ReasonOverruled, trigger.ReasonInvalid, trigger.ReasonUnpinned, trigger.ReasonNotHonoured}
 	for _, ns := range namespaces {
 		list, err := s.c.Kube.CoreV1().Events(ns).List(ctx, metav1.ListOptions{})
 		if err != nil {
@@ -649,45 +639,27 @@ func (s *soak) trigSummary() string {
 	for _, k := range sortedKeys(ev) {
 		events = append(events, fmt.Sprintf("%s=%d", k, ev[k]))
 	}
-	return fmt.Sprintf("config-triggered: steps drawn %s; changes judged %d (new %d, back %d, same %d, refused %d; %d with pinning off in their namespace), right %d; revisions made %d, expected %d; not judged: %s; not made (the workload did not settle): %d; trigger events %s",
-		strings.Join(drawn, " "), t.judged, t.outcomes["new"], t.outcomes["back"], t.outcomes["same"], t.outcomes["refused"], t.pinningOff, t.right, t.made, t.expected,
+	return fmt.Sprintf("config-triggered: steps drawn %s; changes judged %d (new %d, back %d, same %d; %d after a promote, abort or undo; %d with pinning off in their namespace), right %d; revisions made %d, expected %d; not judged: %s; not made (the workload did not settle): %d; trigger events %s",
+		strings.Join(drawn, " "), t.judged, t.outcomes["new"], t.outcomes["back"], t.outcomes["same"], t.afterRollout, t.pinningOff, t.right, t.made, t.expected,
 		strings.Join(skipped, ", "), t.notSettled, strings.Join(events, " "))
 }
 
-// configHashOwner names a field manager other than ours that owns the config-hash annotation on the
-// workload's pod template (for a Rollout with workloadRef, its Deployment's), "" if none: an undo
-// copies an older revision's value there under its own manager, and then our apply, never forced, is
-// refused until a deploy of a template without it.
-func (s *soak) configHashOwner(ctx context.Context, w *app) (string, error) {
-	gvr, name := workload.RolloutGVR, w.name
-	switch w.kind {
-	case workloadRef:
-		gvr, name = framework.DeploymentGVR, w.name+"-template"
-	case deployment:
-		gvr = framework.DeploymentGVR
-	case statefulSet:
-		gvr = framework.StatefulSetGVR
-	case daemonSet:
-		gvr = framework.DaemonSetGVR
+// editAfter follows a promote, abort or undo of a config-triggered workload with an edit of one of
+// its objects, judged like any change: after a rollback above all, the fix-forward edit must start
+// its revision (the controller takes back config-hash when the undo copied a value of ours).
+func (s *soak) editAfter(ctx context.Context, w *app, did string) (string, error) {
+	if !w.trigger || s.ctl.down {
+		return did, nil
 	}
-	u, err := s.c.Dynamic.Resource(gvr).Namespace(w.ns).Get(ctx, name, metav1.GetOptions{})
-	if err != nil {
-		return "", err
+	keys := w.pinKeys()
+	judged := s.trig.judged
+	out, err := s.change(ctx, w, "edit after "+did, func(ctx context.Context, ch *change) error {
+		return s.edit(ctx, ch, keys[s.step%len(keys)], 0)
+	})
+	if s.trig.judged > judged {
+		s.trig.afterRollout++
 	}
-	path := []string{"f:spec", "f:template", "f:metadata", "f:annotations", "f:" + api.ConfigHashAnnotation}
-	for _, mf := range u.GetManagedFields() {
-		if mf.Manager == api.FieldManager || mf.FieldsV1 == nil {
-			continue
-		}
-		var fields map[string]any
-		if err := json.Unmarshal(mf.FieldsV1.Raw, &fields); err != nil {
-			return "", fmt.Errorf("managedFields of %s: %w", w, err)
-		}
-		if _, ok, _ := unstructured.NestedFieldNoCopy(fields, path...); ok {
-			return mf.Manager, nil
-		}
-	}
-	return "", nil
+	return did + "; " + out, err
 }
 
 // annotateTriggered opts a created workload in with its Reloader annotation (as `kubectl annotate`).

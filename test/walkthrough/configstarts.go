@@ -17,7 +17,8 @@ import (
 // ConfigStarts is the write-up's story with nothing but the ConfigMap edited: Rollout demo carries
 // Reloader's annotation reloader.stakater.com/auto and no checksum; app-config, labelled for pinning,
 // is edited in place, and each edit starts the canary by itself: the controller (running with
-// -pinning, StartPinningController) writes configmap-attacher.io/config-hash on the pod template.
+// -pinning -reloader-annotations, StartTriggerController) writes configmap-attacher.io/config-hash on
+// the pod template.
 // s.Attacher is not used.
 //
 // Steps: deploy; a faulty edit starts a canary that pauses; a spot replacement of a stable pod reads

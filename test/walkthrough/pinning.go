@@ -32,6 +32,16 @@ const LeaseNamespace = "kube-system"
 // StartPinningController starts the controller with pinning for namespaces and waits until its
 // webhook is registered with a caBundle. name must be unique on the cluster.
 func StartPinningController(ctx context.Context, c *framework.Cluster, bin framework.Binary, name string, namespaces ...string) (*PinningController, error) {
+	return startPinning(ctx, c, bin, name, nil, namespaces)
+}
+
+// StartTriggerController is StartPinningController with the config trigger on (-reloader-annotations,
+// its own switch): the controller of the config-starts story.
+func StartTriggerController(ctx context.Context, c *framework.Cluster, bin framework.Binary, name string, namespaces ...string) (*PinningController, error) {
+	return startPinning(ctx, c, bin, name, []string{"-reloader-annotations"}, namespaces)
+}
+
+func startPinning(ctx context.Context, c *framework.Cluster, bin framework.Binary, name string, extra, namespaces []string) (*PinningController, error) {
 	port, err := framework.FreeLoopbackPort()
 	if err != nil {
 		return nil, err
@@ -40,6 +50,7 @@ func StartPinningController(ctx context.Context, c *framework.Cluster, bin frame
 	args := []string{"controller", "-leader-elect=false", "-metrics-bind-address", "127.0.0.1:0", "-health-probe-bind-address", "127.0.0.1:0",
 		"-pinning", "-webhook-url=" + p.URL, "-webhook-configuration-name=" + name, "-leader-election-namespace=" + LeaseNamespace,
 		"-namespaces", strings.Join(namespaces, ",")}
+	args = append(args, extra...)
 	if p.Process, err = bin.Start(ctx, []string{"LOG_LEVEL=warn"}, args...); err != nil {
 		return nil, err
 	}

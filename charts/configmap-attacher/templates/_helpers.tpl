@@ -90,20 +90,22 @@ needed.
 - apiGroups: [""]
   resources: [events]
   verbs: [create, patch]
-{{- if .Values.pinning.enabled }}
-# Pinning: snapshots are created (with their ownerReference and finalizer); a pod racing its
-# StatefulSet's or DaemonSet's revision reads that ControllerRevision directly.
+{{- if or .Values.pinning.enabled (include "configmap-attacher.reloaderAnnotations" .) }}
+# Pinning's snapshots and the config trigger's records are created (with their ownerReference, and a
+# snapshot's finalizer); a pod racing its StatefulSet's or DaemonSet's revision, and the trigger
+# before a write, read a ControllerRevision directly.
 - apiGroups: [""]
-  resources: {{ if .Values.secrets }}[configmaps, secrets]{{ else }}[configmaps]{{ end }}
+  resources: {{ if and .Values.secrets .Values.pinning.enabled }}[configmaps, secrets]{{ else }}[configmaps]{{ end }}
   verbs: [create]
 - apiGroups: [apps]
   resources: [controllerrevisions]
   verbs: [get]
-{{- if .Values.pinning.reloaderAnnotations }}
+{{- end }}
+{{- if include "configmap-attacher.reloaderAnnotations" . }}
 # A config change starts a revision (docs/config-starts.md): the one write on workloads, the
 # config-hash annotation on the pod template of those carrying Reloader's annotations (server-side
 # apply: patch); get reads a workload's revisions and template before that write. Granted only while
-# pinning.reloaderAnnotations is on.
+# reloaderAnnotations is on.
 - apiGroups: [apps]
   resources: [deployments, statefulsets, daemonsets]
   verbs: [get, patch]
@@ -115,6 +117,13 @@ needed.
   verbs: [get, patch]
 {{- end }}
 {{- end }}
+
+{{/* The config trigger's switch: reloaderAnnotations, or its deprecated old name
+pinning.reloaderAnnotations when set (it applied with pinning only). "true" or empty. */}}
+{{- define "configmap-attacher.reloaderAnnotations" -}}
+{{- if or .Values.reloaderAnnotations (and .Values.pinning.enabled (hasKey .Values.pinning "reloaderAnnotations") .Values.pinning.reloaderAnnotations) -}}
+true
+{{- end -}}
 {{- end }}
 
 {{/* Namespaces: in-use protection releases at once in a namespace being deleted. Cluster-wide only; a
