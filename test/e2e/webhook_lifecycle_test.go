@@ -3,10 +3,12 @@
 package e2e
 
 import (
+	"bytes"
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
 	"fmt"
+	"net/http"
 	"slices"
 	"strings"
 	"sync/atomic"
@@ -31,59 +33,105 @@ import (
 // webhookReplicas are controller replicas behind one address, as pods behind a Service.
 type webhookReplicas struct {
 	t        *testing.T
+	ctx      context.Context
 	ns, home string // pinning namespace, the controllers' own (Lease, certificate Secret)
 	name     string // the webhook configuration
 	proxy    *framework.ServiceProxy
+	replicas []*webhookReplica
+	// backends are the replicas' webhook addresses (by index); procs their processes.
 	backends []string
 	procs    []*framework.Process
+}
+
+// webhookReplica is one replica: where it serves the webhook and its probes.
+type webhookReplica struct {
+	backend, probes string
+	p               *framework.Process
 }
 
 // givenWebhookReplicas starts n leader-elected replicas for ns, each serving the webhook on its own
 // loopback port behind a proxy whose URL they register (-webhook-bind-address with -webhook-url),
 // with serving certificates of validity.
-func givenWebhookReplicas(t *testing.T, ns, home string, n int, validity time.Duration) *webhookReplicas {
+func givenWebhookReplicas(t *testing.T, ns, home string, n int, validity time.Duration, extraArgs ...string) *webhookReplicas {
 	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
 	t.Cleanup(cancel)
 	must(t, e2e.cluster.EnablePinning(ctx, ns))
-	r := &webhookReplicas{t: t, ns: ns, home: home, name: "pin-" + ns}
+	proxy, err := framework.StartServiceProxy(ctx)
+	must(t, err)
+	r := &webhookReplicas{t: t, ctx: ctx, ns: ns, home: home, name: "pin-" + ns, proxy: proxy}
 	t.Cleanup(func() {
 		_ = e2e.cluster.Kube.AdmissionregistrationV1().MutatingWebhookConfigurations().Delete(context.Background(), r.name, metav1.DeleteOptions{})
 	})
 	for range n {
-		port, err := framework.FreeLoopbackPort()
-		must(t, err)
-		r.backends = append(r.backends, fmt.Sprintf("127.0.0.1:%d", port))
+		r.start(validity, extraArgs...)
 	}
-	proxy, err := framework.StartServiceProxy(ctx, r.backends...)
-	must(t, err)
-	r.proxy = proxy
-	for _, b := range r.backends {
-		r.procs = append(r.procs, startController(t, []string{"-leader-elect=true", "-leader-election-namespace=" + home, "-leader-election-id=" + r.name,
-			"-pinning", "-webhook-url=https://" + proxy.Addr, "-webhook-bind-address=" + b, "-webhook-configuration-name=" + r.name,
-			"-webhook-failure-policy=Fail", "-webhook-cert-validity=" + validity.String()}, ns))
+	r.route(r.replicas...)
+	for _, rep := range r.replicas {
+		r.waitServing(rep)
 	}
-	must(t, framework.Eventually(ctx, 60*time.Second, "every replica serving a certificate the registered caBundle verifies", func(ctx context.Context) (bool, string, error) {
-		for i, p := range r.procs {
-			if p.Exited() {
-				return false, "", fmt.Errorf("replica %d exited:\n%s", i, p.Logs())
-			}
-		}
-		bundle := r.caBundle(ctx)
-		for _, b := range r.backends {
-			leaf, err := framework.ServedCertificate(b)
-			if err != nil {
-				return false, b + ": " + err.Error(), nil
-			}
-			if err := framework.VerifyServing(leaf, bundle, "127.0.0.1"); err != nil {
-				return false, b + ": " + err.Error(), nil
-			}
-		}
-		return true, "", nil
-	}))
 	t.Logf("given: %d controller replicas serving the webhook at https://%s (a proxy to %s), failurePolicy Fail, certificates of %s",
 		n, proxy.Addr, strings.Join(r.backends, ", "), validity)
 	return r
+}
+
+// start runs one more replica (not routed to yet).
+func (r *webhookReplicas) start(validity time.Duration, extraArgs ...string) *webhookReplica {
+	r.t.Helper()
+	ports := make([]int, 2)
+	for i := range ports {
+		port, err := framework.FreeLoopbackPort()
+		must(r.t, err)
+		ports[i] = port
+	}
+	rep := &webhookReplica{backend: fmt.Sprintf("127.0.0.1:%d", ports[0]), probes: fmt.Sprintf("127.0.0.1:%d", ports[1])}
+	rep.p = startController(r.t, append([]string{"-leader-elect=true", "-leader-election-namespace=" + r.home, "-leader-election-id=" + r.name,
+		"-health-probe-bind-address=" + rep.probes, "-pinning", "-webhook-url=https://" + r.proxy.Addr, "-webhook-bind-address=" + rep.backend,
+		"-webhook-configuration-name=" + r.name, "-webhook-failure-policy=Fail", "-webhook-cert-validity=" + validity.String()}, extraArgs...), r.ns)
+	r.replicas = append(r.replicas, rep)
+	r.backends = append(r.backends, rep.backend)
+	r.procs = append(r.procs, rep.p)
+	return rep
+}
+
+// route sends new connections to these replicas, as a Service's endpoints do.
+func (r *webhookReplicas) route(reps ...*webhookReplica) {
+	var backends []string
+	for _, rep := range reps {
+		backends = append(backends, rep.backend)
+	}
+	r.proxy.SetBackends(backends...)
+}
+
+// waitServing waits until rep is ready and serves a certificate the registered caBundle verifies.
+func (r *webhookReplicas) waitServing(rep *webhookReplica) {
+	r.t.Helper()
+	must(r.t, framework.Eventually(r.ctx, 60*time.Second, "replica "+rep.backend+" serving a certificate the registered caBundle verifies", func(ctx context.Context) (bool, string, error) {
+		if rep.p.Exited() {
+			return false, "", fmt.Errorf("replica %s exited:\n%s", rep.backend, rep.p.Logs())
+		}
+		if !rep.ready() {
+			return false, "not ready", nil
+		}
+		leaf, err := framework.ServedCertificate(rep.backend)
+		if err != nil {
+			return false, err.Error(), nil
+		}
+		if err := framework.VerifyServing(leaf, r.caBundle(ctx), "127.0.0.1"); err != nil {
+			return false, err.Error(), nil
+		}
+		return true, "", nil
+	}))
+}
+
+// ready reports whether the replica's /readyz answers 200.
+func (rep *webhookReplica) ready() bool {
+	resp, err := http.Get("http://" + rep.probes + "/readyz")
+	if err != nil {
+		return false
+	}
+	resp.Body.Close()
+	return resp.StatusCode == http.StatusOK
 }
 
 func (r *webhookReplicas) caBundle(ctx context.Context) []byte {
@@ -237,6 +285,66 @@ func TestPinningWebhookRotatesCertificatesUnderLoadAndRefusesNoPod(t *testing.T)
 	}
 	pinnedRollout{t: t, ns: ns}.expectReads(rs, pinV1)
 	t.Log("then: no pod creation refused, every pod of " + rs.Name + " reads its revision's snapshot")
+}
+
+// A rolling upgrade of two replicas under Fail while a pod is created every half second: each new
+// replica is routed to once it serves (it loads the CA the Secret holds), each old one is told to stop,
+// keeps answering while it drops out of the routing (-webhook-shutdown-delay; its readiness fails at
+// once), and hands the Lease over; the new ones shorten the certificates' lifetime, which the new
+// leader applies at once under the same CA. No pod is refused.
+func TestPinningWebhookRollingUpgradeRefusesNoPod(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	ns := givenNamespace(t, "wh-upgrade")
+	home := givenNamespace(t, "wh-upgrade-home")
+	r := givenWebhookReplicas(t, ns, home, 2, time.Hour, "-webhook-shutdown-delay=2s")
+	rs := givenPinnedWeb(t, ns)
+	before := r.caBundle(ctx)
+
+	t.Log("when: a rolling upgrade replaces both replicas one at a time, the new ones with -webhook-cert-validity=30s, while a pod of web is deleted every half second")
+	churnCtx, stop := context.WithCancel(ctx)
+	created := churn(churnCtx, rs, 500*time.Millisecond)
+	for i := range 2 {
+		old := r.replicas[i]
+		next := r.start(30*time.Second, "-webhook-shutdown-delay=2s")
+		r.waitServing(next)
+		r.route(r.replicas[i:]...)
+		stopped := make(chan error, 1)
+		go func() { stopped <- old.p.Stop() }()
+		must(t, framework.Eventually(ctx, 10*time.Second, "replica "+old.backend+" no longer ready", func(context.Context) (bool, string, error) {
+			return !old.ready(), "ready", nil
+		}))
+		r.route(r.replicas[i+1:]...) // the endpoints drop it; it still answers for 2 s
+		must(t, <-stopped)
+		t.Logf("then: replica %s replaced by %s", old.backend, next.backend)
+	}
+	must(t, framework.Eventually(ctx, 60*time.Second, "both new replicas serving a 30 s certificate", func(ctx context.Context) (bool, string, error) {
+		for _, rep := range r.replicas[2:] {
+			leaf, err := framework.ServedCertificate(rep.backend)
+			if err != nil {
+				return false, err.Error(), nil
+			}
+			if life := leaf.NotAfter.Sub(leaf.NotBefore); life > 2*time.Minute {
+				return false, fmt.Sprintf("%s serves a certificate of %s", rep.backend, life), nil
+			}
+			if err := framework.VerifyServing(leaf, r.caBundle(ctx), "127.0.0.1"); err != nil {
+				return false, err.Error(), nil
+			}
+		}
+		return true, "", nil
+	}))
+	stop()
+	must(t, e2e.cluster.WaitPods(ctx, 60*time.Second, rs, 1))
+
+	t.Logf("then: %d pods created during the upgrade", created.Load())
+	if refused := refusals(ctx, t, ns); len(refused) > 0 {
+		t.Fatalf("pod creations refused during the upgrade: %s", strings.Join(refused, "; "))
+	}
+	if !bytes.Equal(before, r.caBundle(ctx)) {
+		t.Fatal("the caBundle changed during the upgrade: a replica made a CA of its own")
+	}
+	pinnedRollout{t: t, ns: ns}.expectReads(rs, pinV1)
+	t.Log("then: no pod creation refused, the same CA throughout, the new replicas serve certificates of the new lifetime, every pod pinned")
 }
 
 // The webhook never gates its own namespace nor kube-system: with every replica gone, a labelled

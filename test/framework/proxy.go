@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"io"
 	"net"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -20,7 +21,7 @@ import (
 type ServiceProxy struct {
 	Addr     string
 	ln       net.Listener
-	backends []string
+	backends atomic.Pointer[[]string]
 	next     atomic.Uint64
 	wg       sync.WaitGroup
 }
@@ -31,7 +32,8 @@ func StartServiceProxy(ctx context.Context, backends ...string) (*ServiceProxy, 
 	if err != nil {
 		return nil, err
 	}
-	p := &ServiceProxy{Addr: ln.Addr().String(), ln: ln, backends: backends}
+	p := &ServiceProxy{Addr: ln.Addr().String(), ln: ln}
+	p.SetBackends(backends...)
 	go func() { <-ctx.Done(); ln.Close() }()
 	go p.accept()
 	return p, nil
@@ -44,13 +46,14 @@ func (p *ServiceProxy) accept() {
 			return
 		}
 		first := int(p.next.Add(1) - 1)
+		backends := *p.backends.Load()
 		p.wg.Add(1)
 		go func() {
 			defer p.wg.Done()
 			defer in.Close()
 			var out net.Conn
-			for i := range p.backends {
-				if out, err = net.DialTimeout("tcp", p.backends[(first+i)%len(p.backends)], 5*time.Second); err == nil {
+			for i := range backends {
+				if out, err = net.DialTimeout("tcp", backends[(first+i)%len(backends)], 5*time.Second); err == nil {
 					break
 				}
 			}
@@ -72,6 +75,13 @@ func (p *ServiceProxy) accept() {
 			<-done
 		}()
 	}
+}
+
+// SetBackends changes where new connections go, as a Service's endpoints change: connections open
+// stay where they are.
+func (p *ServiceProxy) SetBackends(backends ...string) {
+	b := slices.Clone(backends)
+	p.backends.Store(&b)
 }
 
 // Connections is how many connections the proxy has passed on.
