@@ -8,6 +8,7 @@ import (
 	"net"
 	"net/http"
 	"net/http/pprof"
+	"sync/atomic"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus/promhttp"
@@ -49,6 +50,16 @@ func serve(ctx context.Context, name, addr string, h http.Handler) (<-chan struc
 
 // serveTLS is serve over TLS when tlsConfig is set, answering for drain more after ctx ends; the
 // channel is closed once it has stopped.
+//
+// kube-apiserver keeps its connections to a webhook open and sends the next admission request on one
+// of them: a connection the server closes while idle can meet a request already on its way, and
+// kube-apiserver never retries a POST, so under Fail that pod is refused (seen in
+// TestPinningWebhookRollingUpgradeRefusesNoPod). Two things make stopping graceful instead. Over TLS
+// the server speaks HTTP/2 as well (ServeTLS offers h2), whose shutdown is a GOAWAY: the client moves
+// requests the server did not take to a new connection by itself. And while draining, every response
+// says "Connection: close" (a GOAWAY over HTTP/2), so each connection is closed by the server right
+// after an answer, never while a request may be in flight, and the client's next request opens a new
+// connection, which a Service routes to a ready replica.
 func serveTLS(ctx context.Context, name, addr string, h http.Handler, tlsConfig *tls.Config, drain time.Duration) (<-chan struct{}, error) {
 	stopped := make(chan struct{})
 	if addr == "" {
@@ -59,14 +70,22 @@ func serveTLS(ctx context.Context, name, addr string, h http.Handler, tlsConfig 
 	if err != nil {
 		return nil, fmt.Errorf("%s server: %w", name, err)
 	}
-	if tlsConfig != nil {
-		ln = tls.NewListener(ln, tlsConfig)
+	var draining atomic.Bool
+	srv := &http.Server{
+		Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			if draining.Load() {
+				w.Header().Set("Connection", "close")
+			}
+			h.ServeHTTP(w, r)
+		}),
+		ReadHeaderTimeout: 5 * time.Second,
+		TLSConfig:         tlsConfig,
 	}
-	srv := &http.Server{Handler: h, ReadHeaderTimeout: 5 * time.Second}
 	log := logging.FromContext(ctx)
 	go func() {
 		defer close(stopped)
 		<-ctx.Done()
+		draining.Store(true)
 		if drain > 0 {
 			log.Info("still answering while endpoints drop this replica", "server", name, "for", drain)
 			time.Sleep(drain)
@@ -76,7 +95,13 @@ func serveTLS(ctx context.Context, name, addr string, h http.Handler, tlsConfig 
 		_ = srv.Shutdown(shutdownCtx)
 	}()
 	go func() {
-		if err := srv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
+		var err error
+		if tlsConfig != nil {
+			err = srv.ServeTLS(ln, "", "") // the certificate comes from tlsConfig
+		} else {
+			err = srv.Serve(ln)
+		}
+		if err != nil && !errors.Is(err, http.ErrServerClosed) {
 			log.Error("server stopped", "server", name, "err", err)
 		}
 	}()
