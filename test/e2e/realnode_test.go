@@ -90,7 +90,8 @@ func readyPodsOf(t *testing.T, n *framework.RealNode, rs *appsv1.ReplicaSet, wan
 			var seen []string
 			for i := range all {
 				seen = append(seen, all[i].Name+": "+framework.DescribePod(&all[i]))
-				if all[i].Spec.NodeName != n.Name {
+				// Not scheduled yet is waited for (its PodScheduled message says why in a timeout).
+				if all[i].Spec.NodeName != "" && all[i].Spec.NodeName != n.Name {
 					return false, "", fmt.Errorf("pod %s landed on %s, not the real node", all[i].Name, all[i].Spec.NodeName)
 				}
 			}
