@@ -3,7 +3,6 @@ package attach
 import (
 	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"log/slog"
 	"sync"
@@ -16,6 +15,7 @@ import (
 
 	"github.com/configmap-attacher/configmap-attacher/internal/api"
 	"github.com/configmap-attacher/configmap-attacher/internal/logging"
+	"github.com/configmap-attacher/configmap-attacher/internal/parallel"
 	"github.com/configmap-attacher/configmap-attacher/internal/refs"
 	"github.com/configmap-attacher/configmap-attacher/internal/revision"
 )
@@ -49,35 +49,28 @@ const applyParallelism = 4
 // disappearance. A change whose object gained the reference meanwhile (another attacher) costs no
 // write and is in no list.
 func (w *Writer) write(ctx context.Context, changes []Change, wanted func(*metav1.PartialObjectMetadata) bool, r *Result) error {
-	var (
-		mu   sync.Mutex
-		errs []error
-		wg   sync.WaitGroup
-	)
-	slots := make(chan struct{}, applyParallelism)
+	var mu sync.Mutex // r
+	g := parallel.New(applyParallelism)
 	for _, c := range changes {
-		wg.Add(1)
-		slots <- struct{}{}
-		go func() {
-			defer wg.Done()
-			defer func() { <-slots }()
+		g.Go(func() error {
 			outcome, err := w.apply(ctx, c, wanted)
+			if err != nil && !apierrors.IsNotFound(err) {
+				return err
+			}
 			mu.Lock()
 			defer mu.Unlock()
 			switch {
-			case apierrors.IsNotFound(err):
-				r.Gone = append(r.Gone, c)
 			case err != nil:
-				errs = append(errs, err)
+				r.Gone = append(r.Gone, c)
 			case outcome == wrote:
 				r.Written = append(r.Written, c)
 			case outcome == unwanted:
 				r.Dropped = append(r.Dropped, c)
 			}
-		}()
+			return nil
+		})
 	}
-	wg.Wait()
-	return errors.Join(errs...)
+	return g.Wait()
 }
 
 // outcome of one change.

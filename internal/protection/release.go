@@ -14,6 +14,7 @@ import (
 	"github.com/configmap-attacher/configmap-attacher/internal/api"
 	"github.com/configmap-attacher/configmap-attacher/internal/attach"
 	"github.com/configmap-attacher/configmap-attacher/internal/logging"
+	"github.com/configmap-attacher/configmap-attacher/internal/parallel"
 	"github.com/configmap-attacher/configmap-attacher/internal/refs"
 )
 
@@ -57,25 +58,19 @@ const releaseWorkers = 8
 // Its pace is the client's rate limit (-kube-api-qps).
 func Release(ctx context.Context, w *attach.Writer, namespaces []string, kinds []refs.Kind, dryRun bool, out io.Writer) (int, error) {
 	f := Finalizers{Client: w.Client}
-	var (
-		mu   sync.Mutex
-		n    int
-		errs []error
-		wg   sync.WaitGroup
-		sem  = make(chan struct{}, releaseWorkers)
-	)
+	var mu sync.Mutex // out
 	say := func(format string, args ...any) {
 		mu.Lock()
 		defer mu.Unlock()
 		fmt.Fprintf(out, format, args...)
 	}
+	g := parallel.New(releaseWorkers)
+	n := 0
 	err := eachObject(ctx, w, namespaces, kinds, func(kind refs.Kind, m *metav1.PartialObjectMetadata) error {
 		if !api.HasFinalizer(m.Finalizers, api.InUseFinalizer) {
 			return nil
 		}
-		mu.Lock()
-		n++
-		mu.Unlock()
+		n++ // eachObject calls one object at a time
 		state := ""
 		if m.DeletionTimestamp != nil {
 			state = " (being deleted: it goes now)"
@@ -84,22 +79,16 @@ func Release(ctx context.Context, w *attach.Writer, namespaces []string, kinds [
 			say("would release %s %s/%s%s\n", kind, m.Namespace, m.Name, state)
 			return nil
 		}
-		sem <- struct{}{}
-		wg.Add(1)
-		go func() {
-			defer func() { <-sem; wg.Done() }()
+		g.Go(func() error {
 			if err := ignoreGone(f.Remove(ctx, kind, m.Namespace, m.Name, "")); err != nil {
-				mu.Lock()
-				errs = append(errs, err)
-				mu.Unlock()
-				return
+				return err
 			}
 			say("released %s %s/%s%s\n", kind, m.Namespace, m.Name, state)
-		}()
+			return nil
+		})
 		return nil
 	})
-	wg.Wait()
-	return n, errors.Join(append(errs, err)...)
+	return n, errors.Join(g.Wait(), err)
 }
 
 // Sweep undoes what we wrote on objects that were opted out while no controller ran: their label is
