@@ -76,7 +76,7 @@ func parseSecret(s *corev1.Secret) *authority {
 	if s == nil {
 		return a
 	}
-	a.bundle = parseCerts(s.Data[keyBundle])
+	a.bundle = ParseBundle(s.Data[keyBundle])
 	a.signer = a.pairFor(s.Data[keyCAKey])
 	a.next = a.pairFor(s.Data[keyNextKey])
 	if a.next != nil && a.signer != nil && a.next.cert.Equal(a.signer.cert) {
@@ -264,8 +264,9 @@ func keyID(pub *ecdsa.PublicKey) []byte {
 	return sum[:20]
 }
 
-// parseCerts reads every CERTIFICATE block of b, skipping what does not parse.
-func parseCerts(b []byte) []*x509.Certificate {
+// ParseBundle reads every CERTIFICATE block of b (a caBundle, a Secret's ca.crt), skipping what does
+// not parse.
+func ParseBundle(b []byte) []*x509.Certificate {
 	var out []*x509.Certificate
 	for {
 		var block *pem.Block
@@ -281,9 +282,6 @@ func parseCerts(b []byte) []*x509.Certificate {
 		}
 	}
 }
-
-// ParseBundle reads a caBundle's certificates.
-func ParseBundle(b []byte) []*x509.Certificate { return parseCerts(b) }
 
 func encodeCerts(certs []*x509.Certificate) []byte {
 	var b []byte
