@@ -35,9 +35,14 @@ import (
 )
 
 // Run serves metrics and probes, then runs the controllers, under leader election when enabled, until
-// ctx ends (graceful shutdown) or leadership is lost (an error: the pod restarts and stands by). Every
-// replica keeps the caches warm and, with pinning, serves the webhook; only the leader writes.
-func Run(ctx context.Context, o *Options, clients *kube.Clients) error {
+// ctx ends (graceful shutdown) or leadership is lost (ErrLostLease: the process exits, and its restart
+// stands by). Every replica keeps the caches warm and, with pinning, serves the webhook; only the
+// leader writes.
+func Run(parent context.Context, o *Options, clients *kube.Clients) error {
+	// Whatever ends Run ends everything it started: a replica that lost its Lease must not stay up,
+	// Running and Ready, its webhook and probes answering while it leads nothing; it drains and exits.
+	ctx, stop := context.WithCancel(parent)
+	defer stop()
 	log := logging.FromContext(ctx)
 	setMemoryLimit(ctx, o.MemoryLimitRatio)
 	if err := kube.WaitReachable(ctx, clients.Kube, clients.Config.Host); err != nil {
@@ -112,8 +117,9 @@ func Run(ctx context.Context, o *Options, clients *kube.Clients) error {
 			return err
 		}
 		loops = append(loops, hook.certs.Loop())
-		// Returning ends the process: first let the webhook drain.
-		defer func() { <-hook.stopped }()
+		// Returning ends the process: first let the webhook drain (stop starts it when Run returns
+		// before its parent context ended, as on a lost Lease).
+		defer func() { stop(); <-hook.stopped }()
 	}
 	synced.Store(true)
 
