@@ -31,6 +31,7 @@ import (
 	"math/big"
 	"net"
 	"slices"
+	"strings"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -44,9 +45,11 @@ const (
 	keyNextKey = "ca-next.key" // during a CA rollover, the key of the new CA (its certificate is in ca.crt)
 )
 
-// backdate is how far before its issue a certificate's NotBefore is set, for clocks slightly behind
-// ours. Lifetimes are measured from the issue (NotBefore + backdate), so a 30 s certificate lives 30 s.
-const backdate = time.Minute
+// backdate is how far before its issue a certificate's NotBefore is set, for clocks behind ours (the API
+// servers' verify what we serve with their own clocks): an hour, as client-go's self-signed helpers and
+// Gatekeeper's cert-controller do. Lifetimes are measured from the issue (NotBefore + backdate), so a
+// 30 s certificate lives 30 s.
+const backdate = time.Hour
 
 // caLifetimes is the CA's lifetime in serving certificate lifetimes: a year's certificate, a ten-year CA.
 const caLifetimes = 10
@@ -214,8 +217,15 @@ func issue(ca *keyPair, hosts []string, now time.Time, lifetime time.Duration) (
 	return &tls.Certificate{Certificate: [][]byte{der}, PrivateKey: key, Leaf: leaf}, nil
 }
 
-// issuedAt is when c was made: its NotBefore is backdated.
-func issuedAt(c *x509.Certificate) time.Time { return c.NotBefore.Add(backdate) }
+// issuedAt is when c was made: its NotBefore is backdated. A certificate of an older release was
+// backdated less (a minute): when backdate would put its issue at or past its end, its NotBefore is
+// taken as the issue, which only renews it a little early.
+func issuedAt(c *x509.Certificate) time.Time {
+	if t := c.NotBefore.Add(backdate); t.Before(c.NotAfter) {
+		return t
+	}
+	return c.NotBefore
+}
 
 // renewAt is when two thirds of c's life have passed: time to replace it.
 func renewAt(c *x509.Certificate) time.Time {
@@ -319,4 +329,29 @@ func encodeKey(key crypto.Signer) ([]byte, error) {
 		return nil, fmt.Errorf("encoding a key: %w", err)
 	}
 	return pem.EncodeToMemory(&pem.Block{Type: "PRIVATE KEY", Bytes: der}), nil
+}
+
+// DistrustAnnotation on the certificate Secret lists CAs, by fingerprint, that must sign nothing more
+// and leave the caBundle (a leaked CA key): comma-separated SHA-256 fingerprints of the CA certificates,
+// hex with or without colons, in full or their first 16 digits (what the logs print).
+const DistrustAnnotation = "configmap-attacher.io/distrust-cas"
+
+// ParseDistrust reads DistrustAnnotation's value: lower-case hex prefixes, colons dropped; shorter than
+// 16 digits or not hex is ignored (a prefix that short could match a CA nobody meant).
+func ParseDistrust(v string) []string {
+	var out []string
+	for _, f := range strings.Split(v, ",") {
+		f = strings.ToLower(strings.ReplaceAll(strings.TrimSpace(f), ":", ""))
+		if _, err := hex.DecodeString(f); err != nil || len(f) < 16 || len(f) > 64 {
+			continue
+		}
+		out = append(out, f)
+	}
+	return out
+}
+
+// MatchesFingerprint reports whether c's SHA-256 starts with the hex prefix fp.
+func MatchesFingerprint(c *x509.Certificate, fp string) bool {
+	sum := sha256.Sum256(c.Raw)
+	return strings.HasPrefix(hex.EncodeToString(sum[:]), fp)
 }

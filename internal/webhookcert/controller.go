@@ -13,6 +13,7 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/fields"
+	"k8s.io/apimachinery/pkg/util/wait"
 	admissioninformers "k8s.io/client-go/informers/admissionregistration/v1"
 	coreinformers "k8s.io/client-go/informers/core/v1"
 	"k8s.io/client-go/kubernetes"
@@ -34,6 +35,10 @@ const key = "certificate"
 // rotate every 20 s with it; shorter would leave replicas too little time to load each new one.
 const MinValidity = 30 * time.Second
 
+// MaxValidity is the longest: five years, a CA of fifty (ten lifetimes of 29 years and more would not
+// fit a time.Duration, and nothing should trust a key that long).
+const MaxValidity = 5 * 365 * 24 * time.Hour
+
 // Target is the webhook configuration the caBundle goes into.
 type Target interface {
 	// Apply makes the configuration carry caBundle; live is the configuration as cached (nil: none).
@@ -44,10 +49,18 @@ type Target interface {
 }
 
 // Informers watch the certificate Secret and the webhook configuration, each alone by name (RBAC can
-// then name them): every replica serves from the first, the leader reconciles both.
+// then name them): every replica serves from the first, checked against the second; the leader
+// reconciles both.
 type Informers struct {
 	Secrets       cache.SharedIndexInformer
 	Configuration cache.SharedIndexInformer
+	namespace     string
+	secret, name  string
+	// served are the Serving's handlers: Run returns once they have been handed every cached object, so
+	// a replica that starts with a certificate in the Secret serves it before it listens.
+	served []cache.ResourceEventHandlerRegistration
+	// recheck is Serving's periodic look at the Secret (nil until Serve).
+	recheck func()
 }
 
 // NewInformers makes the two informers.
@@ -60,28 +73,63 @@ func NewInformers(kube kubernetes.Interface, namespace, secret, configuration st
 	return &Informers{
 		Secrets:       coreinformers.NewFilteredSecretInformer(kube, namespace, 0, cache.Indexers{}, byName(secret)),
 		Configuration: admissioninformers.NewFilteredMutatingWebhookConfigurationInformer(kube, 0, cache.Indexers{}, byName(configuration)),
+		namespace:     namespace, secret: secret, name: configuration,
 	}
 }
 
-// Run runs both informers until ctx ends and waits for their caches.
+// Run runs both informers until ctx ends, waits for their caches and for Serve's handlers, and re-checks
+// what is served every RecheckPeriod.
 func (i *Informers) Run(ctx context.Context) error {
 	go i.Secrets.Run(ctx.Done())
 	go i.Configuration.Run(ctx.Done())
-	if !cache.WaitForCacheSync(ctx.Done(), i.Secrets.HasSynced, i.Configuration.HasSynced) {
+	synced := []cache.InformerSynced{i.Secrets.HasSynced, i.Configuration.HasSynced}
+	for _, r := range i.served {
+		synced = append(synced, r.HasSynced)
+	}
+	if !cache.WaitForCacheSync(ctx.Done(), synced...) {
 		return errors.New("the webhook certificate Secret and configuration caches did not sync")
+	}
+	if i.recheck != nil {
+		go wait.UntilWithContext(ctx, func(context.Context) { i.recheck() }, RecheckPeriod)
 	}
 	return nil
 }
 
-// Serve makes s follow the Secret.
-func (i *Informers) Serve(s *Serving) error {
+// Serve makes s follow the Secret, trusting what target reads as the configuration's caBundle.
+func (i *Informers) Serve(s *Serving, target Target) error {
+	s.secret = func() *corev1.Secret {
+		obj, exists, err := i.Secrets.GetStore().GetByKey(i.namespace + "/" + i.secret)
+		if secret, ok := obj.(*corev1.Secret); ok && exists && err == nil {
+			return secret
+		}
+		return nil
+	}
+	s.registered = func() ([]*x509.Certificate, bool) {
+		obj, exists, err := i.Configuration.GetStore().GetByKey(i.name)
+		cfg, ok := obj.(*admissionregistrationv1.MutatingWebhookConfiguration)
+		if !ok || !exists || err != nil {
+			return nil, false
+		}
+		return ParseBundle(target.Bundle(cfg)), true
+	}
+	i.recheck = s.recheck
 	load := func(obj any) {
 		if secret, ok := obj.(*corev1.Secret); ok {
 			s.Load(secret)
 		}
 	}
-	_, err := i.Secrets.AddEventHandler(cache.ResourceEventHandlerFuncs{AddFunc: load, UpdateFunc: func(_, obj any) { load(obj) }})
-	return err
+	secrets, err := i.Secrets.AddEventHandler(cache.ResourceEventHandlerFuncs{AddFunc: load, UpdateFunc: func(_, obj any) { load(obj) }})
+	if err != nil {
+		return err
+	}
+	// A caBundle that changed may now trust a certificate passed over before.
+	again := func(any) { s.recheck() }
+	bundles, err := i.Configuration.AddEventHandler(cache.ResourceEventHandlerFuncs{AddFunc: again, UpdateFunc: func(_, obj any) { again(obj) }, DeleteFunc: again})
+	if err != nil {
+		return err
+	}
+	i.served = append(i.served, secrets, bundles)
+	return nil
 }
 
 // Options say what the certificates are for.
@@ -122,8 +170,8 @@ type Controller struct {
 // NewController wires the controller to the informers; s is this replica's Serving (the leader
 // serves what it writes at once, and remembers it).
 func NewController(kube kubernetes.Interface, inf *Informers, s *Serving, target Target, m *metrics.Metrics, opts Options) (*Controller, error) {
-	if opts.Validity < MinValidity {
-		return nil, fmt.Errorf("serving certificate validity %s is below %s", opts.Validity, MinValidity)
+	if opts.Validity < MinValidity || opts.Validity > MaxValidity {
+		return nil, fmt.Errorf("serving certificate validity %s is not within %s and %s", opts.Validity, MinValidity, MaxValidity)
 	}
 	c := &Controller{kube: kube, opts: opts, inf: inf, serving: s, target: target, now: time.Now, seen: map[string]time.Time{}}
 	c.loop = &reconcile.Loop{Name: Name, Queue: reconcile.NewQueue(Name, m), Sync: c.sync, Metrics: m,
@@ -156,9 +204,13 @@ func (c *Controller) sync(ctx context.Context, _ string) (reconcile.Result, erro
 	}
 	now := c.now()
 	registered := ParseBundle(c.target.Bundle(live))
-	propagated := c.observe(registered, lastChange(live), now)
+	propagated := c.observe(registered, now)
+	var distrusted []string
+	if secret != nil {
+		distrusted = ParseDistrust(secret.Annotations[DistrustAnnotation])
+	}
 	d, err := plan(state{now: now, stored: parseSecret(secret), exists: exists, known: c.serving.knownAuthority(),
-		registered: registered, propagated: propagated, hosts: c.opts.Hosts, validity: c.opts.Validity})
+		registered: registered, propagated: propagated, distrusted: distrusted, hosts: c.opts.Hosts, validity: c.opts.Validity})
 	if err != nil {
 		return reconcile.Result{}, err
 	}
@@ -210,9 +262,11 @@ func (c *Controller) mayMake(live *admissionregistrationv1.MutatingWebhookConfig
 }
 
 // observe records which registered CAs are new and returns whether a CA has been registered for
-// caPropagation: since we first saw it, or since the configuration last changed (managedFields
-// times, whole seconds), whichever is earlier — both are times since which it has been there.
-func (c *Controller) observe(registered []*x509.Certificate, changed, now time.Time) func(*x509.Certificate) bool {
+// caPropagation since this process first saw it there. One clock only, this process's: the time the API
+// server wrote in managedFields, compared with ours, would let a leader whose clock runs ahead sign with a
+// CA some API servers have not loaded yet. A new leader thus waits caPropagation before a CA it has not
+// seen long enough signs; what is served meanwhile stays trusted.
+func (c *Controller) observe(registered []*x509.Certificate, now time.Time) func(*x509.Certificate) bool {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	in := map[string]bool{}
@@ -231,9 +285,6 @@ func (c *Controller) observe(registered []*x509.Certificate, changed, now time.T
 	since := make(map[string]time.Time, len(in))
 	for fp := range in {
 		since[fp] = c.seen[fp]
-		if !changed.IsZero() && changed.Add(time.Second).Before(since[fp]) {
-			since[fp] = changed.Add(time.Second)
-		}
 	}
 	return func(ca *x509.Certificate) bool {
 		t, ok := since[Fingerprint(ca)]
@@ -299,20 +350,6 @@ func (c *Controller) store(ctx context.Context, cur *corev1.Secret, a *authority
 		return nil, fmt.Errorf("writing the webhook certificate Secret %s/%s: %w", c.opts.Namespace, c.opts.Secret, err)
 	}
 	return out, nil
-}
-
-// lastChange is the last time anyone changed the configuration, as its managedFields say.
-func lastChange(cfg *admissionregistrationv1.MutatingWebhookConfiguration) time.Time {
-	if cfg == nil {
-		return time.Time{}
-	}
-	t := cfg.CreationTimestamp.Time
-	for _, f := range cfg.ManagedFields {
-		if f.Time != nil && f.Time.After(t) {
-			t = f.Time.Time
-		}
-	}
-	return t
 }
 
 func fingerprints(cas []*x509.Certificate) []string {

@@ -3,6 +3,8 @@ package webhookcert
 import (
 	"bytes"
 	"context"
+	"crypto/x509"
+	"slices"
 	"testing"
 	"time"
 
@@ -61,10 +63,10 @@ func newHarness(t *testing.T) *harness {
 	kube := kubefake.NewClientset()
 	inf := NewInformers(kube, "kube-system", "cma-webhook-tls", "cma")
 	s := NewServing()
-	if err := inf.Serve(s); err != nil {
+	target := &fakeTarget{kube: kube}
+	if err := inf.Serve(s, target); err != nil {
 		t.Fatal(err)
 	}
-	target := &fakeTarget{kube: kube}
 	ctl, err := NewController(kube, inf, s, target, metrics.New(), Options{Namespace: "kube-system", Secret: "cma-webhook-tls",
 		Configuration: "cma", Hosts: []string{"127.0.0.1"}, Validity: time.Hour, OwnsConfiguration: true})
 	if err != nil {
@@ -248,5 +250,68 @@ func TestADeletedConfigurationIsNotMadeAgain(t *testing.T) {
 	h.sync()
 	if _, err := h.kube.AdmissionregistrationV1().MutatingWebhookConfigurations().Get(context.Background(), "cma", metav1.GetOptions{}); err == nil || h.target.applied != 1 {
 		t.Fatalf("a deleted configuration was made again (%d applies)", h.target.applied)
+	}
+}
+
+// A replica starting while the Secret holds a certificate serves it by the time Run returns, before
+// the webhook listens: the informer's cache alone is not enough, its handlers must have been called.
+func TestAReplicaServesTheStoredCertificateOnceRunReturns(t *testing.T) {
+	first := newHarness(t)
+	first.sync()
+	stored, err := first.kube.CoreV1().Secrets("kube-system").Get(context.Background(), "cma-webhook-tls", metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg, err := first.kube.AdmissionregistrationV1().MutatingWebhookConfigurations().Get(context.Background(), "cma", metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for range 20 {
+		kube := kubefake.NewClientset(stored.DeepCopy(), cfg.DeepCopy())
+		inf := NewInformers(kube, "kube-system", "cma-webhook-tls", "cma")
+		s := NewServing()
+		if err := inf.Serve(s, &fakeTarget{kube: kube}); err != nil {
+			t.Fatal(err)
+		}
+		ctx, cancel := context.WithCancel(context.Background())
+		if err := inf.Run(ctx); err != nil {
+			t.Fatal(err)
+		}
+		ready := s.Ready()
+		cancel()
+		if !ready {
+			t.Fatal("Run returned before the stored certificate was served")
+		}
+	}
+}
+
+// A certificate whose CA is not in the registered caBundle yet never replaces one that is: the API
+// server would refuse it. It is taken once the bundle trusts it (the caBundle's update, or the re-check).
+func TestServingNeverTradesATrustedCertificateForOneNotRegisteredYet(t *testing.T) {
+	now := time.Now()
+	a := installed(t, time.Hour)
+	other, err := plan(state{now: now, stored: &authority{}, propagated: never, hosts: hosts, validity: time.Hour})
+	if err != nil {
+		t.Fatal(err)
+	}
+	b := other.write
+	registered := a.bundle
+	s := NewServing()
+	s.registered = func() ([]*x509.Certificate, bool) { return registered, true }
+	s.now = func() time.Time { return t0.Add(time.Minute) }
+	s.Load(secretOf(t, a))
+	s.Load(secretOf(t, b))
+	if !s.current.Load().Leaf.Equal(a.serving.Leaf) || !s.Ready() {
+		t.Fatal("a trusted certificate was replaced by one the registered caBundle does not verify")
+	}
+	s.secret = func() *corev1.Secret { return secretOf(t, b) }
+	registered = append(slices.Clone(a.bundle), b.bundle...)
+	s.recheck()
+	if !s.current.Load().Leaf.Equal(b.serving.Leaf) || !s.Ready() {
+		t.Fatal("the new certificate was not taken once its CA was registered")
+	}
+	registered = a.bundle
+	if s.Ready() {
+		t.Fatal("ready while serving a certificate the registered caBundle does not verify")
 	}
 }

@@ -1,12 +1,15 @@
 package webhookcert
 
 import (
-	"crypto/tls"
+	"crypto/sha256"
 	"crypto/x509"
+	"encoding/hex"
 	"math/rand/v2"
 	"slices"
 	"testing"
 	"time"
+
+	corev1 "k8s.io/api/core/v1"
 )
 
 var (
@@ -182,18 +185,119 @@ func TestACARolloverSignsWithTheNewCAOnlyOnceRegisteredAndDropsTheOldAtItsEnd(t 
 	}
 }
 
-// The Secret gone and this process new: the registered CAs stay (other replicas may serve what they
-// signed), a new CA joins them, and nothing is served from it before it is registered.
-func TestASecretLostByANewProcessKeepsTheRegisteredCAs(t *testing.T) {
-	a := installed(t, year)
-	d, err := plan(state{now: t0.Add(time.Hour), stored: &authority{}, exists: false, registered: a.bundle, propagated: always, hosts: hosts, validity: year})
-	if err != nil || d.write == nil {
-		t.Fatalf("%+v, %v", d, err)
+// Nothing served anywhere (no unexpired serving certificate in the Secret or in this process's memory):
+// no replica can answer a handshake, so waiting for a new CA to propagate would only prolong refusals. A
+// serving certificate is made at once, from a CA whose key is held; a registered CA without its key
+// trusts nobody we serve and leaves the bundle.
+func TestNothingServedAnywhereIsServedAtOnce(t *testing.T) {
+	old := installed(t, year)
+	at := t0.Add(time.Hour)
+	for _, tc := range []struct {
+		name       string
+		stored     *authority
+		exists     bool
+		registered []*x509.Certificate
+		sameCA     bool
+	}{
+		{name: "a reinstall beside the configuration an uninstall without hooks left (its CA's key gone with the Secret)",
+			stored: &authority{}, registered: old.bundle},
+		{name: "the Secret restored from an old backup: its certificate expired, its CA's key there",
+			stored: func() *authority {
+				expired, _ := issue(old.signer, hosts, t0.Add(-2*year), year)
+				return &authority{bundle: old.bundle, signer: old.signer, serving: expired}
+			}(), exists: true, registered: old.bundle, sameCA: true},
+		{name: "the Secret emptied of its certificate by a new process, its CA never registered",
+			stored: &authority{bundle: old.bundle, signer: old.signer}, exists: true, sameCA: true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			d, err := plan(state{now: at, stored: tc.stored, exists: tc.exists, registered: tc.registered, propagated: never, hosts: hosts, validity: year})
+			if err != nil || d.write == nil || d.write.serving == nil {
+				t.Fatalf("%+v, %v; want a serving certificate written at once", d, err)
+			}
+			w := d.write
+			if err := verifies(w.serving.Leaf, w.bundle, hosts[0], at); err != nil {
+				t.Fatalf("the certificate does not verify against the bundle written with it: %v", err)
+			}
+			if got := signedBy(w.serving.Leaf, old.signer.cert); got != tc.sameCA {
+				t.Fatalf("signed by the CA whose key the Secret holds: %v; want %v", got, tc.sameCA)
+			}
+			if !tc.sameCA && slices.ContainsFunc(w.bundle, old.bundle[0].Equal) {
+				t.Fatal("the registered CA without its key stayed in the bundle")
+			}
+			if len(w.bundle) != 1 || w.next != nil {
+				t.Fatalf("bundle of %d CAs, next %v; want the signing CA alone", len(w.bundle), w.next != nil)
+			}
+		})
 	}
-	w := d.write
-	if !slices.ContainsFunc(w.bundle, a.bundle[0].Equal) || w.next == nil || w.serving != nil || w.signer != nil {
-		t.Fatalf("wrote bundle %d (registered kept %v), next %v, serving %v, signer %v; want the registered CA kept, a new CA pending, nothing served from it",
-			len(w.bundle), slices.ContainsFunc(w.bundle, a.bundle[0].Equal), w.next != nil, w.serving != nil, w.signer != nil)
+}
+
+// A CA named in the Secret's distrust annotation (its key leaked) signs nothing more: a new CA joins the
+// bundle, signs once registered, every replica moves to its certificate, and the distrusted CA leaves
+// the bundle distrustGrace later. At every step the certificate stored verifies against the bundle
+// stored, so no replica is refused on the way.
+func TestADistrustedCAIsRolledOverThenDropped(t *testing.T) {
+	const validity = 90 * 24 * time.Hour
+	a := installed(t, validity)
+	bad := a.signer.cert
+	distrusted := []string{hex.EncodeToString(func() []byte { s := sha256.Sum256(bad.Raw); return s[:] }())[:16]}
+	now := t0.Add(time.Hour)
+	stored := a
+	step := func(registered []*x509.Certificate, propagated func(*x509.Certificate) bool, what string) decision {
+		t.Helper()
+		d, err := plan(state{now: now, stored: stored, exists: true, known: stored, registered: registered,
+			propagated: propagated, distrusted: distrusted, hosts: hosts, validity: validity})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if d.write != nil {
+			if err := verifies(d.write.serving.Leaf, d.write.bundle, hosts[0], now); err != nil {
+				t.Fatalf("%s: the stored certificate does not verify against the stored bundle: %v", what, err)
+			}
+			stored = d.write
+		}
+		return d
+	}
+	d := step(a.bundle, always, "distrusted")
+	if d.write == nil || d.write.next == nil || !d.write.serving.Leaf.Equal(a.serving.Leaf) || !slices.ContainsFunc(d.write.bundle, bad.Equal) {
+		t.Fatalf("distrusted: %+v; want a new CA beside it, the served certificate unchanged until the new CA may sign", d)
+	}
+	next := d.write.next.cert
+	now = now.Add(time.Second)
+	if d := step(stored.bundle, func(c *x509.Certificate) bool { return !c.Equal(next) }, "not registered yet"); d.write != nil {
+		t.Fatalf("the new CA not registered yet: wrote %q; want nothing", d.why)
+	}
+	now = now.Add(caPropagation)
+	d = step(stored.bundle, always, "registered")
+	if d.write == nil || !signedBy(d.write.serving.Leaf, next) || !slices.ContainsFunc(d.write.bundle, bad.Equal) {
+		t.Fatalf("the new CA registered: %+v; want it to sign the served certificate, the distrusted CA still trusted for replicas not moved yet", d)
+	}
+	now = now.Add(distrustGrace / 2)
+	if d := step(stored.bundle, always, "within the grace"); d.write != nil {
+		t.Fatalf("within the grace: wrote %q; want nothing", d.why)
+	}
+	now = now.Add(distrustGrace)
+	d = step(stored.bundle, always, "after the grace")
+	if d.write == nil || slices.ContainsFunc(d.write.bundle, bad.Equal) || len(d.write.bundle) != 1 {
+		t.Fatalf("after the grace: %+v; want the distrusted CA out of the bundle", d)
+	}
+	now = now.Add(time.Hour)
+	if d := step(stored.bundle, always, "later"); d.write != nil {
+		t.Fatalf("later: wrote %q; want nothing (the CA must not come back from memory or the registration)", d.why)
+	}
+}
+
+func TestParseDistrust(t *testing.T) {
+	for _, tc := range []struct {
+		in   string
+		want []string
+	}{
+		{"", nil},
+		{"0123456789abcdef", []string{"0123456789abcdef"}},
+		{" 01:23:45:67:89:AB:CD:EF:00 , xyz, 0123", []string{"0123456789abcdef00"}},
+	} {
+		if got := ParseDistrust(tc.in); !slices.Equal(got, tc.want) {
+			t.Errorf("ParseDistrust(%q) = %q; want %q", tc.in, got, tc.want)
+		}
 	}
 }
 
@@ -222,7 +326,8 @@ func TestRotationNeverServesACertificateTheAPIServerRejects(t *testing.T) {
 		registered []*x509.Certificate
 		changes    []change
 		known      *authority
-		replicas   = make([]*tls.Certificate, 2)
+		replicas   = []*Serving{NewServing(), NewServing()}
+		now        time.Time
 		lastWipe   = time.Time{}
 		rotations  int
 		rollovers  int
@@ -243,8 +348,13 @@ func TestRotationNeverServesACertificateTheAPIServerRejects(t *testing.T) {
 		}
 		return b
 	}
+	for _, r := range replicas {
+		r.now = func() time.Time { return now }
+		// What its cache shows: the newest registration, before kube-apiserver uses it.
+		r.registered = func() ([]*x509.Certificate, bool) { return registered, true }
+	}
 	for i := range steps {
-		now := t0.Add(time.Duration(i) * time.Second)
+		now = t0.Add(time.Duration(i) * time.Second)
 		switch r := rng.IntN(400); {
 		case r == 0 && exists:
 			stored, exists = &authority{}, false
@@ -256,12 +366,8 @@ func TestRotationNeverServesACertificateTheAPIServerRejects(t *testing.T) {
 			register(now, nil)
 			lastWipe = now
 		}
-		changed := time.Time{}
-		if len(changes) > 0 {
-			changed = changes[len(changes)-1].at.Truncate(time.Second)
-		}
 		d, err := plan(state{now: now, stored: stored, exists: exists, known: known, registered: registered,
-			propagated: c.observe(registered, changed, now), hosts: hosts, validity: validity})
+			propagated: c.observe(registered, now), hosts: hosts, validity: validity})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -280,11 +386,9 @@ func TestRotationNeverServesACertificateTheAPIServerRejects(t *testing.T) {
 		register(now, stored.bundle)
 		history = append(history, stored)
 		for r := range replicas {
-			seen := history[max(0, len(history)-1-rng.IntN(maxReload+1))]
-			if s := seen.serving; s != nil && !now.Before(s.Leaf.NotBefore) && now.Before(s.Leaf.NotAfter) {
-				replicas[r] = s
-			}
-			if replicas[r] == nil {
+			replicas[r].Load(secretOf(t, history[max(0, len(history)-1-rng.IntN(maxReload+1))]))
+			served := replicas[r].current.Load()
+			if served == nil {
 				continue
 			}
 			if !lastWipe.IsZero() && now.Sub(lastWipe) <= apiDelay {
@@ -293,7 +397,7 @@ func TestRotationNeverServesACertificateTheAPIServerRejects(t *testing.T) {
 			if now.Sub(t0) <= apiDelay {
 				continue // the first install: nothing was trusted before its first bundle
 			}
-			if err := verifies(replicas[r].Leaf, effective(now), hosts[0], now); err != nil {
+			if err := verifies(served.Leaf, effective(now), hosts[0], now); err != nil {
 				t.Fatalf("second %d: replica %d serves a certificate kube-apiserver rejects: %v", i, r, err)
 			}
 		}
@@ -302,4 +406,54 @@ func TestRotationNeverServesACertificateTheAPIServerRejects(t *testing.T) {
 		t.Fatalf("%d serving certificates and %d CA rollovers in %d s; want a new certificate every ~20 s and a new CA every ~200 s", rotations, rollovers, steps)
 	}
 	t.Logf("%d s: %d serving certificates, %d new CAs, every second verified", steps, rotations, rollovers)
+}
+
+// secretOf is the Secret holding a.
+func secretOf(t *testing.T, a *authority) *corev1.Secret {
+	t.Helper()
+	data, err := a.data()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return &corev1.Secret{Data: data}
+}
+
+// A replica whose clock is five minutes behind the leader's, and whose watch delivers no event at all,
+// looks at the Secret every RecheckPeriod: it serves each new certificate within that period of its
+// storing, and never one expired by the leader's (the API server's) clock.
+func TestAReplicaWithAClockBehindServesEachNewCertificateWithinItsRecheck(t *testing.T) {
+	const validity = 2 * time.Minute // replaced every 80 s
+	const skew = 5 * time.Minute
+	stored, storedAt := installed(t, validity), t0
+	replica := NewServing()
+	var now time.Time
+	replica.now = func() time.Time { return now.Add(-skew) }
+	rotations := 0
+	for i := range 3600 {
+		now = t0.Add(time.Duration(i) * time.Second)
+		d, err := plan(state{now: now, stored: stored, exists: true, known: stored, registered: stored.bundle,
+			propagated: always, hosts: hosts, validity: validity})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if d.write != nil {
+			stored, storedAt = d.write, now
+			rotations++
+		}
+		if i%int(RecheckPeriod/time.Second) == 0 {
+			replica.Load(secretOf(t, stored))
+		}
+		cur := replica.current.Load()
+		switch {
+		case cur == nil:
+			t.Fatalf("second %d: the replica serves nothing", i)
+		case !now.Before(cur.Leaf.NotAfter):
+			t.Fatalf("second %d: the replica serves a certificate that expired at %s", i, cur.Leaf.NotAfter.Format(time.TimeOnly))
+		case !cur.Leaf.Equal(stored.serving.Leaf) && now.Sub(storedAt) >= RecheckPeriod:
+			t.Fatalf("second %d: the certificate stored %s ago is not served yet", i, now.Sub(storedAt))
+		}
+	}
+	if rotations < 40 {
+		t.Fatalf("%d certificates in an hour; want one every 80 s", rotations)
+	}
 }

@@ -3,7 +3,10 @@ package webhookcert
 import (
 	"bytes"
 	"crypto/tls"
+	"crypto/x509"
 	"errors"
+	"slices"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -12,34 +15,87 @@ import (
 	"github.com/configmap-attacher/configmap-attacher/internal/metrics"
 )
 
+// RecheckPeriod is how often every replica looks at the Secret again, whatever events came: a watch
+// event can be late or lost, and a certificate passed over once (its CA not registered yet) must be
+// taken as soon as it may be. Cheap: a cache read and a comparison.
+const RecheckPeriod = 10 * time.Second
+
 // Serving is what every replica serves: the serving certificate the Secret holds, loaded from the
-// watch the moment it changes. It never drops a certificate for nothing: a Secret deleted, emptied or
-// holding an expired pair leaves the last good one served until the leader stores another.
+// watch the moment it changes and at every RecheckPeriod. It never drops a certificate for nothing: a
+// Secret deleted, emptied or holding an expired pair leaves the last good one served until the leader
+// stores another; and it never trades a certificate the registered caBundle trusts for one it does not
+// trust yet.
+//
+// Its own clock only tells expired certificates: a certificate "not valid yet" by a clock behind the
+// leader's is served all the same (the API servers verify with their clocks, and certificates are
+// backdated an hour).
 type Serving struct {
 	now     func() time.Time
 	current atomic.Pointer[tls.Certificate]
 	// known is the last Secret content with a bundle, CA keys included: the leader's memory if the
 	// Secret is lost.
 	known atomic.Pointer[authority]
+	// registered is the caBundle the webhook configuration holds, as this replica's cache shows it;
+	// exists is false when there is no configuration. Nil (tests, before Informers.Serve): every
+	// certificate counts as trusted.
+	registered func() (bundle []*x509.Certificate, exists bool)
+	// secret is the Secret as cached, for the periodic re-check; nil before Informers.Serve.
+	secret func() *corev1.Secret
+	// loading serializes Load: the watch, the re-check and the leader's own writes all call it.
+	loading sync.Mutex
+	// loaded is closed once a certificate is served.
+	loaded     chan struct{}
+	loadedOnce sync.Once
 }
 
 // NewServing returns a Serving with nothing loaded yet.
-func NewServing() *Serving { return &Serving{now: time.Now} }
+func NewServing() *Serving { return &Serving{now: time.Now, loaded: make(chan struct{})} }
 
-// Load takes what s holds.
+// Load takes what secret holds, if it should be served.
 func (s *Serving) Load(secret *corev1.Secret) {
+	s.loading.Lock()
+	defer s.loading.Unlock()
 	a := parseSecret(secret)
 	if len(a.bundle) > 0 {
 		s.known.Store(a)
 	}
 	pair := a.serving
-	if pair == nil || s.now().Before(pair.Leaf.NotBefore) || !s.now().Before(pair.Leaf.NotAfter) {
+	now := s.now()
+	if pair == nil || !now.Before(pair.Leaf.NotAfter) {
 		return
 	}
-	if cur := s.current.Load(); cur != nil && bytes.Equal(cur.Leaf.Raw, pair.Leaf.Raw) {
+	cur := s.current.Load()
+	if cur != nil && bytes.Equal(cur.Leaf.Raw, pair.Leaf.Raw) {
 		return
+	}
+	if cur != nil && now.Before(cur.Leaf.NotAfter) && s.trusted(cur.Leaf) && !s.trusted(pair.Leaf) {
+		return // the next re-check, or the caBundle's update, takes it once registered
 	}
 	s.current.Store(pair)
+	s.loadedOnce.Do(func() { close(s.loaded) })
+}
+
+// recheck loads the Secret as cached again.
+func (s *Serving) recheck() {
+	if s.secret == nil {
+		return
+	}
+	if secret := s.secret(); secret != nil {
+		s.Load(secret)
+	}
+}
+
+// trusted reports whether the registered caBundle verifies leaf; with no configuration (or none
+// known) nothing can be checked, and leaf counts as trusted.
+func (s *Serving) trusted(leaf *x509.Certificate) bool {
+	if s.registered == nil {
+		return true
+	}
+	bundle, exists := s.registered()
+	if !exists {
+		return true
+	}
+	return slices.ContainsFunc(bundle, func(ca *x509.Certificate) bool { return signedBy(leaf, ca) })
 }
 
 // GetCertificate serves the current certificate (tls.Config.GetCertificate).
@@ -52,8 +108,16 @@ func (s *Serving) GetCertificate(*tls.ClientHelloInfo) (*tls.Certificate, error)
 
 var errNoCertificate = errors.New("no webhook serving certificate yet: the leader stores one in the certificate Secret")
 
-// Ready reports whether a certificate is served: a replica without one must get no traffic.
-func (s *Serving) Ready() bool { return s.current.Load() != nil }
+// Loaded is closed once a certificate is served: the webhook accepts no connection before, since a
+// handshake without a certificate can only fail.
+func (s *Serving) Loaded() <-chan struct{} { return s.loaded }
+
+// Ready reports whether this replica may get traffic: it serves a certificate that has not expired by
+// its clock and that the registered caBundle verifies (no refusal once Ready).
+func (s *Serving) Ready() bool {
+	cur := s.current.Load()
+	return cur != nil && s.now().Before(cur.Leaf.NotAfter) && s.trusted(cur.Leaf)
+}
 
 // NotAfter is when the certificate served now expires; zero before one is loaded.
 func (s *Serving) NotAfter() time.Time {
@@ -63,17 +127,23 @@ func (s *Serving) NotAfter() time.Time {
 	return time.Time{}
 }
 
-// Report exports the served certificate's expiry: it is replaced when two thirds of its life have
-// passed, so an alert on too few days left means renewal has been failing.
+// Report exports when the served certificate expires and when the leader should have replaced it (two
+// thirds of its life): an alert compares the two, whatever the configured validity.
 func (s *Serving) Report(m *metrics.Metrics) {
-	m.Gauge("configmap_attacher_webhook_certificate_expiry_timestamp_seconds",
-		"When the pinning webhook's serving certificate expires (Unix seconds); replaced when two thirds of its life have passed.",
-		func() float64 {
-			if t := s.NotAfter(); !t.IsZero() {
-				return float64(t.Unix())
+	leaf := func(at func(*x509.Certificate) time.Time) func() float64 {
+		return func() float64 {
+			if cur := s.current.Load(); cur != nil {
+				return float64(at(cur.Leaf).Unix())
 			}
 			return 0
-		})
+		}
+	}
+	m.Gauge("configmap_attacher_webhook_certificate_expiry_timestamp_seconds",
+		"When the pinning webhook's serving certificate expires (Unix seconds); 0 while none is served.",
+		leaf(func(c *x509.Certificate) time.Time { return c.NotAfter }))
+	m.Gauge("configmap_attacher_webhook_certificate_renewal_timestamp_seconds",
+		"When the leader replaces the served certificate (two thirds of its life, Unix seconds); 0 while none is served. Past it, renewal is failing.",
+		leaf(renewAt))
 }
 
 // knownAuthority is the last Secret content with a bundle; nil before one.
