@@ -185,3 +185,11 @@ func NewClients(cfg *rest.Config) (*Clients, error) {
 	}
 	return &Clients{Config: cfg, Kube: kc, Dynamic: dc, Metadata: mc}, nil
 }
+
+// Separate returns clients of the same API server and identity with rate limiters of their own: a path
+// that must answer in time (the pinning webhook's) does not queue behind the controllers' writes.
+func (c *Clients) Separate() (*Clients, error) {
+	cfg := rest.CopyConfig(c.Config)
+	cfg.RateLimiter = nil // made from QPS and Burst, its own
+	return NewClients(cfg)
+}

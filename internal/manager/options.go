@@ -88,6 +88,10 @@ type PinningOptions struct {
 	// kube-apiserver does not retry a webhook call it could not connect for. Negative: the default for
 	// the mode (5 s behind a Service, 0 at a URL).
 	ShutdownDelay time.Duration
+	// HTTP2 offers HTTP/2 besides HTTP/1.1 (off by default: CVE-2023-44487).
+	HTTP2 bool
+	// MaxInFlight is how many admission requests are handled at once; more wait for a slot.
+	MaxInFlight int
 }
 
 // DefaultCertValidity is a serving certificate's lifetime by default: a year.
@@ -166,7 +170,7 @@ func NewOptions(lookup func(string) (string, bool)) *Options {
 		// Each attach is one PATCH; client-go's default 5 QPS would queue a 500-Rollout deploy for minutes.
 		Client: kube.ClientOptions{QPS: 100, Burst: 200},
 		Pinning: PinningOptions{BindAddress: ":9443", Configuration: "configmap-attacher", FailurePolicy: "Fail",
-			TimeoutSeconds: pinning.DefaultTimeoutSeconds, CertValidity: DefaultCertValidity, ShutdownDelay: -1},
+			TimeoutSeconds: pinning.DefaultTimeoutSeconds, CertValidity: DefaultCertValidity, ShutdownDelay: -1, MaxInFlight: 32},
 		Trigger: TriggerOptions{Settle: trigger.DefaultSettle},
 	}
 }
@@ -223,6 +227,9 @@ func (o *Options) AddFlags(fs *flag.FlagSet) {
 		"it is replaced when two thirds have passed, under a CA that lives ten times as long")
 	fs.DurationVar(&o.Pinning.ShutdownDelay, "webhook-shutdown-delay", o.Pinning.ShutdownDelay, "how long the webhook keeps answering after a stop signal, not ready meanwhile, "+
 		"while the Service's endpoints drop this replica (default: 5s with -webhook-service, 0 with -webhook-url)")
+	fs.BoolVar(&o.Pinning.HTTP2, "webhook-http2", o.Pinning.HTTP2, "offer HTTP/2 on the pinning webhook besides HTTP/1.1 (off by default, as many webhooks since CVE-2023-44487, HTTP/2 rapid reset)")
+	fs.IntVar(&o.Pinning.MaxInFlight, "webhook-max-in-flight", o.Pinning.MaxInFlight, "admission requests the pinning webhook handles at once; more wait for a slot "+
+		"(each may hold a review of up to 4 MiB: this bounds the webhook's memory)")
 	fs.BoolVar(&o.Trigger.ReloaderAnnotations, "reloader-annotations", o.Trigger.ReloaderAnnotations, "honour Reloader's annotations on workloads, with or without -pinning: a change of the config they select starts a new revision "+
 		"by writing one annotation on the pod template (docs/config-starts.md); off while the cluster still runs Reloader")
 	fs.DurationVar(&o.Trigger.Settle, "config-settle", o.Trigger.Settle, "how long a config object must stay unchanged before a revision is started for its change: a burst of edits within it starts one")
@@ -313,6 +320,12 @@ func (p *PinningOptions) validate() []string {
 	}
 	if p.CertValidity < webhookcert.MinValidity {
 		errs = append(errs, fmt.Sprintf("-webhook-cert-validity %s is too short: give at least %s (one year by default)", p.CertValidity, webhookcert.MinValidity))
+	}
+	if p.CertValidity > webhookcert.MaxValidity {
+		errs = append(errs, fmt.Sprintf("-webhook-cert-validity %s is too long: give at most %s, five years (one year by default)", p.CertValidity, webhookcert.MaxValidity))
+	}
+	if p.MaxInFlight < 1 {
+		errs = append(errs, fmt.Sprintf("-webhook-max-in-flight %d: give at least 1 (32 by default)", p.MaxInFlight))
 	}
 	if p.bindAddressSet {
 		if _, _, err := net.SplitHostPort(p.BindAddress); err != nil {

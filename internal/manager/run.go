@@ -217,7 +217,7 @@ func serveWebhook(ctx context.Context, o *Options, clients *kube.Clients, cs *ca
 		Namespaces: o.Namespaces, OwnNamespace: ns}
 	inf := webhookcert.NewInformers(clients.Kube, ns, po.certSecret(), po.Configuration)
 	serving := webhookcert.NewServing()
-	if err := inf.Serve(serving); err != nil {
+	if err := inf.Serve(serving, reg); err != nil {
 		return nil, err
 	}
 	certs, err := webhookcert.NewController(clients.Kube, inf, serving, reg, m, webhookcert.Options{Namespace: ns, Secret: po.certSecret(),
@@ -229,10 +229,20 @@ func serveWebhook(ctx context.Context, o *Options, clients *kube.Clients, cs *ca
 		return nil, err
 	}
 	serving.Report(m)
-	hook := &pinning.Webhook{Caches: cs, Taker: &pinning.Taker{Kube: clients.Kube, Writer: writer}, Log: logging.FromContext(ctx), Metrics: m}
+	// The pod path's own clients: its calls (a revision's first pod reads and snapshots) must not queue
+	// behind the controllers' writes in one client-side rate limiter, or a large deploy could push an
+	// admission past timeoutSeconds.
+	podPath, err := clients.Separate()
+	if err != nil {
+		return nil, err
+	}
+	hook := &pinning.Webhook{Caches: cs, Taker: &pinning.Taker{Kube: podPath.Kube, Writer: &attach.Writer{Client: podPath.Metadata, Events: writer.Events}},
+		Log: logging.FromContext(ctx), Metrics: m}
 	mux := http.NewServeMux()
 	mux.Handle(pinning.Path, hook)
-	stopped, err := serveTLS(ctx, "webhook", po.listenAddress(), mux, &tls.Config{GetCertificate: serving.GetCertificate, MinVersion: tls.VersionTLS12}, po.shutdownDelay())
+	stopped, err := server{name: "webhook", addr: po.listenAddress(), handler: limitInFlight(mux, po.MaxInFlight),
+		tls: &tls.Config{GetCertificate: serving.GetCertificate, MinVersion: tls.VersionTLS12}, http2: po.HTTP2,
+		drain: po.shutdownDelay(), acceptAfter: serving.Loaded()}.run(ctx)
 	if err != nil {
 		return nil, err
 	}

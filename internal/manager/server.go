@@ -45,30 +45,56 @@ func (p *probes) readyz(w http.ResponseWriter, _ *http.Request) {
 
 // serve runs an HTTP server on addr until ctx ends; an empty addr disables it.
 func serve(ctx context.Context, name, addr string, h http.Handler) (<-chan struct{}, error) {
-	return serveTLS(ctx, name, addr, h, nil, 0)
+	return server{name: name, addr: addr, handler: h}.run(ctx)
 }
 
-// serveTLS is serve over TLS when tlsConfig is set, answering for drain more after ctx ends; the
-// channel is closed once it has stopped.
+// server is one HTTP server of the process: plain for metrics and probes, the webhook over TLS.
+type server struct {
+	name, addr string
+	handler    http.Handler
+	// tls, when set, serves HTTPS; http2 offers HTTP/2 there too (off: HTTP/1.1 only).
+	tls   *tls.Config
+	http2 bool
+	// drain is how long it keeps answering after ctx ends.
+	drain time.Duration
+	// acceptAfter, when set, holds connections in the listen backlog until it is closed: a TLS
+	// server with no certificate yet would fail every handshake, while a connection held a moment
+	// is answered once there is one (and the port is still bound at once, so a conflict fails early).
+	acceptAfter <-chan struct{}
+}
+
+// Webhook server timeouts. A request is read within webhookReadTimeout (the API server sends a whole
+// review at once; a client that trickles one holds a slot for no longer), answered within
+// webhookWriteTimeout (above the longest timeoutSeconds, 30 s), and an idle connection is closed only
+// after webhookIdleTimeout, longer than kube-apiserver's own idle timeout for webhook connections (90 s,
+// client-go's transport default): the client then always closes first, and never sends a request on a
+// connection the server is closing (it does not retry a POST).
+const (
+	webhookReadTimeout  = 10 * time.Second
+	webhookWriteTimeout = 35 * time.Second
+	webhookIdleTimeout  = 2 * time.Minute
+)
+
+// run serves until ctx ends, answering for drain more after that; the channel is closed once it has
+// stopped.
 //
 // kube-apiserver keeps its connections to a webhook open and sends the next admission request on one
 // of them: a connection the server closes while idle can meet a request already on its way, and
 // kube-apiserver never retries a POST, so under Fail that pod is refused (seen in
-// TestPinningWebhookRollingUpgradeRefusesNoPod). Two things make stopping graceful instead. Over TLS
-// the server speaks HTTP/2 as well (ServeTLS offers h2), whose shutdown is a GOAWAY: the client moves
-// requests the server did not take to a new connection by itself. And while draining, every response
-// says "Connection: close" (a GOAWAY over HTTP/2), so each connection is closed by the server right
-// after an answer, never while a request may be in flight, and the client's next request opens a new
-// connection, which a Service routes to a ready replica.
-func serveTLS(ctx context.Context, name, addr string, h http.Handler, tlsConfig *tls.Config, drain time.Duration) (<-chan struct{}, error) {
+// TestPinningWebhookRollingUpgradeRefusesNoPod). While draining, every response therefore says
+// "Connection: close" (over HTTP/2, a GOAWAY, which moves requests the server did not take to a new
+// connection by itself): each connection is closed by the server right after an answer, never while a
+// request may be in flight, and the client's next request opens a new connection, which a Service
+// routes to a ready replica.
+func (s server) run(ctx context.Context) (<-chan struct{}, error) {
 	stopped := make(chan struct{})
-	if addr == "" {
+	if s.addr == "" {
 		close(stopped)
 		return stopped, nil
 	}
-	ln, err := net.Listen("tcp", addr)
+	ln, err := net.Listen("tcp", s.addr)
 	if err != nil {
-		return nil, fmt.Errorf("%s server: %w", name, err)
+		return nil, fmt.Errorf("%s server: %w", s.name, err)
 	}
 	var draining atomic.Bool
 	srv := &http.Server{
@@ -76,37 +102,70 @@ func serveTLS(ctx context.Context, name, addr string, h http.Handler, tlsConfig 
 			if draining.Load() {
 				w.Header().Set("Connection", "close")
 			}
-			h.ServeHTTP(w, r)
+			s.handler.ServeHTTP(w, r)
 		}),
 		ReadHeaderTimeout: 5 * time.Second,
-		TLSConfig:         tlsConfig,
+	}
+	if s.tls != nil {
+		srv.TLSConfig = s.tls.Clone()
+		srv.ReadTimeout, srv.WriteTimeout, srv.IdleTimeout = webhookReadTimeout, webhookWriteTimeout, webhookIdleTimeout
+		if !s.http2 {
+			// Off unless asked for (-webhook-http2), as many webhooks since CVE-2023-44487 (HTTP/2
+			// rapid reset): a non-nil, empty TLSNextProto keeps net/http from offering h2.
+			srv.TLSNextProto = map[string]func(*http.Server, *tls.Conn, http.Handler){}
+			srv.TLSConfig.NextProtos = []string{"http/1.1"}
+		}
 	}
 	log := logging.FromContext(ctx)
 	go func() {
 		defer close(stopped)
 		<-ctx.Done()
 		draining.Store(true)
-		if drain > 0 {
-			log.Info("still answering while endpoints drop this replica", "server", name, "for", drain)
-			time.Sleep(drain)
+		if s.drain > 0 {
+			log.Info("still answering while endpoints drop this replica", "server", s.name, "for", s.drain)
+			time.Sleep(s.drain)
 		}
 		shutdownCtx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 		defer cancel()
 		_ = srv.Shutdown(shutdownCtx)
+		_ = ln.Close() // when it never started accepting
 	}()
 	go func() {
+		if s.acceptAfter != nil {
+			select {
+			case <-s.acceptAfter:
+			case <-ctx.Done():
+				return
+			}
+		}
 		var err error
-		if tlsConfig != nil {
-			err = srv.ServeTLS(ln, "", "") // the certificate comes from tlsConfig
+		if s.tls != nil {
+			err = srv.ServeTLS(ln, "", "") // the certificate comes from the TLS config
 		} else {
 			err = srv.Serve(ln)
 		}
 		if err != nil && !errors.Is(err, http.ErrServerClosed) {
-			log.Error("server stopped", "server", name, "err", err)
+			log.Error("server stopped", "server", s.name, "err", err)
 		}
 	}()
-	log.Info("serving", "server", name, "address", ln.Addr().String())
+	log.Info("serving", "server", s.name, "address", ln.Addr().String())
 	return stopped, nil
+}
+
+// limitInFlight lets at most n requests be handled at once; the others wait for a slot (holding only
+// their connection: the body is read once a slot is taken) until their client gives up. A few dozen
+// large reviews at once cannot then take the process past its memory limit.
+func limitInFlight(h http.Handler, n int) http.Handler {
+	slots := make(chan struct{}, n)
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		select {
+		case slots <- struct{}{}:
+			defer func() { <-slots }()
+			h.ServeHTTP(w, r)
+		case <-r.Context().Done():
+			http.Error(w, "too many requests in flight", http.StatusServiceUnavailable)
+		}
+	})
 }
 
 // metricsHandler serves /metrics and, with profiling, Go's runtime profiles under /debug/pprof/ (as

@@ -8,6 +8,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -40,11 +41,9 @@ func TestMetricsHandlerServesProfilesOnlyWithProfiling(t *testing.T) {
 	}
 }
 
-// The webhook server speaks HTTP/2 (whose shutdown is a GOAWAY) and, once told to stop, answers
-// every request with "Connection: close" while it drains: kube-apiserver then never sends a request
-// on a connection the server is closing (it does not retry a POST, so under Fail a pod would be
-// refused).
-func TestWebhookServerClosesConnectionsOnlyAfterAnAnswerWhileDraining(t *testing.T) {
+// servingPair is a certificate for 127.0.0.1 and the pool that trusts it.
+func servingPair(t *testing.T) (tls.Certificate, *x509.CertPool) {
+	t.Helper()
 	certPEM, keyPEM, err := cert.GenerateSelfSignedCertKey("127.0.0.1", []net.IP{net.ParseIP("127.0.0.1")}, nil)
 	if err != nil {
 		t.Fatal(err)
@@ -55,17 +54,20 @@ func TestWebhookServerClosesConnectionsOnlyAfterAnAnswerWhileDraining(t *testing
 	}
 	roots := x509.NewCertPool()
 	roots.AppendCertsFromPEM(certPEM)
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	addr := ln.Addr().String()
-	ln.Close()
+	return pair, roots
+}
+
+// The webhook server, once told to stop, answers every request with "Connection: close" while it
+// drains (over HTTP/2, when on, a GOAWAY): kube-apiserver then never sends a request on a connection
+// the server is closing (it does not retry a POST, so under Fail a pod would be refused).
+func TestWebhookServerClosesConnectionsOnlyAfterAnAnswerWhileDraining(t *testing.T) {
+	pair, roots := servingPair(t)
+	addr := freeAddr(t)
 
 	ctx, stop := context.WithCancel(context.Background())
 	defer stop()
 	ok := http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) { w.WriteHeader(http.StatusOK) })
-	stopped, err := serveTLS(ctx, "webhook", addr, ok, &tls.Config{Certificates: []tls.Certificate{pair}}, 2*time.Second)
+	stopped, err := server{name: "webhook", addr: addr, handler: ok, tls: &tls.Config{Certificates: []tls.Certificate{pair}}, http2: true, drain: 2 * time.Second}.run(ctx)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -100,4 +102,103 @@ func TestWebhookServerClosesConnectionsOnlyAfterAnAnswerWhileDraining(t *testing
 	case <-time.After(10 * time.Second):
 		t.Fatal("the server did not stop within 10 s of its 2 s drain")
 	}
+}
+
+// freeAddr is a loopback address nothing listens on.
+func freeAddr(t *testing.T) string {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	return ln.Addr().String()
+}
+
+// HTTP/2 is offered only when asked for (-webhook-http2): off, a client that would speak it gets
+// HTTP/1.1.
+func TestWebhookServerOffersHTTP2OnlyWhenAskedFor(t *testing.T) {
+	pair, roots := servingPair(t)
+	ok := http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) { w.WriteHeader(http.StatusOK) })
+	for _, on := range []bool{false, true} {
+		ctx, stop := context.WithCancel(context.Background())
+		addr := freeAddr(t)
+		if _, err := (server{name: "webhook", addr: addr, handler: ok, tls: &tls.Config{Certificates: []tls.Certificate{pair}}, http2: on}).run(ctx); err != nil {
+			t.Fatal(err)
+		}
+		c := &http.Client{Transport: &http.Transport{TLSClientConfig: &tls.Config{RootCAs: roots}, ForceAttemptHTTP2: true}}
+		resp, err := c.Post("https://"+addr+"/pin-pods", "application/json", strings.NewReader("{}"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		if got := resp.ProtoMajor == 2; got != on {
+			t.Errorf("http2 %v: the client got %s", on, resp.Proto)
+		}
+		stop()
+	}
+}
+
+// Until a certificate is served the webhook accepts no connection (a handshake could only fail); a
+// connection made meanwhile waits in the backlog and is answered once there is one.
+func TestWebhookServerAcceptsOnlyOnceItHasACertificate(t *testing.T) {
+	pair, roots := servingPair(t)
+	ctx, stop := context.WithCancel(context.Background())
+	defer stop()
+	addr := freeAddr(t)
+	loaded := make(chan struct{})
+	ok := http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) { w.WriteHeader(http.StatusOK) })
+	if _, err := (server{name: "webhook", addr: addr, handler: ok, tls: &tls.Config{Certificates: []tls.Certificate{pair}}, acceptAfter: loaded}).run(ctx); err != nil {
+		t.Fatal(err)
+	}
+	answered := make(chan error, 1)
+	go func() {
+		c := &http.Client{Transport: &http.Transport{TLSClientConfig: &tls.Config{RootCAs: roots}}}
+		resp, err := c.Post("https://"+addr+"/pin-pods", "application/json", strings.NewReader("{}"))
+		if err == nil {
+			resp.Body.Close()
+		}
+		answered <- err
+	}()
+	select {
+	case err := <-answered:
+		t.Fatalf("answered (%v) before a certificate was loaded", err)
+	case <-time.After(300 * time.Millisecond):
+	}
+	close(loaded)
+	select {
+	case err := <-answered:
+		if err != nil {
+			t.Fatalf("the waiting request failed once the certificate came: %v", err)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("not answered 10 s after the certificate came")
+	}
+}
+
+// At most n requests are handled at once; the next waits for a slot, and one whose client gives up
+// while waiting is never handled.
+func TestLimitInFlight(t *testing.T) {
+	release := make(chan struct{})
+	var handled atomic.Int32
+	h := limitInFlight(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+		handled.Add(1)
+		<-release
+	}), 2)
+	for range 2 {
+		go h.ServeHTTP(httptest.NewRecorder(), httptest.NewRequest(http.MethodPost, "/", nil))
+	}
+	for handled.Load() < 2 {
+		time.Sleep(time.Millisecond)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	rec := httptest.NewRecorder()
+	done := make(chan struct{})
+	go func() { h.ServeHTTP(rec, httptest.NewRequest(http.MethodPost, "/", nil).WithContext(ctx)); close(done) }()
+	cancel()
+	<-done
+	if rec.Code != http.StatusServiceUnavailable || handled.Load() != 2 {
+		t.Fatalf("a third request whose client gave up: %d, %d handled; want 503 and 2 handled", rec.Code, handled.Load())
+	}
+	close(release)
 }

@@ -23,6 +23,7 @@ const (
 const (
 	CallTakeSnapshot          = "take_snapshot"
 	CallGetControllerRevision = "get_controllerrevision"
+	CallGetReplicaSet         = "get_replicaset"
 	CallGetNamespace          = "get_namespace"
 )
 
@@ -103,7 +104,7 @@ func New() *Metrics {
 	for _, o := range []string{OutcomePinned, OutcomeUnchanged, OutcomeError} {
 		m.admission.WithLabelValues(o)
 	}
-	for _, c := range []string{CallTakeSnapshot, CallGetControllerRevision, CallGetNamespace} {
+	for _, c := range []string{CallTakeSnapshot, CallGetControllerRevision, CallGetReplicaSet, CallGetNamespace} {
 		m.apiCalls.WithLabelValues(c)
 	}
 	return m
