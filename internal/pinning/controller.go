@@ -32,6 +32,9 @@ const (
 	// ReasonPinRemoved, on a revision: it reads an object that lost its pin label (earlier revisions
 	// have snapshots of it), so its pods see every change to it.
 	ReasonPinRemoved = "PinRemoved"
+	// ReasonNotPinnable, on a revision: it reads an object labelled for pinning that is never
+	// snapshotted (a service-account-token Secret); its pods read the object itself.
+	ReasonNotPinnable = "NotPinnable"
 )
 
 // driftDelay leaves a deploy that changes the object and the template together time to create its
@@ -213,6 +216,11 @@ func (c *Controller) sync(ctx context.Context, key string) (reconcile.Result, er
 		snap, err := c.taker.Take(ctx, rev, r)
 		if errors.Is(err, ErrNotPinned) {
 			continue // the label went away meanwhile
+		}
+		if errors.Is(err, ErrNotPinnable) {
+			c.event(&corev1.ObjectReference{APIVersion: u.APIVersion, Kind: u.TypeMeta.Kind, Namespace: ns, Name: name, UID: u.UID},
+				corev1.EventTypeWarning, ReasonNotPinnable, err.Error())
+			continue
 		}
 		if err != nil {
 			errs = append(errs, err)

@@ -179,7 +179,7 @@ func fuzzWebhook(pinned map[refs.Ref]bool) *Webhook {
 		}
 		snaps = append(snaps, snapshot(r.Kind, r.Name[:min(len(r.Name), 200)]+"-0123456789", r.Name, fuzzRS))
 	}
-	cs := caches.NewForTest(nil, nil)
+	cs := caches.NewForTest([]*caches.User{replicaSetUser("web-5d8f", fuzzRS), replicaSetUser("web-7c9", fuzzRS)}, nil)
 	cs.Pinning = caches.NewPinningForTest(pins, snaps, ns)
 	kube := kubefake.NewClientset(pins...)
 	return &Webhook{Caches: cs, Taker: &Taker{Kube: kube, Writer: &attach.Writer{Client: testutil.FakeMetadata()}}}

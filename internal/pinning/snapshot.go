@@ -35,6 +35,11 @@ import (
 // ErrNotPinned means the object is not (or no longer) labelled for pinning.
 var ErrNotPinned = errors.New("not labelled " + api.PinLabel + "=" + api.PinValue)
 
+// ErrNotPinnable means the object is labelled but never snapshotted: a service-account-token Secret,
+// whose copy the token controller would fill with a token of its own (and which the chart's admission
+// policy forbids us to create). Pods keep reading it by its name.
+var ErrNotPinnable = errors.New("a " + string(corev1.SecretTypeServiceAccountToken) + " Secret is never snapshotted: its token is its ServiceAccount's; remove the " + api.PinLabel + " label")
+
 // SnapshotName is the name of the snapshot of obj's current content.
 func SnapshotName(obj metav1.Object) (string, error) {
 	ro, ok := obj.(runtime.Object)
@@ -97,6 +102,9 @@ func (t *Taker) Take(ctx context.Context, rev *revision.Revision, r refs.Ref) (s
 	}
 	if !api.Pinned(live.GetLabels()) {
 		return "", fmt.Errorf("%s %s/%s: %w", r.Kind, rev.Namespace, r.Name, ErrNotPinned)
+	}
+	if s, ok := live.(*corev1.Secret); ok && s.Type == corev1.SecretTypeServiceAccountToken {
+		return "", fmt.Errorf("%s %s/%s: %w", r.Kind, rev.Namespace, r.Name, ErrNotPinnable)
 	}
 	snap, err := snapshotOf(live, rev)
 	if err != nil {

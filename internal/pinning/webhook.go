@@ -17,6 +17,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/fields"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/types"
 
@@ -45,12 +46,21 @@ type Webhook struct {
 
 var podResource = metav1.GroupVersionResource{Version: "v1", Resource: "pods"}
 
+// maxReviewBytes bounds the body read: kube-apiserver takes requests of at most 3 MiB, so a pod's
+// review (the pod once, on CREATE) is below it with room for the review's own fields.
+const maxReviewBytes = 4 << 20
+
 func (w *Webhook) ServeHTTP(rw http.ResponseWriter, req *http.Request) {
 	if req.Method != http.MethodPost {
 		http.Error(rw, "POST an AdmissionReview", http.StatusMethodNotAllowed)
 		return
 	}
-	body, err := io.ReadAll(io.LimitReader(req.Body, 8<<20))
+	body, err := io.ReadAll(http.MaxBytesReader(rw, req.Body, maxReviewBytes))
+	var tooLarge *http.MaxBytesError
+	if errors.As(err, &tooLarge) {
+		http.Error(rw, fmt.Sprintf("an AdmissionReview is at most %d bytes", maxReviewBytes), http.StatusRequestEntityTooLarge)
+		return
+	}
 	if err != nil {
 		http.Error(rw, err.Error(), http.StatusBadRequest)
 		return
@@ -196,20 +206,23 @@ func (w *Webhook) pin(ctx context.Context, pod *corev1.Pod, dryRun bool) ([]patc
 // enabled reports whether the namespace has pinning on. The API server calls the webhook only for
 // namespaces its own view shows labelled; when our cache disagrees, it has not seen the label yet (a
 // namespace labelled a moment ago), so the namespace is read: pods created right after pinning is
-// turned on are pinned too.
+// turned on are pinned too. Read by a list of that one name, not a get: the controller may list and
+// watch namespaces (its cache), and a namespaced install may do nothing more.
 func (w *Webhook) enabled(ctx context.Context, namespace string) (bool, error) {
 	if w.Caches.Pinning.Enabled(namespace) {
 		return true, nil
 	}
 	w.apiCall(metrics.CallGetNamespace)
-	n, err := w.Taker.Kube.CoreV1().Namespaces().Get(ctx, namespace, metav1.GetOptions{})
-	if apierrors.IsNotFound(err) {
-		return false, nil
-	}
+	list, err := w.Taker.Kube.CoreV1().Namespaces().List(ctx, metav1.ListOptions{FieldSelector: fields.OneTermEqualSelector("metadata.name", namespace).String()})
 	if err != nil {
 		return false, fmt.Errorf("reading namespace %s: %w", namespace, err)
 	}
-	return n.Labels[api.PinningNamespaceLabel] == api.PinningEnabled, nil
+	for _, n := range list.Items {
+		if n.Name == namespace {
+			return n.Labels[api.PinningNamespaceLabel] == api.PinningEnabled, nil
+		}
+	}
+	return false, nil
 }
 
 // snapshot finds the revision's pin for r, or takes it: the controller normally has (it sees a new
@@ -229,7 +242,7 @@ func (w *Webhook) snapshot(ctx context.Context, rev *revision.Revision, r refs.R
 	logging.FromContext(ctx).Info("the pod came before its revision was pinned: snapshotting now", "revision", rev.String(), "object", r.String())
 	w.apiCall(metrics.CallTakeSnapshot)
 	name, err := w.Taker.Take(ctx, rev, r)
-	if errors.Is(err, ErrNotPinned) || apierrors.IsNotFound(err) {
+	if errors.Is(err, ErrNotPinned) || errors.Is(err, ErrNotPinnable) || apierrors.IsNotFound(err) {
 		logging.FromContext(ctx).Info("no longer pinned, or gone: the pod keeps its reference", "revision", rev.String(), "object", r.String(), "reason", err)
 		return "", nil
 	}
@@ -238,7 +251,9 @@ func (w *Webhook) snapshot(ctx context.Context, rev *revision.Revision, r refs.R
 
 // revisionOf names the revision a pod is made from: its controlling ReplicaSet (known by uid even
 // before the pod has a name), or the ControllerRevision its StatefulSet or DaemonSet labelled it with.
-// nil for other pods.
+// nil for other pods, and for a pod whose revision cannot be found, in our cache or by a read: the
+// review's ownerReference is the caller's word, and snapshots are made and owned for revisions that
+// exist, never for a uid anyone could invent.
 func (w *Webhook) revisionOf(ctx context.Context, pod *corev1.Pod) (*revision.Revision, error) {
 	owner := metav1.GetControllerOf(pod)
 	if owner == nil {
@@ -251,6 +266,9 @@ func (w *Webhook) revisionOf(ctx context.Context, pod *corev1.Pod) (*revision.Re
 	apps := appsv1.SchemeGroupVersion.String()
 	switch owner.Kind {
 	case "ReplicaSet":
+		if ok, err := w.replicaSetExists(ctx, pod.Namespace, owner.Name, owner.UID); err != nil || !ok {
+			return nil, err
+		}
 		return &revision.Revision{APIVersion: apps, Kind: "ReplicaSet", Namespace: pod.Namespace, Name: owner.Name, UID: owner.UID}, nil
 	case "StatefulSet", "DaemonSet":
 		hash := pod.Labels[appsv1.ControllerRevisionHashLabelKey]
@@ -268,6 +286,25 @@ func (w *Webhook) revisionOf(ctx context.Context, pod *corev1.Pod) (*revision.Re
 		return &revision.Revision{APIVersion: apps, Kind: "ControllerRevision", Namespace: pod.Namespace, Name: name, UID: uid}, nil
 	}
 	return nil, nil
+}
+
+// replicaSetExists reports whether the ReplicaSet ns/name with this uid exists: in the cache, or, when
+// the cache has not seen it yet (the pod raced its ReplicaSet), on the API server.
+func (w *Webhook) replicaSetExists(ctx context.Context, ns, name string, uid types.UID) (bool, error) {
+	if inf, ok := w.Caches.Users[caches.ReplicaSet]; ok {
+		if u, exists, err := inf.Get(ns, name); err == nil && exists && u.UID == uid {
+			return true, nil
+		}
+	}
+	w.apiCall(metrics.CallGetReplicaSet)
+	rs, err := w.Taker.Kube.AppsV1().ReplicaSets(ns).Get(ctx, name, metav1.GetOptions{})
+	if apierrors.IsNotFound(err) {
+		return false, nil
+	}
+	if err != nil {
+		return false, fmt.Errorf("reading ReplicaSet %s/%s: %w", ns, name, err)
+	}
+	return rs.UID == uid, nil
 }
 
 // controllerRevisionUID finds the uid of the named ControllerRevision of owner: from the cache, or,

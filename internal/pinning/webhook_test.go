@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"maps"
 	"net/http"
 	"net/http/httptest"
@@ -85,6 +86,31 @@ func controlledBy(kind, name string, uid types.UID) metav1.OwnerReference {
 	return metav1.OwnerReference{APIVersion: "apps/v1", Kind: kind, Name: name, UID: uid, Controller: &yes}
 }
 
+// replicaSetUser is the cached ReplicaSet ns/name with uid, reading app-config and app-env.
+func replicaSetUser(name string, uid types.UID) *caches.User {
+	u, err := caches.Reduce(&appsv1.ReplicaSet{TypeMeta: metav1.TypeMeta{APIVersion: "apps/v1", Kind: "ReplicaSet"},
+		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: ns, UID: uid}, Spec: appsv1.ReplicaSetSpec{Template: corev1.PodTemplateSpec{Spec: pod(metav1.OwnerReference{}, nil).Spec}}})
+	if err != nil {
+		panic(err)
+	}
+	return u
+}
+
+// withReplicaSets adds to users the ReplicaSets the webhook tests' pods name, as the controller's
+// cache holds them (the webhook acts only for revisions that exist), unless users has ReplicaSets of
+// its own (the controller's tests).
+func withReplicaSets(users []*caches.User) []*caches.User {
+	if slices.ContainsFunc(users, func(u *caches.User) bool { return u.Kind() == caches.ReplicaSet }) {
+		return users
+	}
+	out := slices.Clone(users)
+	for name, uid := range map[string]types.UID{"web-rs-old": "rs-old", "web-rs-new": "rs-new", "web-new": "rs-new", "web": "rs",
+		"web-5d8f": "rs-uid"} {
+		out = append(out, replicaSetUser(name, uid))
+	}
+	return out
+}
+
 type fixture struct {
 	hook *Webhook
 	kube *kubefake.Clientset
@@ -105,7 +131,7 @@ func newLaggingFixture(t *testing.T, users []*caches.User, cached, inAPI []*meta
 		metas = append(metas, s)
 	}
 	f := &fixture{kube: kubefake.NewClientset(live...), meta: testutil.FakeMetadata(metas...)}
-	cs := caches.NewForTest(users, nil)
+	cs := caches.NewForTest(withReplicaSets(users), nil)
 	cs.Pinning = caches.NewPinningForTest([]runtime.Object{appConfig("v1"), appSecret()}, cached, ns)
 	f.hook = &Webhook{Caches: cs, Taker: &Taker{Kube: f.kube, Writer: &attach.Writer{Client: f.meta}}, Metrics: metrics.New()}
 	return f
@@ -443,5 +469,91 @@ func TestWebhookErrorsLeaveTheDecisionToTheFailurePolicy(t *testing.T) {
 	}
 	if strings.Contains(rec.Body.String(), `"allowed"`) {
 		t.Errorf("body %s: an AdmissionReview answer is a decision; want none", rec.Body)
+	}
+}
+
+// A review anyone could forge: a pod of a pinning namespace whose controller is a ReplicaSet uid nobody
+// has (not in our cache, not on the API server). The webhook acts only for revisions that exist: it
+// admits the pod as it is and writes nothing (no snapshot made, none owned by the invented uid). A
+// ReplicaSet of that name with another uid (deleted and made again) is not it either.
+func TestWebhookWritesNothingForARevisionNobodyHas(t *testing.T) {
+	for name, owner := range map[string]metav1.OwnerReference{
+		"an invented ReplicaSet":         controlledBy("ReplicaSet", "invented", "no-such-uid"),
+		"a ReplicaSet name, another uid": controlledBy("ReplicaSet", "web-5d8f", "no-such-uid"),
+	} {
+		t.Run(name, func(t *testing.T) {
+			live := &appsv1.ReplicaSet{ObjectMeta: metav1.ObjectMeta{Name: "web-5d8f", Namespace: ns, UID: "rs-uid"}}
+			f := newFixture(t, nil, nil, appConfig("v2"), appSecret(), live)
+			resp, got := f.admit(t, pod(owner, nil), false)
+			if !resp.Allowed || len(got) != 0 {
+				t.Fatalf("allowed %v, patch %v; want the pod admitted unchanged", resp.Allowed, got)
+			}
+			if writes := creates(f); len(writes) != 0 {
+				t.Fatalf("created %v for a revision that does not exist", writes)
+			}
+			for _, a := range f.meta.Actions() {
+				if a.GetVerb() != "get" && a.GetVerb() != "list" {
+					t.Fatalf("%s %s for a revision that does not exist", a.GetVerb(), a.GetResource().Resource)
+				}
+			}
+		})
+	}
+}
+
+// A pod that came before our cache saw its ReplicaSet is pinned after one read of it.
+func TestWebhookReadsAReplicaSetItsCacheHasNotSeenYet(t *testing.T) {
+	live := &appsv1.ReplicaSet{ObjectMeta: metav1.ObjectMeta{Name: "web-9f7", Namespace: ns, UID: "rs-9f7"}}
+	f := newFixture(t, nil, nil, appConfig("v2"), appSecret(), live)
+	_, got := f.admit(t, pod(controlledBy("ReplicaSet", "web-9f7", "rs-9f7"), nil), false)
+	cm, _ := SnapshotName(appConfig("v2"))
+	sec, _ := SnapshotName(appSecret())
+	if want := wantPinnedTo(cm, sec); !maps.Equal(got, want) {
+		t.Fatalf("patch %v; want %v", got, want)
+	}
+}
+
+// A body larger than any pod's review is refused before it is decoded.
+func TestWebhookRefusesABodyLargerThanAReview(t *testing.T) {
+	f := newFixture(t, nil, nil)
+	rec := httptest.NewRecorder()
+	f.hook.ServeHTTP(rec, httptest.NewRequest(http.MethodPost, Path, bytes.NewReader(make([]byte, maxReviewBytes+1))))
+	if rec.Code != http.StatusRequestEntityTooLarge {
+		t.Fatalf("status %d; want 413", rec.Code)
+	}
+}
+
+// A namespaced install may list and watch namespaces, never get one: a namespace labelled a moment
+// ago (not yet in the cache) is read with a list, and its pods are pinned.
+func TestWebhookReadsANamespaceWithAListNotAGet(t *testing.T) {
+	snaps := []*metav1.PartialObjectMetadata{
+		snapshot(refs.ConfigMap, "app-config-bbbbbbbbbb", "app-config", "rs-new"),
+		snapshot(refs.Secret, "app-env-cccccccccc", "app-env", "rs-new"),
+	}
+	f := newLaggingFixture(t, nil, snaps, snaps, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns, Labels: map[string]string{api.PinningNamespaceLabel: api.PinningEnabled}}},
+		&corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "other"}})
+	f.kube.PrependReactor("get", "namespaces", func(k8stesting.Action) (bool, runtime.Object, error) {
+		return true, nil, apierrors.NewForbidden(corev1.Resource("namespaces"), ns, errors.New("RBAC: get namespaces is not granted"))
+	})
+	f.hook.Caches.Pinning = caches.NewPinningForTest([]runtime.Object{appConfig("v1"), appSecret()}, snaps) // no namespace enabled
+	resp, got := f.admit(t, pod(controlledBy("ReplicaSet", "web-new", "rs-new"), nil), false)
+	if want := wantPinnedTo("app-config-bbbbbbbbbb", "app-env-cccccccccc"); !resp.Allowed || !maps.Equal(got, want) {
+		t.Fatalf("allowed %v, patch %v; want %v", resp.Allowed, got, want)
+	}
+}
+
+// A service-account-token Secret labelled for pinning is never copied: the token controller would
+// fill the copy with a token of its own. The pod keeps reading the Secret; nothing is created.
+func TestAServiceAccountTokenSecretIsNeverSnapshotted(t *testing.T) {
+	token := appSecret()
+	token.Type = corev1.SecretTypeServiceAccountToken
+	token.Annotations = map[string]string{corev1.ServiceAccountNameKey: "default"}
+	f := newFixture(t, nil, nil, appConfig("v2"), token)
+	resp, got := f.admit(t, pod(controlledBy("ReplicaSet", "web-5d8f", "rs-uid"), nil), false)
+	cm, _ := SnapshotName(appConfig("v2"))
+	if !resp.Allowed || got["/spec/volumes/1/secret/secretName"] != "" || got["/spec/volumes/0/projected/sources/0/configMap/name"] != cm {
+		t.Fatalf("allowed %v, patch %v; want app-config pinned, the token Secret left as it is", resp.Allowed, got)
+	}
+	if writes := creates(f); !slices.Equal(writes, []string{"configmaps"}) {
+		t.Fatalf("created %v; want app-config's snapshot only", writes)
 	}
 }
