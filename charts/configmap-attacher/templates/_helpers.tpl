@@ -92,13 +92,15 @@ needed.
   verbs: [create, patch]
 {{- if or .Values.pinning.enabled (include "configmap-attacher.reloaderAnnotations" .) }}
 # Pinning's snapshots and the config trigger's records are created (with their ownerReference, and a
-# snapshot's finalizer); a pod racing its StatefulSet's or DaemonSet's revision, and the trigger
-# before a write, read a ControllerRevision directly.
+# snapshot's finalizer); RBAC cannot say which objects, the chart's ValidatingAdmissionPolicy does
+# (writePolicy: never a service-account-token Secret). A pod racing its revision, and the trigger
+# before a write, read a ControllerRevision (or, with pinning, the ReplicaSet) directly: the webhook
+# acts only for revisions that exist.
 - apiGroups: [""]
   resources: {{ if and .Values.secrets .Values.pinning.enabled }}[configmaps, secrets]{{ else }}[configmaps]{{ end }}
   verbs: [create]
 - apiGroups: [apps]
-  resources: [controllerrevisions]
+  resources: {{ if .Values.pinning.enabled }}[controllerrevisions, replicasets]{{ else }}[controllerrevisions]{{ end }}
   verbs: [get]
 {{- end }}
 {{- if include "configmap-attacher.reloaderAnnotations" . }}
@@ -172,4 +174,20 @@ created while no replica answers the webhook. */}}
 ServiceMonitor labels them with, unless metrics.prometheusRule.selector says otherwise. */}}
 {{- define "configmap-attacher.ruleSelector" -}}
 {{- default (printf "namespace=%q, job=%q" .Release.Namespace (include "configmap-attacher.metricsService" .)) .Values.metrics.prometheusRule.selector }}
+{{- end }}
+
+{{/* "true" when the pods run in the node's network (pinning.hostNetwork, with pinning). */}}
+{{- define "configmap-attacher.hostNetwork" -}}
+{{- if and .Values.pinning.enabled .Values.pinning.hostNetwork }}true{{ end }}
+{{- end }}
+
+{{/* The host the servers bind: in the node's network its address (bracketed: IPv4 or IPv6), else
+every address of the pod's own. */}}
+{{- define "configmap-attacher.bindHost" -}}
+{{- if include "configmap-attacher.hostNetwork" . }}[$(HOST_IP)]{{ end }}
+{{- end }}
+
+{{/* "true" when the controller may create objects (pinning's snapshots, the trigger's records). */}}
+{{- define "configmap-attacher.creates" -}}
+{{- if or .Values.pinning.enabled (include "configmap-attacher.reloaderAnnotations" .) }}true{{ end }}
 {{- end }}
