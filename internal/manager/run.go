@@ -38,11 +38,20 @@ import (
 // ctx ends (graceful shutdown) or leadership is lost (ErrLostLease: the process exits, and its restart
 // stands by). Every replica keeps the caches warm and, with pinning, serves the webhook; only the
 // leader writes.
-func Run(parent context.Context, o *Options, clients *kube.Clients) error {
+func Run(parent context.Context, o *Options, clients *kube.Clients) (err error) {
 	// Whatever ends Run ends everything it started: a replica that lost its Lease must not stay up,
 	// Running and Ready, its webhook and probes answering while it leads nothing; it drains and exits.
 	ctx, stop := context.WithCancel(parent)
 	defer stop()
+	// A server that fails after start (the webhook's port taken by the time it listens) ends Run too.
+	var failedOnce sync.Once
+	var failed error
+	fail := func(err error) { failedOnce.Do(func() { failed = err; stop() }) }
+	defer func() {
+		if failed != nil && parent.Err() == nil {
+			err = failed
+		}
+	}()
 	log := logging.FromContext(ctx)
 	setMemoryLimit(ctx, o.MemoryLimitRatio)
 	if err := kube.WaitReachable(ctx, clients.Kube, clients.Config.Host); err != nil {
@@ -113,7 +122,7 @@ func Run(parent context.Context, o *Options, clients *kube.Clients) error {
 		return fmt.Errorf("informer caches did not sync before shutdown")
 	}
 	if o.Pinning.Enabled {
-		if hook, err = serveWebhook(ctx, o, clients, cs, writer, m); err != nil {
+		if hook, err = serveWebhook(ctx, o, clients, cs, writer, m, fail); err != nil {
 			return err
 		}
 		loops = append(loops, hook.certs.Loop())
@@ -209,7 +218,7 @@ type webhook struct {
 // serveWebhook serves the pinning webhook over TLS with the certificate the Secret holds (none yet:
 // not ready, until the leader stores one), and makes the controller that keeps that certificate and the
 // configuration's caBundle (the whole configuration at -webhook-url; the chart's caBundle otherwise).
-func serveWebhook(ctx context.Context, o *Options, clients *kube.Clients, cs *caches.Caches, writer *attach.Writer, m *metrics.Metrics) (*webhook, error) {
+func serveWebhook(ctx context.Context, o *Options, clients *kube.Clients, cs *caches.Caches, writer *attach.Writer, m *metrics.Metrics, fail func(error)) (*webhook, error) {
 	po := o.Pinning
 	ns := o.LeaderElection.Namespace
 	reg := pinning.Registration{Kube: clients.Kube, Configuration: po.Configuration, URL: strings.TrimSuffix(po.URL, "/"),
@@ -242,7 +251,7 @@ func serveWebhook(ctx context.Context, o *Options, clients *kube.Clients, cs *ca
 	mux.Handle(pinning.Path, hook)
 	stopped, err := server{name: "webhook", addr: po.listenAddress(), handler: limitInFlight(mux, po.MaxInFlight),
 		tls: &tls.Config{GetCertificate: serving.GetCertificate, MinVersion: tls.VersionTLS12}, http2: po.HTTP2,
-		drain: po.shutdownDelay(), acceptAfter: serving.Loaded()}.run(ctx)
+		drain: po.shutdownDelay(), listenAfter: serving.Loaded(), failed: fail}.run(ctx)
 	if err != nil {
 		return nil, err
 	}

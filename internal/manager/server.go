@@ -57,10 +57,12 @@ type server struct {
 	http2 bool
 	// drain is how long it keeps answering after ctx ends.
 	drain time.Duration
-	// acceptAfter, when set, holds connections in the listen backlog until it is closed: a TLS
-	// server with no certificate yet would fail every handshake, while a connection held a moment
-	// is answered once there is one (and the port is still bound at once, so a conflict fails early).
-	acceptAfter <-chan struct{}
+	// listenAfter, when set, delays listening until it is closed: a TLS server with no certificate
+	// yet could only fail every handshake, while a closed port refuses the connection at once, and a
+	// Service, a load balancer or a proxy tries another replica. The port is tried at start (a
+	// conflict fails early); one found later ends the process through failed.
+	listenAfter <-chan struct{}
+	failed      func(error)
 }
 
 // Webhook server timeouts. A request is read within webhookReadTimeout (the API server sends a whole
@@ -96,6 +98,9 @@ func (s server) run(ctx context.Context) (<-chan struct{}, error) {
 	if err != nil {
 		return nil, fmt.Errorf("%s server: %w", s.name, err)
 	}
+	if s.listenAfter != nil {
+		_ = ln.Close() // the port is free: listen once there is something to serve
+	}
 	var draining atomic.Bool
 	srv := &http.Server{
 		Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
@@ -128,17 +133,24 @@ func (s server) run(ctx context.Context) (<-chan struct{}, error) {
 		shutdownCtx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 		defer cancel()
 		_ = srv.Shutdown(shutdownCtx)
-		_ = ln.Close() // when it never started accepting
 	}()
 	go func() {
-		if s.acceptAfter != nil {
+		if s.listenAfter != nil {
 			select {
-			case <-s.acceptAfter:
+			case <-s.listenAfter:
 			case <-ctx.Done():
 				return
 			}
+			if ln, err = net.Listen("tcp", s.addr); err != nil {
+				log.Error("server could not listen", "server", s.name, "err", err)
+				if s.failed != nil {
+					s.failed(fmt.Errorf("%s server: %w", s.name, err))
+				}
+				return
+			}
 		}
-		var err error
+		log.Info("serving", "server", s.name, "address", ln.Addr().String())
+		// Serve closes ln when it returns, also when Shutdown came first.
 		if s.tls != nil {
 			err = srv.ServeTLS(ln, "", "") // the certificate comes from the TLS config
 		} else {
@@ -148,7 +160,6 @@ func (s server) run(ctx context.Context) (<-chan struct{}, error) {
 			log.Error("server stopped", "server", s.name, "err", err)
 		}
 	}()
-	log.Info("serving", "server", s.name, "address", ln.Addr().String())
 	return stopped, nil
 }
 

@@ -139,40 +139,57 @@ func TestWebhookServerOffersHTTP2OnlyWhenAskedFor(t *testing.T) {
 	}
 }
 
-// Until a certificate is served the webhook accepts no connection (a handshake could only fail); a
-// connection made meanwhile waits in the backlog and is answered once there is one.
-func TestWebhookServerAcceptsOnlyOnceItHasACertificate(t *testing.T) {
+// Until a certificate is served the webhook does not listen: a connection is refused at once (a
+// Service, a load balancer or a proxy tries another replica) instead of meeting a handshake that can
+// only fail. A port taken by then ends the process.
+func TestWebhookServerListensOnlyOnceItHasACertificate(t *testing.T) {
 	pair, roots := servingPair(t)
 	ctx, stop := context.WithCancel(context.Background())
 	defer stop()
 	addr := freeAddr(t)
 	loaded := make(chan struct{})
 	ok := http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) { w.WriteHeader(http.StatusOK) })
-	if _, err := (server{name: "webhook", addr: addr, handler: ok, tls: &tls.Config{Certificates: []tls.Certificate{pair}}, acceptAfter: loaded}).run(ctx); err != nil {
+	if _, err := (server{name: "webhook", addr: addr, handler: ok, tls: &tls.Config{Certificates: []tls.Certificate{pair}}, listenAfter: loaded}).run(ctx); err != nil {
 		t.Fatal(err)
 	}
-	answered := make(chan error, 1)
-	go func() {
-		c := &http.Client{Transport: &http.Transport{TLSClientConfig: &tls.Config{RootCAs: roots}}}
-		resp, err := c.Post("https://"+addr+"/pin-pods", "application/json", strings.NewReader("{}"))
-		if err == nil {
-			resp.Body.Close()
-		}
-		answered <- err
-	}()
-	select {
-	case err := <-answered:
-		t.Fatalf("answered (%v) before a certificate was loaded", err)
-	case <-time.After(300 * time.Millisecond):
+	if c, err := net.Dial("tcp", addr); err == nil {
+		c.Close()
+		t.Fatal("a connection was accepted before a certificate was loaded")
 	}
 	close(loaded)
-	select {
-	case err := <-answered:
-		if err != nil {
-			t.Fatalf("the waiting request failed once the certificate came: %v", err)
+	c := &http.Client{Transport: &http.Transport{TLSClientConfig: &tls.Config{RootCAs: roots}}}
+	var err error
+	for range 100 {
+		var resp *http.Response
+		if resp, err = c.Post("https://"+addr+"/pin-pods", "application/json", strings.NewReader("{}")); err == nil {
+			resp.Body.Close()
+			break
 		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	if err != nil {
+		t.Fatalf("not answered once the certificate came: %v", err)
+	}
+
+	// Taken meanwhile: the failure is reported.
+	taken := freeAddr(t)
+	later := make(chan struct{})
+	failed := make(chan error, 1)
+	if _, err := (server{name: "webhook", addr: taken, handler: ok, tls: &tls.Config{Certificates: []tls.Certificate{pair}}, listenAfter: later,
+		failed: func(err error) { failed <- err }}).run(ctx); err != nil {
+		t.Fatal(err)
+	}
+	squatter, err := net.Listen("tcp", taken)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer squatter.Close()
+	close(later)
+	select {
+	case err := <-failed:
+		t.Logf("reported: %v", err)
 	case <-time.After(10 * time.Second):
-		t.Fatal("not answered 10 s after the certificate came")
+		t.Fatal("a port taken by the time of listening was not reported")
 	}
 }
 
