@@ -162,6 +162,13 @@ type Clients struct {
 	Kube     kubernetes.Interface
 	Dynamic  dynamic.Interface
 	Metadata metadata.Interface
+	// fake: clients over fakes (tests), which have no rate limiter to separate from.
+	fake bool
+}
+
+// FakeClients are clients over fakes, for tests: Separate returns them as they are.
+func FakeClients(k kubernetes.Interface, d dynamic.Interface, m metadata.Interface) *Clients {
+	return &Clients{Config: &rest.Config{}, Kube: k, Dynamic: d, Metadata: m, fake: true}
 }
 
 // NewClients builds typed, dynamic and metadata clients from one config. The typed client speaks
@@ -189,6 +196,9 @@ func NewClients(cfg *rest.Config) (*Clients, error) {
 // Separate returns clients of the same API server and identity with rate limiters of their own: a path
 // that must answer in time (the pinning webhook's) does not queue behind the controllers' writes.
 func (c *Clients) Separate() (*Clients, error) {
+	if c.fake {
+		return c, nil
+	}
 	cfg := rest.CopyConfig(c.Config)
 	cfg.RateLimiter = nil // made from QPS and Burst, its own
 	return NewClients(cfg)

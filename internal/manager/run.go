@@ -154,8 +154,14 @@ func Run(parent context.Context, o *Options, clients *kube.Clients) (err error) 
 	}
 	host, _ := os.Hostname()
 	id := host + "_" + string(uuid.NewUUID())
+	// The Lease's renewals have a client and rate limiter of their own, as kube-controller-manager's:
+	// behind a busy controllers' client they could miss the renew deadline and lose the Lease.
+	election, err := clients.Separate()
+	if err != nil {
+		return err
+	}
 	lock, err := resourcelock.New(resourcelock.LeasesResourceLock, o.LeaderElection.Namespace, o.LeaderElection.Name,
-		clients.Kube.CoreV1(), clients.Kube.CoordinationV1(), resourcelock.ResourceLockConfig{Identity: id})
+		election.Kube.CoreV1(), election.Kube.CoordinationV1(), resourcelock.ResourceLockConfig{Identity: id})
 	if err != nil {
 		return err
 	}

@@ -18,7 +18,6 @@ import (
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	dynamicfake "k8s.io/client-go/dynamic/fake"
 	"k8s.io/client-go/kubernetes/fake"
-	"k8s.io/client-go/rest"
 	clienttesting "k8s.io/client-go/testing"
 
 	"github.com/configmap-attacher/configmap-attacher/internal/kube"
@@ -29,7 +28,7 @@ import (
 // fakeClients are clients of an API server that holds nothing yet; its discovery lists no Rollouts.
 func fakeClients() *kube.Clients {
 	dyn := dynamicfake.NewSimpleDynamicClientWithCustomListKinds(runtime.NewScheme(), map[schema.GroupVersionResource]string{workload.RolloutGVR: "RolloutList"})
-	return &kube.Clients{Config: &rest.Config{Host: "https://fake"}, Kube: fake.NewSimpleClientset(), Dynamic: dyn, Metadata: testutil.FakeMetadata()}
+	return kube.FakeClients(fake.NewSimpleClientset(), dyn, testutil.FakeMetadata())
 }
 
 func freePort(t *testing.T) int {

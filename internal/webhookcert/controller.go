@@ -165,6 +165,8 @@ type Controller struct {
 	// even one we own: a wipe is an accident to repair, a deletion a decision (an uninstall takes the
 	// webhook out of the pod path that way before it stops the controller).
 	seenConfiguration bool
+	// made: this process created it and its cache has not shown it yet (no news that it is missing).
+	made bool
 }
 
 // NewController wires the controller to the informers; s is this replica's Serving (the leader
@@ -236,7 +238,7 @@ func (c *Controller) sync(ctx context.Context, _ string) (reconcile.Result, erro
 		}
 		if applied {
 			c.mu.Lock()
-			c.seenConfiguration = true
+			c.seenConfiguration, c.made = true, live == nil
 			c.mu.Unlock()
 		}
 	}
@@ -252,8 +254,11 @@ func (c *Controller) mayMake(live *admissionregistrationv1.MutatingWebhookConfig
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if live != nil {
-		c.seenConfiguration, c.missing = true, false
+		c.seenConfiguration, c.missing, c.made = true, false, false
 		return false, false
+	}
+	if c.made {
+		return false, false // our create, not in the cache yet
 	}
 	create = c.opts.OwnsConfiguration && !c.seenConfiguration
 	news = !create && !c.missing
