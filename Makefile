@@ -6,7 +6,7 @@ GO ?= go
 VERSION ?= $(shell hack/release/version.sh 2>/dev/null || echo devel)
 LDFLAGS := -s -w -X github.com/configmap-attacher/configmap-attacher/internal/version.stamped=$(VERSION)
 
-.PHONY: all build helm-plugin image release release-check tools cluster-up cluster-down argocd-up argocd-down flux-up flux-down test test-unit test-rules test-race test-e2e soak-short fuzz demo clean
+.PHONY: all build helm-plugin image release release-check tools cluster-up cluster-down argocd-up argocd-down flux-up flux-down test test-unit test-rules test-workflows test-race test-e2e soak-short fuzz demo clean
 
 all: build
 
@@ -38,7 +38,7 @@ release:
 release-check:
 	hack/release/check.sh
 
-## tools: build the local control plane (etcd, kube-*, kwok, Argo Rollouts, helm, Argo CD, Flux), promtool and pulumi into _output/tools.
+## tools: build the local control plane (etcd, kube-*, kwok, Argo Rollouts, helm, Argo CD, Flux), promtool, pulumi and actionlint into _output/tools.
 tools:
 	hack/tools/build.sh
 
@@ -69,9 +69,9 @@ flux-down:
 demo:
 	$(GO) run ./hack/demo $(if $(DEMO_KUBECONFIG),-kubeconfig $(DEMO_KUBECONFIG)) $(if $(filter 1,$(ARGOCD)),-argocd) $(if $(filter 1,$(FLUX)),-flux)
 
-## test: unit tests (with the fuzz targets' seed corpora), the alert rules, then the e2e tests on a local control
-## plane (or the cluster KUBECONFIG names), then a short soak.
-test: test-unit test-rules test-e2e soak-short
+## test: unit tests (with the fuzz targets' seed corpora), the alert rules, the GitHub Actions workflows, then the e2e
+## tests on a local control plane (or the cluster KUBECONFIG names), then a short soak.
+test: test-unit test-rules test-workflows test-e2e soak-short
 
 test-unit:
 	$(GO) vet ./...
@@ -80,6 +80,11 @@ test-unit:
 ## test-rules: promtool test rules test/rules/configmap-attacher.test.yaml on the chart's PrometheusRule.
 test-rules: tools
 	hack/test-rules.sh
+
+## test-workflows: actionlint (with shellcheck on run: scripts) and the pin rule on .github/workflows, then a few
+## mistakes made in a copy of release.yml, each of which must be refused (hack/test-workflows.sh).
+test-workflows: tools
+	hack/test-workflows.sh
 
 ## fuzz: each fuzz target for FUZZTIME (default 1m), one after the other; findings land in testdata/fuzz.
 FUZZTIME ?= 1m

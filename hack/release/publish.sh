@@ -31,8 +31,11 @@
 #                      --plain-http, cosign --allow-http-registry
 #   COSIGN_KEY         a cosign private key (cosign generate-key-pair; COSIGN_PASSWORD is its password):
 #                      signs offline, nothing uploaded to a transparency log. Unset: keyless signing
-#                      (the release job: a Fulcio certificate for its OIDC identity, the signatures
-#                      logged in Rekor; docs/operations.md, Releases)
+#                      (the release job, .github/workflows/release.yml: a Fulcio certificate for its
+#                      OIDC identity, the signatures logged in Rekor; docs/operations.md, Releases).
+#                      Keyless needs an OIDC token cosign finds without a browser: GitHub Actions'
+#                      (the job's `permissions: id-token: write`) or SIGSTORE_ID_TOKEN; without one it
+#                      stops before pushing anything
 #   HELM_PLUGIN_KEYRING, HELM_PLUGIN_KEY, HELM_PLUGIN_PASSPHRASE_FILE
 #                      the OpenPGP secret keyring, key name and passphrase file that sign the Helm
 #                      plugin (what `helm plugin package --sign` takes as --keyring, --key,
@@ -53,6 +56,11 @@ log() { printf '[publish] %s\n' "$*" >&2; }
 die() { printf '[publish] ERROR: %s\n' "$*" >&2; exit 1; }
 
 tag=$(git -C "$ROOT" describe --tags --exact-match --match 'v[0-9]*.[0-9]*.[0-9]*' 2>/dev/null || true)
+# In GitHub Actions, a job started by a tag publishes that tag's release or nothing (a checkout that
+# lost the tag would otherwise make this a dry run that succeeds, or publish a -dev version).
+if [[ ${GITHUB_ACTIONS:-} == true && ${GITHUB_REF_TYPE:-} == tag && $tag != "${GITHUB_REF_NAME:-}" ]]; then
+  die "the job runs for tag ${GITHUB_REF_NAME:-?} but HEAD carries '${tag}': check out the tag (with its history: fetch-depth: 0)"
+fi
 DRY_RUN=${DRY_RUN:-$([[ -n $tag ]] && echo 0 || echo 1)}
 run() {
   if [[ $DRY_RUN == 1 ]]; then
@@ -75,7 +83,7 @@ digest=$("$BIN/helm" show values "$DIST/$chart" | sed -n 's/^  digest: "\(sha256
 "$BIN/helm" show values "$DIST/$chart" | grep -qx "  repository: \"$IMAGE_REPOSITORY\"" ||
   die "$chart pulls from another repository than $IMAGE_REPOSITORY: run make release with IMAGE_REPOSITORY=$IMAGE_REPOSITORY"
 provenance=$DIST/${NAME}_$version.provenance.json
-for f in "$provenance" "$DIST"/*-"$version".sbom.cdx.json "$DIST"/${NAME}_linux_*.sbom.cdx.json; do
+for f in "$provenance" "$DIST"/*-"$version".sbom.cdx.json "$DIST"/"${NAME}"_linux_*.sbom.cdx.json; do
   [[ -f $f ]] || die "no $f: run make release again"
 done
 
@@ -98,7 +106,17 @@ if [[ -n ${COSIGN_KEY:-} ]]; then
   cosign_flags+=(--key "$COSIGN_KEY" --use-signing-config=false --tlog-upload=false)
   signing="cosign key $COSIGN_KEY, no transparency log"
 else
+  # cosign's keyless providers that need no browser: GitHub Actions' OIDC token (the two variables
+  # the runner sets only with `permissions: id-token: write`) or SIGSTORE_ID_TOKEN. Without one,
+  # cosign would start an interactive login that a job cannot finish, after the pushes.
+  if [[ $DRY_RUN != 1 && -z ${SIGSTORE_ID_TOKEN:-} && ( -z ${ACTIONS_ID_TOKEN_REQUEST_URL:-} || -z ${ACTIONS_ID_TOKEN_REQUEST_TOKEN:-} ) ]]; then
+    die "keyless signing needs an OIDC token: run in the release job (GitHub Actions, permissions: id-token: write), set SIGSTORE_ID_TOKEN, or sign with COSIGN_KEY"
+  fi
   signing="cosign keyless (Fulcio, Rekor)"
+fi
+# The release job makes the GitHub release: know before the first push that it can.
+if [[ ${GITHUB_ACTIONS:-} == true && -n $tag && $DRY_RUN != 1 ]] && ! command -v gh >/dev/null; then
+  die "gh is not installed: the release job could not make the GitHub release $tag"
 fi
 log "release $version (tag ${tag:-none}), image $IMAGE_REPOSITORY@$digest; $signing$([[ $DRY_RUN == 1 ]] && echo '; dry run')"
 
@@ -151,7 +169,7 @@ done
 # Signatures and attestations, by digest (a tag can move; a digest cannot).
 image_ref=$IMAGE_REPOSITORY@$digest
 run "$BIN/cosign" sign --yes "${cosign_flags[@]}" "$image_ref"
-for sbom in "$DIST"/${NAME}_linux_*.sbom.cdx.json; do
+for sbom in "$DIST"/"${NAME}"_linux_*.sbom.cdx.json; do
   run "$BIN/cosign" attest --yes "${cosign_flags[@]}" --type cyclonedx --predicate "$sbom" "$image_ref"
 done
 run "$BIN/cosign" attest --yes "${cosign_flags[@]}" --type slsaprovenance1 --predicate "$provenance" "$image_ref"
@@ -167,7 +185,8 @@ done
 if [[ -z $tag ]]; then
   log "no tag on HEAD: no GitHub release"
 elif command -v gh >/dev/null; then
-  run gh release create "v$version" --title "v$version" --notes-file <(sed -n "/^## \[$version\]/,/^## \[/p" "$ROOT/CHANGELOG.md" | sed '$d') "$DIST"/*
+  # --verify-tag: the release is made for the tag pushed, never a new tag gh would create.
+  run gh release create "v$version" --verify-tag --title "v$version" --notes-file <(sed -n "/^## \[$version\]/,/^## \[/p" "$ROOT/CHANGELOG.md" | sed '$d') "$DIST"/*
 else
   log "gh is not installed: upload the files of $DIST to the GitHub release v$version by hand"
 fi

@@ -18,6 +18,7 @@
 #   flux               source-controller helm-controller (+ CRDs in _output/tools/crds/flux)
 #   prometheus         promtool (make test-rules)
 #   pulumi             pulumi pulumi-language-yaml pulumi-resource-kubernetes (the Pulumi stories)
+#   actionlint         actionlint (make test-workflows: lints .github/workflows)
 # Built only when named (not part of `make tools`, so CI does not pay for them):
 #   peers          configmap-attacher-original configmap-rs-operator reloader (test/bench's peers)
 #   release        cyclonedx-gomod release-tool crane cosign (make release builds it; publish.sh pushes
@@ -48,7 +49,7 @@ if ! command -v go >/dev/null; then
   export PATH=/usr/local/go/bin:$PATH
 fi
 
-ALL_TOOLS=(kubernetes etcd kubernetes-compat etcd-compat kwok argo-rollouts helm helm3 argo-cd helm-argocd flux prometheus pulumi)
+ALL_TOOLS=(kubernetes etcd kubernetes-compat etcd-compat kwok argo-rollouts helm helm3 argo-cd helm-argocd flux prometheus pulumi actionlint)
 # Built only when named on the command line.
 OPTIONAL_TOOLS=(peers release)
 
@@ -92,6 +93,8 @@ COMPAT_DIR=k8s-$(cut -d. -f1,2 <<<"${KUBERNETES_COMPAT_VERSION#v}")
   vars_prometheus=(PROMETHEUS_VERSION)
   binaries_pulumi=(pulumi pulumi-language-yaml pulumi-resource-kubernetes)
   vars_pulumi=(PULUMI_VERSION PULUMI_YAML_VERSION PULUMI_KUBERNETES_VERSION PULUMI_KUBERNETES_RELEASE PULUMI_KUBERNETES_SDK_VERSION)
+  binaries_actionlint=(actionlint)
+  vars_actionlint=(ACTIONLINT_VERSION)
   binaries_release=(cyclonedx-gomod release-tool crane cosign)
   vars_release=(CYCLONEDX_GOMOD_VERSION GO_CONTAINERREGISTRY_VERSION HELM_VERSION COSIGN_VERSION)
   binaries_peers=(configmap-attacher-original configmap-rs-operator reloader)
@@ -339,6 +342,16 @@ build_prometheus() {
   go_build prometheus -tags remove_all_sd \
     -ldflags "-s -w -X github.com/prometheus/common/version.Version=$v -X github.com/prometheus/common/version.Branch=HEAD" \
     "$mod/cmd/promtool"
+}
+
+# actionlint, stamped as its release build stamps it (.goreleaser.yaml: the version without its "v",
+# and how it was installed, which `actionlint -version` prints).
+build_actionlint() {
+  local mod=github.com/rhysd/actionlint
+  check_pin actionlint "$mod" "$ACTIONLINT_VERSION"
+  go_build actionlint \
+    -ldflags "-s -w -X $mod.version=${ACTIONLINT_VERSION#v} -X '$mod.installedFrom=built from $mod@$ACTIONLINT_VERSION by hack/tools/build.sh'" \
+    "$mod/cmd/actionlint"
 }
 
 # The Pulumi CLI (module pulumi/cli), the YAML language host and the Kubernetes provider (module
