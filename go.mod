@@ -2,6 +2,8 @@ module github.com/configmap-attacher/configmap-attacher
 
 go 1.26.0
 
+toolchain go1.26.8
+
 require (
 	github.com/KimMachineGun/automemlimit v1.0.1
 	github.com/pmezard/go-difflib v1.0.1-0.20181226105442-5d4384ee4fb2
