@@ -3,7 +3,9 @@ package caches
 import (
 	"slices"
 	"testing"
+	"time"
 
+	"k8s.io/apimachinery/pkg/api/equality"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/tools/cache"
 
@@ -71,14 +73,14 @@ func TestOptedInViewOfTheWidenedInformer(t *testing.T) {
 	}
 }
 
-// trimAll keeps what readers of the widened informer need, and nothing a tool wrote.
-func TestTrimAll(t *testing.T) {
+// A config object of the widened informers keeps what their readers need, and nothing a tool wrote.
+func TestConfigRecordsForTheTrigger(t *testing.T) {
+	r := newReducer(nil, false)
 	m := cm("x", map[string]string{api.PinLabel: api.PinValue, "app.kubernetes.io/managed-by": "Helm"})
 	m.Annotations = map[string]string{api.ReloaderMatch: "true", "meta.helm.sh/release-name": "r",
 		"kubectl.kubernetes.io/last-applied-configuration": "{...}", api.OriginalNameAnnotation: "y"}
 	m.ManagedFields = []metav1.ManagedFieldsEntry{{Manager: "helm"}}
-	out, _ := trimAll(newSharing(nil))(m)
-	got := out.(*metav1.PartialObjectMetadata)
+	got := r.config(m, keepForTrigger).meta(refs.ConfigMap)
 	if len(got.Labels) != 1 || got.Labels[api.PinLabel] != api.PinValue {
 		t.Errorf("labels %v, want only ours", got.Labels)
 	}
@@ -90,9 +92,31 @@ func TestTrimAll(t *testing.T) {
 	}
 	s := cm("x-0123456789", map[string]string{api.SnapshotLabel: api.SnapshotValue})
 	s.Annotations = map[string]string{api.OriginalNameAnnotation: "x"}
-	out, _ = trimAll(newSharing(nil))(s)
-	if out.(*metav1.PartialObjectMetadata).Annotations[api.OriginalNameAnnotation] != "x" {
+	if r.config(s, keepForTrigger).meta(refs.ConfigMap).Annotations[api.OriginalNameAnnotation] != "x" {
 		t.Error("a snapshot lost its original name: the pinning view indexes by it")
+	}
+}
+
+// A config object's record says everything its metadata said that a reader reads: owners (each
+// reference exactly as written), finalizers, deletion, creation, uid, resourceVersion.
+func TestConfigRecordRoundTrip(t *testing.T) {
+	yes, no := true, false
+	deleted := metav1.NewTime(time.Date(2026, 11, 28, 10, 0, 0, 0, time.UTC))
+	m := cm("app-config-v2", optedIn)
+	m.UID, m.ResourceVersion = "0b7a4c39-9e2d-4c39-8a6f-4c3e00000042", "4711"
+	m.CreationTimestamp = metav1.NewTime(time.Date(2026, 11, 27, 9, 0, 0, 0, time.UTC))
+	m.DeletionTimestamp = &deleted
+	m.Finalizers = []string{api.InUseFinalizer, "example.com/keep"}
+	m.OwnerReferences = []metav1.OwnerReference{
+		{APIVersion: "apps/v1", Kind: "ReplicaSet", Name: "web-1", UID: "uid-web-1", Controller: &no},
+		{APIVersion: "apps/v1", Kind: "ReplicaSet", Name: "web-2", UID: "uid-web-2", BlockOwnerDeletion: &yes},
+		{APIVersion: "example.com/v1", Kind: "Thing", Name: "t", UID: "uid-t", Controller: &yes, BlockOwnerDeletion: &no},
+	}
+	want := m.DeepCopy()
+	want.Labels = map[string]string{api.RevisionedLabel: api.RevisionedValue}
+	got := newReducer(nil, false).config(m, keepNone).meta(refs.ConfigMap)
+	if !equality.Semantic.DeepEqual(got, want) {
+		t.Errorf("view of the record:\n%+v\nwant\n%+v", got, want)
 	}
 }
 
@@ -113,15 +137,20 @@ func TestCountConfigsCountsEveryKind(t *testing.T) {
 	}
 }
 
-// With the widened config informers the pinning snapshots are a view of them: every index the
-// snapshot readers use (the webhook's ByPin, the PinRemoved check's ByCopied) must be there too.
-func TestWidenedConfigInformersCarryTheSnapshotIndexes(t *testing.T) {
-	for _, kind := range refs.Kinds() {
-		all := allConfigIndexers(kind)
-		for _, name := range []string{ByPin, ByCopied} {
-			if _, ok := all[name]; !ok {
-				t.Errorf("%s: the widened informer lacks index %s", kind, name)
-			}
+// With the widened config informers the pinning snapshots are a view of them: the indexes the snapshot
+// readers use (the webhook's ByPin, the PinRemoved check's ByCopied) find a snapshot's record.
+func TestWidenedConfigInformersIndexSnapshots(t *testing.T) {
+	s := snap("app-config-0123456789", 0, "rs-1", "rs-2")
+	s.Kind, s.Labels = "ConfigMap", map[string]string{api.SnapshotLabel: api.SnapshotValue, api.RevisionedLabel: api.RevisionedValue}
+	cs := NewForTest(nil, []*metav1.PartialObjectMetadata{s})
+	all := cs.AllConfigs[refs.ConfigMap]
+	app := refs.Ref{Kind: refs.ConfigMap, Name: "app-config"}
+	for _, key := range []string{PinKey("rs-1", app), PinKey("rs-2", app)} {
+		if got, err := all.ByIndex(ByPin, key); err != nil || len(got) != 1 || got[0].Name != s.Name {
+			t.Errorf("ByPin %s: %v, %v", key, got, err)
 		}
+	}
+	if got, err := all.ByIndex(ByCopied, CopiedKey("app", app)); err != nil || len(got) != 1 {
+		t.Errorf("ByCopied: %v, %v", got, err)
 	}
 }

@@ -13,25 +13,32 @@ import (
 	"github.com/configmap-attacher/configmap-attacher/internal/refs"
 )
 
-func TestAPodSharesNamespaceOwnerAndReferencesWithItsCachedReplicaSet(t *testing.T) {
-	ru, err := Reduce(benchReplicaSet(0))
-	if err != nil {
-		t.Fatal(err)
-	}
-	cached := map[string]*User{ru.Namespace + "/" + ru.Name: ru}
-	s := newSharing(func(kind Kind, ns, name string) *User {
-		if kind != ReplicaSet {
-			t.Errorf("looked up the pod's controller as a %s", kind)
+func TestAPodSharesItsControllersIdentityAndReferences(t *testing.T) {
+	r := newReducer(nil, false)
+	stored := map[string]any{}
+	r.ids = newIdentities(func(kind Kind, key string) *identity {
+		if e, ok := stored[key].(*entry); ok && kind == ReplicaSet {
+			return e.id
 		}
-		return cached[ns+"/"+name]
+		return nil
 	})
-	wantRefs := []refs.Ref{{Kind: refs.ConfigMap, Name: "settings"}, {Kind: refs.ConfigMap, Name: "web-0-config-v0"}, {Kind: refs.Secret, Name: "web-0-secret"}}
-	reduced := func(p *corev1.Pod) *User {
+	r.ids.settle() // after the first lists: found in the cache
+	r.stored = func(_ Kind, key string) (any, bool) { o, ok := stored[key]; return o, ok }
+	add := func(obj any) any {
 		t.Helper()
-		u, err := reduceObject(s, p, false)
+		rec, err := r.user(obj)
 		if err != nil {
 			t.Fatal(err)
 		}
+		return rec
+	}
+	rsEntry := add(benchReplicaSet(0)).(*entry)
+	stored[rsEntry.id.key] = rsEntry
+	ru := rsEntry.user()
+	wantRefs := []refs.Ref{{Kind: refs.ConfigMap, Name: "settings"}, {Kind: refs.ConfigMap, Name: "web-0-config-v0"}, {Kind: refs.Secret, Name: "web-0-secret"}}
+	reduced := func(p *corev1.Pod) *User {
+		t.Helper()
+		u, _ := userView(add(p))
 		return u
 	}
 	a, b := reduced(benchPod(0)), reduced(benchPod(1)) // two pods of ReplicaSet 0: separate copies of every string
@@ -46,30 +53,69 @@ func TestAPodSharesNamespaceOwnerAndReferencesWithItsCachedReplicaSet(t *testing
 		if u.ResourceVersion != "" || u.Generation != 0 || !u.CreationTimestamp.IsZero() {
 			t.Errorf("a pod keeps resourceVersion %q, generation %d, creation %v: nothing reads them", u.ResourceVersion, u.Generation, u.CreationTimestamp)
 		}
-		if unsafe.StringData(u.Namespace) != unsafe.StringData(ru.Namespace) || u.Owner != ru.self || unsafe.SliceData(u.Refs) != unsafe.SliceData(ru.Refs) {
+		if u.Owner != &rsEntry.id.ref || unsafe.SliceData(u.Refs) != unsafe.SliceData(ru.Refs) {
 			t.Errorf("pod %s keeps copies of its own of what its ReplicaSet holds", u.Name)
 		}
 	}
-	if a.Name == b.Name || a.UID == b.UID {
-		t.Errorf("two pods reduced to one identity: %s %s", a.Name, a.UID)
+	if a.Name == b.Name || a.UID == b.UID || a.UID != benchUID("Pod", 0) {
+		t.Errorf("two pods reduced to one identity, or a uid changed: %s %s, %s %s", a.Name, a.UID, b.Name, b.UID)
 	}
 
 	pinned := benchPod(2) // the webhook renamed its ConfigMap: it reads the snapshot
 	pinned.Spec.Volumes[0].Projected.Sources[0].ConfigMap.Name = "web-0-config-v0-5d8f9c"
-	if u := reduced(pinned); u.Owner != ru.self || unsafe.SliceData(u.Refs) == unsafe.SliceData(ru.Refs) || !slices.Contains(u.Refs, refs.Ref{Kind: refs.ConfigMap, Name: "web-0-config-v0-5d8f9c"}) {
-		t.Errorf("pinned pod: owner %p (ReplicaSet's %p), refs %v: want the shared owner and references of its own", u.Owner, ru.self, u.Refs)
+	if u := reduced(pinned); u.Owner != &rsEntry.id.ref || unsafe.SliceData(u.Refs) == unsafe.SliceData(ru.Refs) ||
+		!slices.Contains(u.Refs, refs.Ref{Kind: refs.ConfigMap, Name: "web-0-config-v0-5d8f9c"}) {
+		t.Errorf("pinned pod: owner %p (ReplicaSet's %p), refs %v: want the shared owner and references of its own", u.Owner, &rsEntry.id.ref, u.Refs)
 	}
 
 	orphan := benchPod(4) // ReplicaSet 1, not cached (yet)
 	u := reduced(orphan)
-	if u.Owner == nil || u.Owner.Name != orphan.OwnerReferences[0].Name || u.Owner.UID != orphan.OwnerReferences[0].UID || u.Owner == ru.self {
+	if u.Owner == nil || u.Owner.Name != orphan.OwnerReferences[0].Name || u.Owner.UID != orphan.OwnerReferences[0].UID || u.Owner == &rsEntry.id.ref {
 		t.Errorf("pod of a ReplicaSet not cached: owner %+v, want its own copy of %+v", u.Owner, orphan.OwnerReferences[0])
 	}
 
 	replaced := benchPod(3) // a ReplicaSet of the same name, deleted and made again: another uid
 	replaced.OwnerReferences[0].UID = "another-uid"
-	if u := reduced(replaced); u.Owner == ru.self || u.Owner.UID != "another-uid" {
+	if u := reduced(replaced); u.Owner == &rsEntry.id.ref || u.Owner.UID != "another-uid" {
 		t.Errorf("pod of another ReplicaSet of the same name: owner %+v, want its own", u.Owner)
+	}
+}
+
+// A pod's stub says what protection reads of it: whether the kubelet still runs it.
+func TestPodStubFlags(t *testing.T) {
+	zero := int64(0)
+	thirty := int64(30)
+	now := metav1.Now()
+	for _, tc := range []struct {
+		name                        string
+		phase                       corev1.PodPhase
+		grace                       *int64
+		deleting                    bool
+		wantFinished, wantShutDown bool
+	}{
+		{name: "running", phase: corev1.PodRunning},
+		{name: "succeeded", phase: corev1.PodSucceeded, wantFinished: true},
+		{name: "failed", phase: corev1.PodFailed, wantFinished: true},
+		{name: "being deleted, in its grace period", phase: corev1.PodRunning, deleting: true, grace: &thirty},
+		{name: "deleted with no grace left", phase: corev1.PodRunning, deleting: true, grace: &zero, wantShutDown: true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			p := benchPod(0)
+			p.Status.Phase, p.DeletionGracePeriodSeconds = tc.phase, tc.grace
+			if tc.deleting {
+				p.DeletionTimestamp = &now
+			}
+			u, err := Reduce(p)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if u.Finished != tc.wantFinished || u.ShutDown != tc.wantShutDown || (u.DeletionTimestamp != nil) != tc.deleting {
+				t.Errorf("finished %v, shut down %v, deleting %v", u.Finished, u.ShutDown, u.DeletionTimestamp != nil)
+			}
+			if u.Live() != (!tc.wantFinished && !tc.wantShutDown) {
+				t.Errorf("Live() = %v", u.Live())
+			}
+		})
 	}
 }
 
@@ -88,10 +134,11 @@ func TestReduceKeepsOnlyTheLabelsRead(t *testing.T) {
 		{"Pod", &corev1.Pod{ObjectMeta: meta}, true, false},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			u, err := reduceObject(nil, tc.obj, tc.keepLabels)
+			rec, err := (&reducer{keepLabels: tc.keepLabels}).user(tc.obj)
 			if err != nil {
 				t.Fatal(err)
 			}
+			u, _ := userView(rec)
 			if got := u.Labels["team"] == "payments"; got != tc.want {
 				t.Errorf("labels kept: %v, want %v", got, tc.want)
 			}

@@ -1,0 +1,156 @@
+package caches
+
+import (
+	"slices"
+	"strings"
+	"sync"
+	"unique"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+
+	"github.com/configmap-attacher/configmap-attacher/internal/refs"
+)
+
+// An identity is what every cached object naming one object shares of it: a Pod of its ReplicaSet, a
+// ReplicaSet of its Deployment, a config object of each of its owners, and the object itself. It holds
+// the reference they all carry (the controller reference of its pods, with controller: true), the
+// object's namespace/name (its store key, which the name is a part of), and one list of config
+// references, the first seen among it and its dependents: a ReplicaSet's pods read what its template
+// names, so most of them need no list of their own. With 150,000 Pods every copy of these is tens of
+// MiB. Nothing may modify an identity once an object holding it is cached, refs excepted (set once,
+// under identities.mu, before anything that shares them is cached).
+type identity struct {
+	ref     metav1.OwnerReference
+	key     string
+	refs    []refs.Ref
+	refsSet bool
+}
+
+func newIdentity(apiVersion, kind, namespace, name string, uid types.UID, yes *bool) *identity {
+	key := namespace + "/" + name
+	return &identity{key: key, ref: metav1.OwnerReference{APIVersion: unique.Make(apiVersion).Value(), Kind: unique.Make(kind).Value(),
+		Name: key[len(namespace)+1:], UID: uid, Controller: yes}}
+}
+
+func (id *identity) namespace() string { return id.key[:len(id.key)-len(id.ref.Name)-1] }
+
+// names reports whether id is the identity of the object ref names in namespace.
+func (id *identity) names(namespace string, ref *metav1.OwnerReference) bool {
+	return id.ref.UID == ref.UID && id.ref.Name == ref.Name && id.ref.Kind == ref.Kind && id.ref.APIVersion == ref.APIVersion &&
+		id.namespace() == namespace
+}
+
+// identities hand out identities so that one object's is shared whichever of it and the objects naming
+// it arrives first. Every informer starts at once, so while the caches make their first lists a pod
+// often arrives before its ReplicaSet, a config object before its owners: starting holds, by uid, the
+// identity of every object seen or named so far. Once every informer has synced it is dropped, and an
+// object finds the identity of what it names in the cache of that kind (cached), where, from then on,
+// it nearly always is already (a ReplicaSet is created, and seen, before its pods). An identity not
+// found is made for the one object, and shares nothing.
+type identities struct {
+	mu       sync.Mutex
+	starting map[types.UID]*identity
+	// cached returns the identity of the cached object key ("namespace/name") of a kind, nil if none.
+	cached func(kind Kind, key string) *identity
+	yes    *bool
+}
+
+func newIdentities(cached func(Kind, string) *identity) *identities {
+	yes := true
+	return &identities{starting: map[types.UID]*identity{}, cached: cached, yes: &yes}
+}
+
+// settle drops what the caches' first lists needed: called once every informer has synced.
+func (t *identities) settle() {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	t.starting = nil
+}
+
+// self returns the identity of an object of kind arriving in its cache: the one its earlier version,
+// or during the first lists an object naming it, holds.
+func (t *identities) self(apiVersion string, kind Kind, meta *metav1.ObjectMeta) *identity {
+	if t == nil {
+		yes := true
+		return newIdentity(apiVersion, string(kind), meta.Namespace, meta.Name, meta.UID, &yes)
+	}
+	ref := metav1.OwnerReference{APIVersion: apiVersion, Kind: string(kind), Name: meta.Name, UID: meta.UID}
+	if id := t.cached(kind, meta.Namespace+"/"+meta.Name); id != nil && id.names(meta.Namespace, &ref) {
+		return id
+	}
+	return t.lookup(meta.Namespace, &ref, false)
+}
+
+// of returns the identity of the object a reference names (a controller, an owner) from namespace.
+func (t *identities) of(namespace string, ref *metav1.OwnerReference) *identity {
+	if t == nil {
+		yes := true
+		return newIdentity(ref.APIVersion, ref.Kind, namespace, ref.Name, ref.UID, &yes)
+	}
+	return t.lookup(namespace, ref, true)
+}
+
+func (t *identities) lookup(namespace string, ref *metav1.OwnerReference, tryCache bool) *identity {
+	t.mu.Lock()
+	starting := t.starting
+	if starting != nil {
+		if id, ok := starting[ref.UID]; ok && id.names(namespace, ref) {
+			t.mu.Unlock()
+			return id
+		}
+	}
+	t.mu.Unlock()
+	if tryCache && isUserKind(ref.Kind) {
+		if id := t.cached(Kind(ref.Kind), namespace+"/"+ref.Name); id != nil && id.names(namespace, ref) {
+			return id
+		}
+	}
+	id := newIdentity(ref.APIVersion, ref.Kind, namespace, ref.Name, ref.UID, t.yes)
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if t.starting == nil {
+		return id
+	}
+	if other, ok := t.starting[ref.UID]; ok && other.names(namespace, ref) {
+		return other // made by another informer meanwhile
+	}
+	t.starting[ref.UID] = id
+	return id
+}
+
+// share returns the list an object referencing used keeps: id's when it is the same, which it becomes
+// when id has none yet and claim is set (an object or its pods may claim their own identity's and
+// their controller's: what the pods of a ReplicaSet read is what it names; a revision does not claim its
+// workload's, which may name a newer revision's config).
+func (t *identities) share(id *identity, used []refs.Ref, claim bool) ([]refs.Ref, bool) {
+	if id == nil {
+		return used, false
+	}
+	if t != nil {
+		t.mu.Lock()
+		defer t.mu.Unlock()
+	}
+	if !id.refsSet {
+		if !claim {
+			return used, false
+		}
+		id.refs, id.refsSet = used, true
+		return used, true
+	}
+	if slices.Equal(id.refs, used) {
+		return id.refs, true
+	}
+	return used, false
+}
+
+// isUserKind reports whether kind is one the caches hold as Users.
+func isUserKind(kind string) bool {
+	return slices.Contains(UserKinds(), Kind(kind))
+}
+
+// splitKey splits a store key "namespace/name".
+func splitKey(key string) (namespace, name string) {
+	ns, name, _ := strings.Cut(key, "/")
+	return ns, name
+}
