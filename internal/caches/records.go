@@ -127,7 +127,7 @@ type configRecord struct {
 
 // ownerLink is one ownerReference of a config object: the owner's identity and its two flags.
 type ownerLink struct {
-	id                    *identity
+	id                     *identity
 	controller, blockOwner tristate
 }
 

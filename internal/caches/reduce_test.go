@@ -87,10 +87,10 @@ func TestPodStubFlags(t *testing.T) {
 	thirty := int64(30)
 	now := metav1.Now()
 	for _, tc := range []struct {
-		name                        string
-		phase                       corev1.PodPhase
-		grace                       *int64
-		deleting                    bool
+		name                       string
+		phase                      corev1.PodPhase
+		grace                      *int64
+		deleting                   bool
 		wantFinished, wantShutDown bool
 	}{
 		{name: "running", phase: corev1.PodRunning},
