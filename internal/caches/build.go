@@ -1,17 +1,18 @@
 package caches
 
 import (
+	"context"
 	"fmt"
 
+	appsv1 "k8s.io/api/apps/v1"
+	batchv1 "k8s.io/api/batch/v1"
+	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
-	"k8s.io/client-go/dynamic/dynamicinformer"
-	appsinformers "k8s.io/client-go/informers/apps/v1"
-	batchinformers "k8s.io/client-go/informers/batch/v1"
-	coreinformers "k8s.io/client-go/informers/core/v1"
-	"k8s.io/client-go/kubernetes"
-	"k8s.io/client-go/metadata/metadatainformer"
+	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/cache"
 
@@ -52,7 +53,7 @@ type Caches struct {
 
 	reducer *reducer
 	// informers are every informer of the caches, started together; synced is their HasSynced.
-	informers []cache.SharedIndexInformer
+	informers []runner
 	synced    []cache.InformerSynced
 }
 
@@ -66,34 +67,45 @@ const compressInitialLists = false
 
 // New builds the informers; nothing is watched until Start.
 func New(clients *kube.Clients, o Options) (*Caches, error) {
-	c := &Caches{Users: map[Kind]*Informer[*User]{}, Configs: map[refs.Kind]*Informer[*metav1.PartialObjectMetadata]{}}
 	clients, err := informerClients(clients)
 	if err != nil {
 		return nil, err
 	}
+	return build(apiSources{clients}, o)
+}
+
+// sources list and watch what the caches hold: the API server (apiSources), generated objects in the
+// benchmarks. Each returns the lister-watcher and an object of the type it lists.
+type sources interface {
+	// users lists a kind of user in namespace ns ("" for all).
+	users(kind Kind, ns string) (cache.ListerWatcher, runtime.Object)
+	// metadata lists the metadata of a resource in namespace ns, filtered by a label selector.
+	metadata(gvr schema.GroupVersionResource, ns, selector string) (cache.ListerWatcher, runtime.Object)
+}
+
+func build(src sources, o Options) (*Caches, error) {
+	c := &Caches{Users: map[Kind]*Informer[*User]{}, Configs: map[refs.Kind]*Informer[*metav1.PartialObjectMetadata]{}}
 	namespaces := o.Namespaces
 	if len(namespaces) == 0 {
 		namespaces = []string{metav1.NamespaceAll}
 	}
-	c.reducer = newReducer(newIdentities(c.cachedIdentity), o.ReplicaSetLabels)
+	c.reducer = newReducer(newIdentities(c.cachedIdentity), o.ReplicaSetLabels, o.AllConfigs)
 	c.reducer.stored = c.stored
-	users := map[Kind][]cache.SharedIndexInformer{}
-	configs := map[refs.Kind][]cache.SharedIndexInformer{}
+	users := map[Kind][]source{}
+	configs := map[refs.Kind][]source{}
 	optedIn := labels.SelectorFromSet(labels.Set{api.RevisionedLabel: api.RevisionedValue}).String()
 	for _, ns := range namespaces {
 		for _, kind := range UserKinds() {
 			if kind == Rollout && !o.Rollouts {
 				continue
 			}
-			// Pods: the namespace index only (a pod is never found by the reload-list or template indexes).
-			indexers := withNamespaceIndex(cache.Indexers{})
-			if kind != Pod {
-				indexers = withNamespaceIndex(UserIndexers())
+			// Pods: the namespace only (a pod is never found by the reload-list or template indexes).
+			indexers := UserIndexers()
+			if kind == Pod {
+				indexers = nil
 			}
-			inf := userInformer(clients, kind, ns, indexers)
-			if err := inf.SetTransform(c.reducer.transform); err != nil {
-				return nil, err
-			}
+			lw, example := src.users(kind, ns)
+			inf := newStoreInformer(lw, example, c.reducer.transform, indexers)
 			users[kind] = append(users[kind], inf)
 			c.add(inf)
 		}
@@ -101,9 +113,9 @@ func New(clients *kube.Clients, o Options) (*Caches, error) {
 		// cached; filtered by the opt-in label unless the config trigger needs them all.
 		var err error
 		if o.AllConfigs {
-			err = c.metadataInformers(clients, ns, "", o.ConfigKinds, keepForTrigger, snapshotIndexers, configs)
+			err = c.metadataInformers(src, ns, "", o.ConfigKinds, keepForTrigger, snapshotIndexers, configs)
 		} else {
-			err = c.metadataInformers(clients, ns, optedIn, o.ConfigKinds, keepNone,
+			err = c.metadataInformers(src, ns, optedIn, o.ConfigKinds, keepNone,
 				func(refs.Kind) cache.Indexers { return cache.Indexers{} }, configs)
 		}
 		if err != nil {
@@ -133,34 +145,58 @@ func informerClients(clients *kube.Clients) (*kube.Clients, error) {
 	return kube.NewClients(cfg)
 }
 
-// userInformer is the informer of one kind of user in namespace ns ("" for all).
-func userInformer(clients *kube.Clients, kind Kind, ns string, indexers cache.Indexers) cache.SharedIndexInformer {
-	var kc kubernetes.Interface = clients.Kube
+// apiSources are the API server's informers, through clients.
+type apiSources struct{ clients *kube.Clients }
+
+func (a apiSources) users(kind Kind, ns string) (cache.ListerWatcher, runtime.Object) {
+	kc := a.clients.Kube
+	var lw *cache.ListWatch
+	var example runtime.Object
 	switch kind {
 	case Pod:
-		return coreinformers.NewFilteredPodInformer(kc, ns, 0, indexers, nil)
+		c := kc.CoreV1().Pods(ns)
+		lw, example = listWatch(c.List, c.Watch), &corev1.Pod{}
 	case ReplicaSet:
-		return appsinformers.NewFilteredReplicaSetInformer(kc, ns, 0, indexers, nil)
+		c := kc.AppsV1().ReplicaSets(ns)
+		lw, example = listWatch(c.List, c.Watch), &appsv1.ReplicaSet{}
 	case ControllerRevision:
-		return appsinformers.NewFilteredControllerRevisionInformer(kc, ns, 0, indexers, nil)
+		c := kc.AppsV1().ControllerRevisions(ns)
+		lw, example = listWatch(c.List, c.Watch), &appsv1.ControllerRevision{}
 	case Job:
-		return batchinformers.NewFilteredJobInformer(kc, ns, 0, indexers, nil)
+		c := kc.BatchV1().Jobs(ns)
+		lw, example = listWatch(c.List, c.Watch), &batchv1.Job{}
 	case CronJob:
-		return batchinformers.NewFilteredCronJobInformer(kc, ns, 0, indexers, nil)
+		c := kc.BatchV1().CronJobs(ns)
+		lw, example = listWatch(c.List, c.Watch), &batchv1.CronJob{}
 	case Deployment:
-		return appsinformers.NewFilteredDeploymentInformer(kc, ns, 0, indexers, nil)
+		c := kc.AppsV1().Deployments(ns)
+		lw, example = listWatch(c.List, c.Watch), &appsv1.Deployment{}
 	case StatefulSet:
-		return appsinformers.NewFilteredStatefulSetInformer(kc, ns, 0, indexers, nil)
+		c := kc.AppsV1().StatefulSets(ns)
+		lw, example = listWatch(c.List, c.Watch), &appsv1.StatefulSet{}
 	case DaemonSet:
-		return appsinformers.NewFilteredDaemonSetInformer(kc, ns, 0, indexers, nil)
+		c := kc.AppsV1().DaemonSets(ns)
+		lw, example = listWatch(c.List, c.Watch), &appsv1.DaemonSet{}
 	case Rollout:
-		return dynamicinformer.NewFilteredDynamicInformer(clients.Dynamic, workload.RolloutGVR, ns, 0, indexers, nil).Informer()
+		c := a.clients.Dynamic.Resource(workload.RolloutGVR).Namespace(ns)
+		return cache.ToListWatcherWithWatchListSemantics(listWatch(c.List, c.Watch), a.clients.Dynamic), &unstructured.Unstructured{}
+	default:
+		panic(fmt.Sprintf("no informer for %s", kind))
 	}
-	panic(fmt.Sprintf("no informer for %s", kind))
+	return cache.ToListWatcherWithWatchListSemantics(lw, kc), example
+}
+
+// listWatch makes a lister-watcher of a client's List and Watch.
+func listWatch[L runtime.Object](list func(context.Context, metav1.ListOptions) (L, error),
+	watchFn func(context.Context, metav1.ListOptions) (watch.Interface, error)) *cache.ListWatch {
+	return &cache.ListWatch{
+		ListWithContextFunc:  func(ctx context.Context, o metav1.ListOptions) (runtime.Object, error) { return list(ctx, o) },
+		WatchFuncWithContext: watchFn,
+	}
 }
 
 // add makes inf one of the informers the caches start and wait for.
-func (c *Caches) add(inf cache.SharedIndexInformer) {
+func (c *Caches) add(inf runner) {
 	c.informers = append(c.informers, inf)
 	c.synced = append(c.synced, inf.HasSynced)
 }
@@ -219,20 +255,24 @@ func (c *Caches) WaitForSync(stop <-chan struct{}) bool {
 // metadataInformers adds to into, for each kind, a metadata-only informer of namespace ns filtered by
 // the label selector, reducing each object to its record (with the annotations keep names), with the
 // kind's indexers; they start with the caches.
-func (c *Caches) metadataInformers(clients *kube.Clients, ns, selector string, kinds []refs.Kind,
-	keep func(map[string]string) []string, indexers func(refs.Kind) cache.Indexers, into map[refs.Kind][]cache.SharedIndexInformer) error {
+func (c *Caches) metadataInformers(src sources, ns, selector string, kinds []refs.Kind,
+	keep func(map[string]string) []string, indexers func(refs.Kind) cache.Indexers, into map[refs.Kind][]source) error {
 	for _, kind := range kinds {
-		inf := metadataInformer(clients, kind.GVR(), ns, selector, withNamespaceIndex(indexers(kind)))
-		if err := inf.SetTransform(c.reducer.configTransform(keep)); err != nil {
-			return err
-		}
+		lw, example := src.metadata(kind.GVR(), ns, selector)
+		inf := newStoreInformer(lw, example, c.reducer.configTransform(keep), indexers(kind))
 		into[kind] = append(into[kind], inf)
 		c.add(inf)
 	}
 	return nil
 }
 
-func metadataInformer(clients *kube.Clients, gvr schema.GroupVersionResource, ns, selector string, indexers cache.Indexers) cache.SharedIndexInformer {
-	return metadatainformer.NewFilteredMetadataInformer(clients.Metadata, gvr, ns, 0, indexers,
-		func(lo *metav1.ListOptions) { lo.LabelSelector = selector }).Informer()
+func (a apiSources) metadata(gvr schema.GroupVersionResource, ns, selector string) (cache.ListerWatcher, runtime.Object) {
+	c := a.clients.Metadata.Resource(gvr).Namespace(ns)
+	tweak := func(o metav1.ListOptions) metav1.ListOptions { o.LabelSelector = selector; return o }
+	return cache.ToListWatcherWithWatchListSemantics(&cache.ListWatch{
+		ListWithContextFunc: func(ctx context.Context, o metav1.ListOptions) (runtime.Object, error) { return c.List(ctx, tweak(o)) },
+		WatchFuncWithContext: func(ctx context.Context, o metav1.ListOptions) (watch.Interface, error) {
+			return c.Watch(ctx, tweak(o))
+		},
+	}, a.clients.Metadata), &metav1.PartialObjectMetadata{}
 }

@@ -43,11 +43,12 @@ func TestPodsShareWithTheirReplicaSetWhicheverArrivesFirst(t *testing.T) {
 			id := stored.(*entry).id
 			for _, p := range []string{benchPod(0).Name, benchPod(1).Name} {
 				u, ok, _ := c.Users[Pod].Get(rs.Namespace, p)
+				stub, _ := c.Users[Pod].stored(rs.Namespace + "/" + p)
 				if !ok {
 					t.Fatalf("pod %s is not cached", p)
 				}
-				if u.Owner != &id.ref || unsafe.SliceData(u.Refs) != unsafe.SliceData(id.refs) || len(u.Refs) != 3 {
-					t.Errorf("pod %s keeps its own owner (%p, the ReplicaSet's %p) or references (%v)", p, u.Owner, &id.ref, u.Refs)
+				if stub.(*podStub).owner != id || unsafe.SliceData(u.Refs) != unsafe.SliceData(id.refs) || len(u.Refs) != 3 || u.Owner.UID != rs.UID {
+					t.Errorf("pod %s keeps its own owner (%+v) or references (%v)", p, u.Owner, u.Refs)
 				}
 			}
 			if u, _, _ := c.Users[ReplicaSet].Get(rs.Namespace, rs.Name); unsafe.SliceData(u.Refs) != unsafe.SliceData(id.refs) {

@@ -14,31 +14,38 @@ import (
 
 // An identity is what every cached object naming one object shares of it: a Pod of its ReplicaSet, a
 // ReplicaSet of its Deployment, a config object of each of its owners, and the object itself. It holds
-// the reference they all carry (the controller reference of its pods, with controller: true), the
-// object's namespace/name (its store key, which the name is a part of), and one list of config
-// references, the first seen among it and its dependents: a ReplicaSet's pods read what its template
-// names, so most of them need no list of their own. With 150,000 Pods every copy of these is tens of
-// MiB. Nothing may modify an identity once an object holding it is cached, refs excepted (set once,
-// under identities.mu, before anything that shares them is cached).
+// what they all name (apiVersion, kind, namespace/name, uid: the object's store key, which the name is
+// a part of, and a reference to it) and one list of config references, the first seen among it and its
+// dependents: a ReplicaSet's pods read what its template names, so most of them need no list of their
+// own. With 150,000 Pods every copy of these is tens of MiB. Nothing may modify an identity once an
+// object holding it is cached, refs excepted (set once, under identities.mu, before anything that
+// shares them is cached).
 type identity struct {
-	ref     metav1.OwnerReference
-	key     string
-	refs    []refs.Ref
-	refsSet bool
+	key              string
+	uid              compactUID
+	apiVersion, kind unique.Handle[string]
+	refs             []refs.Ref
+	refsSet          bool
 }
 
-func newIdentity(apiVersion, kind, namespace, name string, uid types.UID, yes *bool) *identity {
-	key := namespace + "/" + name
-	return &identity{key: key, ref: metav1.OwnerReference{APIVersion: unique.Make(apiVersion).Value(), Kind: unique.Make(kind).Value(),
-		Name: key[len(namespace)+1:], UID: uid, Controller: yes}}
+func newIdentity(apiVersion, kind, namespace, name string, uid types.UID) *identity {
+	return &identity{key: namespace + "/" + name, uid: makeUID(uid), apiVersion: unique.Make(apiVersion), kind: unique.Make(kind)}
 }
 
-func (id *identity) namespace() string { return id.key[:len(id.key)-len(id.ref.Name)-1] }
+func (id *identity) namespace() string { ns, _ := splitKey(id.key); return ns }
+
+func (id *identity) name() string { _, name := splitKey(id.key); return name }
+
+// reference is the reference to the object, as a controller's: what a pod's Owner holds.
+func (id *identity) reference() *metav1.OwnerReference {
+	yes := true
+	return &metav1.OwnerReference{APIVersion: id.apiVersion.Value(), Kind: id.kind.Value(), Name: id.name(), UID: id.uid.get(), Controller: &yes}
+}
 
 // names reports whether id is the identity of the object ref names in namespace.
 func (id *identity) names(namespace string, ref *metav1.OwnerReference) bool {
-	return id.ref.UID == ref.UID && id.ref.Name == ref.Name && id.ref.Kind == ref.Kind && id.ref.APIVersion == ref.APIVersion &&
-		id.namespace() == namespace
+	ns, name := splitKey(id.key)
+	return name == ref.Name && ns == namespace && id.kind.Value() == ref.Kind && id.apiVersion.Value() == ref.APIVersion && id.uid.is(ref.UID)
 }
 
 // identities hand out identities so that one object's is shared whichever of it and the objects naming
@@ -53,12 +60,10 @@ type identities struct {
 	starting map[types.UID]*identity
 	// cached returns the identity of the cached object key ("namespace/name") of a kind, nil if none.
 	cached func(kind Kind, key string) *identity
-	yes    *bool
 }
 
 func newIdentities(cached func(Kind, string) *identity) *identities {
-	yes := true
-	return &identities{starting: map[types.UID]*identity{}, cached: cached, yes: &yes}
+	return &identities{starting: map[types.UID]*identity{}, cached: cached}
 }
 
 // settle drops what the caches' first lists needed: called once every informer has synced.
@@ -72,8 +77,7 @@ func (t *identities) settle() {
 // or during the first lists an object naming it, holds.
 func (t *identities) self(apiVersion string, kind Kind, meta *metav1.ObjectMeta) *identity {
 	if t == nil {
-		yes := true
-		return newIdentity(apiVersion, string(kind), meta.Namespace, meta.Name, meta.UID, &yes)
+		return newIdentity(apiVersion, string(kind), meta.Namespace, meta.Name, meta.UID)
 	}
 	ref := metav1.OwnerReference{APIVersion: apiVersion, Kind: string(kind), Name: meta.Name, UID: meta.UID}
 	if id := t.cached(kind, meta.Namespace+"/"+meta.Name); id != nil && id.names(meta.Namespace, &ref) {
@@ -85,8 +89,7 @@ func (t *identities) self(apiVersion string, kind Kind, meta *metav1.ObjectMeta)
 // of returns the identity of the object a reference names (a controller, an owner) from namespace.
 func (t *identities) of(namespace string, ref *metav1.OwnerReference) *identity {
 	if t == nil {
-		yes := true
-		return newIdentity(ref.APIVersion, ref.Kind, namespace, ref.Name, ref.UID, &yes)
+		return newIdentity(ref.APIVersion, ref.Kind, namespace, ref.Name, ref.UID)
 	}
 	return t.lookup(namespace, ref, true)
 }
@@ -106,7 +109,7 @@ func (t *identities) lookup(namespace string, ref *metav1.OwnerReference, tryCac
 			return id
 		}
 	}
-	id := newIdentity(ref.APIVersion, ref.Kind, namespace, ref.Name, ref.UID, t.yes)
+	id := newIdentity(ref.APIVersion, ref.Kind, namespace, ref.Name, ref.UID)
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	if t.starting == nil {

@@ -93,13 +93,13 @@ func OwnedBy(uid types.UID) func(*metav1.PartialObjectMetadata) bool {
 // handed to a handler, gets an object of its own, made from the stored one. A filtered Informer
 // (Filtered) is a view of another: it shares its informers and shows only the objects keep accepts.
 type Informer[T runtime.Object] struct {
-	informers []cache.SharedIndexInformer
+	informers []source
 	keep      func(T) bool // nil: every object
 	view      func(any) (T, bool)
 }
 
 // NewInformer joins the informers of one resource, one per namespace watched; their stores hold Ts.
-func NewInformer[T runtime.Object](informers ...cache.SharedIndexInformer) *Informer[T] {
+func NewInformer[T runtime.Object](informers ...source) *Informer[T] {
 	return &Informer[T]{informers: informers, view: func(obj any) (T, bool) {
 		t, ok := obj.(T)
 		return t, ok
@@ -107,7 +107,7 @@ func NewInformer[T runtime.Object](informers ...cache.SharedIndexInformer) *Info
 }
 
 // newViewInformer joins informers whose stores hold what view turns into Ts.
-func newViewInformer[T runtime.Object](view func(any) (T, bool), informers ...cache.SharedIndexInformer) *Informer[T] {
+func newViewInformer[T runtime.Object](view func(any) (T, bool), informers ...source) *Informer[T] {
 	return &Informer[T]{informers: informers, view: view}
 }
 
@@ -315,26 +315,6 @@ func configView(kind refs.Kind) func(any) (*metav1.PartialObjectMetadata, bool) 
 	}
 }
 
-// namespaceIndex is the namespace index of every informer of the caches: the records' metadata
-// names no namespace (storeKey).
-func namespaceIndex(obj any) ([]string, error) {
-	var key string
-	switch o := obj.(type) {
-	case *podStub:
-		key = o.key
-	case *entry:
-		return []string{o.id.namespace()}, nil
-	case *configRecord:
-		key = o.key
-	case *User:
-		return []string{o.Namespace}, nil
-	default:
-		return cache.MetaNamespaceIndexFunc(obj)
-	}
-	ns, _ := splitKey(key)
-	return []string{ns}, nil
-}
-
 // MetaOf returns the metadata of a cached config object, seeing through tombstones.
 func MetaOf(obj any) (*metav1.PartialObjectMetadata, bool) {
 	if d, ok := obj.(cache.DeletedFinalStateUnknown); ok {
@@ -355,28 +335,22 @@ func UserOf(obj any) (*User, bool) {
 
 // NewUserInformerForTest is a User informer that is never started: tests add objects to it directly.
 func NewUserInformerForTest(users ...*User) *Informer[*User] {
-	return newUserInformerForTest(withNamespaceIndex(UserIndexers()), users...)
-}
-
-// withNamespaceIndex adds the caches' namespace index.
-func withNamespaceIndex(ix cache.Indexers) cache.Indexers {
-	ix[cache.NamespaceIndex] = namespaceIndex
-	return ix
+	return newUserInformerForTest(UserIndexers(), users...)
 }
 
 func newUserInformerForTest(indexers cache.Indexers, users ...*User) *Informer[*User] {
-	inf := cache.NewSharedIndexInformer(nil, &User{}, 0, indexers)
+	inf := newTestInformer(indexers)
 	for _, u := range users {
-		_ = inf.GetIndexer().Add(u)
+		_ = inf.store.Add(u)
 	}
 	return newViewInformer(userView, inf)
 }
 
 // NewConfigInformerForTest is a config informer that is never started: tests add objects to it directly.
 func NewConfigInformerForTest(objs ...*metav1.PartialObjectMetadata) *Informer[*metav1.PartialObjectMetadata] {
-	inf := cache.NewSharedIndexInformer(nil, &metav1.PartialObjectMetadata{}, 0, withNamespaceIndex(cache.Indexers{}))
+	inf := newTestInformer(nil)
 	for _, o := range objs {
-		_ = inf.GetIndexer().Add(o)
+		_ = inf.store.Add(o)
 	}
 	return NewInformer[*metav1.PartialObjectMetadata](inf)
 }
@@ -392,19 +366,18 @@ func NewForTest(users []*User, configs []*metav1.PartialObjectMetadata) *Caches 
 		byKind[u.Kind()] = append(byKind[u.Kind()], u)
 	}
 	for _, k := range UserKinds() {
-		indexers := withNamespaceIndex(UserIndexers())
+		indexers := UserIndexers()
 		if k == Pod {
-			indexers = withNamespaceIndex(cache.Indexers{}) // as New builds the Pod informer
+			indexers = nil // as New builds the Pod informer
 		}
 		cs.Users[k] = newUserInformerForTest(indexers, byKind[k]...)
 	}
-	r := newReducer(nil, false)
+	r := newReducer(nil, false, true)
 	for _, k := range refs.Kinds() {
-		ix := withNamespaceIndex(snapshotIndexers(k))
-		inf := cache.NewSharedIndexInformer(nil, &metav1.PartialObjectMetadata{}, 0, ix)
+		inf := newTestInformer(snapshotIndexers(k))
 		for _, m := range configs {
 			if m.Kind == string(k) {
-				_ = inf.GetIndexer().Add(r.config(m.DeepCopy(), keepForTrigger))
+				_ = inf.store.Add(r.config(m.DeepCopy(), keepForTrigger))
 			}
 		}
 		cs.Configs[k] = newViewInformer(configView(k), inf)

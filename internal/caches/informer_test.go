@@ -75,7 +75,7 @@ func TestOptedInViewOfTheWidenedInformer(t *testing.T) {
 
 // A config object of the widened informers keeps what their readers need, and nothing a tool wrote.
 func TestConfigRecordsForTheTrigger(t *testing.T) {
-	r := newReducer(nil, false)
+	r := newReducer(nil, false, true)
 	m := cm("x", map[string]string{api.PinLabel: api.PinValue, "app.kubernetes.io/managed-by": "Helm"})
 	m.Annotations = map[string]string{api.ReloaderMatch: "true", "meta.helm.sh/release-name": "r",
 		"kubectl.kubernetes.io/last-applied-configuration": "{...}", api.OriginalNameAnnotation: "y"}
@@ -114,7 +114,7 @@ func TestConfigRecordRoundTrip(t *testing.T) {
 	}
 	want := m.DeepCopy()
 	want.Labels = map[string]string{api.RevisionedLabel: api.RevisionedValue}
-	got := newReducer(nil, false).config(m, keepNone).meta(refs.ConfigMap)
+	got := newReducer(nil, false, true).config(m, keepNone).meta(refs.ConfigMap)
 	if !equality.Semantic.DeepEqual(got, want) {
 		t.Errorf("view of the record:\n%+v\nwant\n%+v", got, want)
 	}

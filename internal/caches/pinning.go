@@ -10,6 +10,7 @@ import (
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
 	coreinformers "k8s.io/client-go/informers/core/v1"
+	"k8s.io/client-go/metadata/metadatainformer"
 	"k8s.io/client-go/tools/cache"
 
 	"github.com/configmap-attacher/configmap-attacher/internal/api"
@@ -50,7 +51,7 @@ func snapshotOf(obj any) (original string, owners []types.UID, namespace string)
 		}
 		owners = make([]types.UID, len(o.owners))
 		for i, l := range o.owners {
-			owners[i] = l.id.ref.UID
+			owners[i] = l.id.uid.get()
 		}
 		namespace, _ = splitKey(o.key)
 	case *metav1.PartialObjectMetadata:
@@ -111,8 +112,8 @@ func (c *Caches) NewPinning(clients *kube.Clients, o Options) error {
 	if len(namespaces) == 0 {
 		namespaces = []string{metav1.NamespaceAll}
 	}
-	pins := map[refs.Kind][]cache.SharedIndexInformer{}
-	snaps := map[refs.Kind][]cache.SharedIndexInformer{}
+	pins := map[refs.Kind][]source{}
+	snaps := map[refs.Kind][]source{}
 	pinSelector := labels.SelectorFromSet(labels.Set{api.PinLabel: api.PinValue}).String()
 	snapSelector := labels.SelectorFromSet(labels.Set{api.SnapshotLabel: api.SnapshotValue}).String()
 	tweak := func(lo *metav1.ListOptions) { lo.LabelSelector = pinSelector }
@@ -137,7 +138,7 @@ func (c *Caches) NewPinning(clients *kube.Clients, o Options) error {
 		if c.AllConfigs != nil {
 			continue // the snapshots are a view of the config informers (below)
 		}
-		if err := c.metadataInformers(clients, ns, snapSelector, o.ConfigKinds, keepOriginalName, snapshotIndexers, snaps); err != nil {
+		if err := c.metadataInformers(apiSources{clients}, ns, snapSelector, o.ConfigKinds, keepOriginalName, snapshotIndexers, snaps); err != nil {
 			return err
 		}
 	}
@@ -150,7 +151,8 @@ func (c *Caches) NewPinning(clients *kube.Clients, o Options) error {
 	for kind, inf := range c.AllConfigs {
 		p.Snapshots[kind] = inf.Filtered(isSnapshot)
 	}
-	nsInf := metadataInformer(clients, corev1.SchemeGroupVersion.WithResource("namespaces"), metav1.NamespaceAll, "", cache.Indexers{})
+	nsInf := metadatainformer.NewFilteredMetadataInformer(clients.Metadata, corev1.SchemeGroupVersion.WithResource("namespaces"), metav1.NamespaceAll, 0,
+		cache.Indexers{}, nil).Informer()
 	if err := nsInf.SetTransform(trimNamespace); err != nil {
 		return err
 	}

@@ -33,7 +33,8 @@ const (
 // "/" and name unless the namespace is empty, when it takes the name as it is. Handing it the record's
 // key ("namespace/name") as the name, and no namespace, makes the store keep the record's own string
 // as its key instead of a copy: with 400,000 objects cached, the second copy of every name is ~15 MiB.
-// The store's namespace index is the caches' own (namespaceIndex), which reads the record.
+// (The caches' stores are their own, store.go; the key matters to client-go's reflector, whose
+// watch-list keeps the objects of its first list in a store of client-go's until the list ends.)
 func storeKey(key string) metav1.Object { return &metav1.ObjectMeta{Name: key} }
 
 // A podStub is a Pod with a controller: what protection and pinning read of it (its controller, the
@@ -53,7 +54,7 @@ var podType = metav1.TypeMeta{APIVersion: "v1", Kind: string(Pod)}
 
 func (p *podStub) user() *User {
 	ns, name := splitKey(p.key)
-	u := &User{TypeMeta: podType, Namespace: ns, Name: name, UID: p.uid.get(), Owner: &p.owner.ref, Refs: p.owner.refs,
+	u := &User{TypeMeta: podType, Namespace: ns, Name: name, UID: p.uid.get(), Owner: p.owner.reference(), Refs: p.owner.refs,
 		Finished: p.flags&finished != 0, ShutDown: p.flags&shutDown != 0}
 	if p.own != nil {
 		u.Refs = *p.own
@@ -71,7 +72,6 @@ type entry struct {
 	owner *identity // the controller's, nil when none
 	// refs share the list of the controller's or the object's identity when they are the same.
 	refs       []refs.Ref
-	rv         string
 	created    int64 // unix seconds; 0 when unset
 	deleted    *metav1.Time
 	generation int64
@@ -91,11 +91,12 @@ type more struct {
 func (e *entry) GetObjectMeta() metav1.Object { return storeKey(e.id.key) }
 
 func (e *entry) user() *User {
-	u := &User{TypeMeta: metav1.TypeMeta{APIVersion: e.id.ref.APIVersion, Kind: e.id.ref.Kind}, Namespace: e.id.namespace(),
-		Name: e.id.ref.Name, UID: e.id.ref.UID, ResourceVersion: e.rv, Generation: e.generation, CreationTimestamp: unixTime(e.created),
+	ns, name := splitKey(e.id.key)
+	u := &User{TypeMeta: metav1.TypeMeta{APIVersion: e.id.apiVersion.Value(), Kind: e.id.kind.Value()}, Namespace: ns,
+		Name: name, UID: e.id.uid.get(), Generation: e.generation, CreationTimestamp: unixTime(e.created),
 		DeletionTimestamp: e.deleted, Refs: e.refs, Number: e.number, Finished: e.flags&finished != 0, ShutDown: e.flags&shutDown != 0}
 	if e.owner != nil {
-		u.Owner = &e.owner.ref
+		u.Owner = e.owner.reference()
 	}
 	if m := e.more; m != nil {
 		u.Labels, u.Annotations, u.TemplateAnnotations, u.Reads, u.Status = m.labels, m.annotations, m.templateAnnotations, m.reads, m.status
@@ -156,9 +157,8 @@ func (c *configRecord) meta(kind refs.Kind) *metav1.PartialObjectMetadata {
 	if len(c.owners) > 0 {
 		m.OwnerReferences = make([]metav1.OwnerReference, len(c.owners))
 		for i, o := range c.owners {
-			r := o.id.ref
-			r.Controller, r.BlockOwnerDeletion = o.controller.ptr(), o.blockOwner.ptr()
-			m.OwnerReferences[i] = r
+			m.OwnerReferences[i] = metav1.OwnerReference{APIVersion: o.id.apiVersion.Value(), Kind: o.id.kind.Value(), Name: o.id.name(),
+				UID: o.id.uid.get(), Controller: o.controller.ptr(), BlockOwnerDeletion: o.blockOwner.ptr()}
 		}
 	}
 	return m

@@ -25,7 +25,7 @@ import (
 // the caches hand out of it, labels included. The live double-check of the protection controller reduces
 // what it lists the same way, so cache and API server are judged alike.
 func Reduce(obj any) (*User, error) {
-	r := &reducer{keepLabels: true}
+	r := &reducer{keepLabels: true, keepReads: true}
 	rec, err := r.user(obj)
 	if err != nil {
 		return nil, err
@@ -44,6 +44,9 @@ type reducer struct {
 	// keepLabels: ReplicaSets keep their labels (read when -replicaset-selector is set); nothing reads
 	// the labels of other kinds.
 	keepLabels bool
+	// keepReads: workloads keep what their containers read of each config object (User.Reads): the
+	// config trigger's, and only its.
+	keepReads  bool
 	labels     *table[map[string]string]
 	finalizers *table[[]string]
 }
@@ -137,7 +140,7 @@ func podFlags(p *corev1.Pod) flags {
 func (r *reducer) pod(p *corev1.Pod, ctl *metav1.OwnerReference, used []refs.Ref, f flags) *podStub {
 	s := &podStub{key: p.Namespace + "/" + p.Name, uid: makeUID(p.UID), flags: f}
 	// A pod's controller never changes: its earlier version knows the identity already.
-	if prev, ok := r.cachedPod(s.key); ok && prev.owner.ref.UID == ctl.UID && prev.uid == s.uid {
+	if prev, ok := r.cachedPod(s.key); ok && prev.uid == s.uid && prev.owner.names(p.Namespace, ctl) {
 		s.owner = prev.owner
 	} else {
 		s.owner = r.ids.of(p.Namespace, ctl)
@@ -166,7 +169,7 @@ func (r *reducer) cachedPod(key string) (*podStub, bool) {
 // and Reloader's where the config trigger reads them: on workloads, Jobs, CronJobs and bare pods (a
 // controller's revisions inherit them from its template or metadata, and nothing reads them there).
 func (r *reducer) entry(apiVersion string, kind Kind, meta *metav1.ObjectMeta, used []refs.Ref, keepLabels bool) *entry {
-	e := &entry{id: r.ids.self(apiVersion, kind, meta), rv: meta.ResourceVersion, created: unixSeconds(meta.CreationTimestamp),
+	e := &entry{id: r.ids.self(apiVersion, kind, meta), created: unixSeconds(meta.CreationTimestamp),
 		deleted: meta.DeletionTimestamp, generation: meta.Generation}
 	if ctl := metav1.GetControllerOfNoCopy(meta); ctl != nil {
 		e.owner = r.ids.of(meta.Namespace, ctl)
@@ -205,7 +208,9 @@ func (r *reducer) entry(apiVersion string, kind Kind, meta *metav1.ObjectMeta, u
 func (r *reducer) workload(apiVersion string, kind Kind, meta *metav1.ObjectMeta, t *corev1.PodTemplateSpec, observed int64) *entry {
 	e := r.entry(apiVersion, kind, meta, refs.FromPodSpec(&t.Spec).Sorted(), false)
 	m := e.with()
-	m.reads = refs.Reads(&t.Spec)
+	if r.keepReads {
+		m.reads = refs.Reads(&t.Spec)
+	}
 	m.templateAnnotations = reloaderAnnotations(t.Annotations)
 	if v, ok := t.Annotations[api.ConfigHashAnnotation]; ok {
 		if m.templateAnnotations == nil {

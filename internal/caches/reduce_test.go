@@ -14,7 +14,7 @@ import (
 )
 
 func TestAPodSharesItsControllersIdentityAndReferences(t *testing.T) {
-	r := newReducer(nil, false)
+	r := newReducer(nil, false, true)
 	stored := map[string]any{}
 	r.ids = newIdentities(func(kind Kind, key string) *identity {
 		if e, ok := stored[key].(*entry); ok && kind == ReplicaSet {
@@ -36,9 +36,12 @@ func TestAPodSharesItsControllersIdentityAndReferences(t *testing.T) {
 	stored[rsEntry.id.key] = rsEntry
 	ru := rsEntry.user()
 	wantRefs := []refs.Ref{{Kind: refs.ConfigMap, Name: "settings"}, {Kind: refs.ConfigMap, Name: "web-0-config-v0"}, {Kind: refs.Secret, Name: "web-0-secret"}}
+	var owner *identity // the last reduced pod's controller's identity
 	reduced := func(p *corev1.Pod) *User {
 		t.Helper()
-		u, _ := userView(add(p))
+		rec := add(p)
+		owner = rec.(*podStub).owner
+		u, _ := userView(rec)
 		return u
 	}
 	a, b := reduced(benchPod(0)), reduced(benchPod(1)) // two pods of ReplicaSet 0: separate copies of every string
@@ -53,7 +56,9 @@ func TestAPodSharesItsControllersIdentityAndReferences(t *testing.T) {
 		if u.ResourceVersion != "" || u.Generation != 0 || !u.CreationTimestamp.IsZero() {
 			t.Errorf("a pod keeps resourceVersion %q, generation %d, creation %v: nothing reads them", u.ResourceVersion, u.Generation, u.CreationTimestamp)
 		}
-		if u.Owner != &rsEntry.id.ref || unsafe.SliceData(u.Refs) != unsafe.SliceData(ru.Refs) {
+	}
+	for _, p := range []*corev1.Pod{benchPod(0), benchPod(1)} {
+		if u := reduced(p); owner != rsEntry.id || unsafe.SliceData(u.Refs) != unsafe.SliceData(ru.Refs) {
 			t.Errorf("pod %s keeps copies of its own of what its ReplicaSet holds", u.Name)
 		}
 	}
@@ -63,20 +68,20 @@ func TestAPodSharesItsControllersIdentityAndReferences(t *testing.T) {
 
 	pinned := benchPod(2) // the webhook renamed its ConfigMap: it reads the snapshot
 	pinned.Spec.Volumes[0].Projected.Sources[0].ConfigMap.Name = "web-0-config-v0-5d8f9c"
-	if u := reduced(pinned); u.Owner != &rsEntry.id.ref || unsafe.SliceData(u.Refs) == unsafe.SliceData(ru.Refs) ||
+	if u := reduced(pinned); owner != rsEntry.id || unsafe.SliceData(u.Refs) == unsafe.SliceData(ru.Refs) ||
 		!slices.Contains(u.Refs, refs.Ref{Kind: refs.ConfigMap, Name: "web-0-config-v0-5d8f9c"}) {
-		t.Errorf("pinned pod: owner %p (ReplicaSet's %p), refs %v: want the shared owner and references of its own", u.Owner, &rsEntry.id.ref, u.Refs)
+		t.Errorf("pinned pod: owner %p (ReplicaSet's %p), refs %v: want the shared owner and references of its own", owner, rsEntry.id, u.Refs)
 	}
 
 	orphan := benchPod(4) // ReplicaSet 1, not cached (yet)
 	u := reduced(orphan)
-	if u.Owner == nil || u.Owner.Name != orphan.OwnerReferences[0].Name || u.Owner.UID != orphan.OwnerReferences[0].UID || u.Owner == &rsEntry.id.ref {
+	if u.Owner == nil || u.Owner.Name != orphan.OwnerReferences[0].Name || u.Owner.UID != orphan.OwnerReferences[0].UID || owner == rsEntry.id {
 		t.Errorf("pod of a ReplicaSet not cached: owner %+v, want its own copy of %+v", u.Owner, orphan.OwnerReferences[0])
 	}
 
 	replaced := benchPod(3) // a ReplicaSet of the same name, deleted and made again: another uid
 	replaced.OwnerReferences[0].UID = "another-uid"
-	if u := reduced(replaced); u.Owner == &rsEntry.id.ref || u.Owner.UID != "another-uid" {
+	if u := reduced(replaced); owner == rsEntry.id || u.Owner.UID != "another-uid" {
 		t.Errorf("pod of another ReplicaSet of the same name: owner %+v, want its own", u.Owner)
 	}
 }

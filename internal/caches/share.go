@@ -3,9 +3,10 @@ package caches
 import "sync"
 
 // newReducer is the reducer of one set of caches: it shares identities through ids (nil: none) and
-// the label maps and finalizer lists of config objects through its tables.
-func newReducer(ids *identities, keepLabels bool) *reducer {
-	return &reducer{ids: ids, keepLabels: keepLabels, labels: &table[map[string]string]{m: map[string]map[string]string{}},
+// the label maps and finalizer lists of config objects through its tables; keepLabels and keepReads
+// say what else to keep (reducer).
+func newReducer(ids *identities, keepLabels, keepReads bool) *reducer {
+	return &reducer{ids: ids, keepLabels: keepLabels, keepReads: keepReads, labels: &table[map[string]string]{m: map[string]map[string]string{}},
 		finalizers: &table[[]string]{m: map[string][]string{}}}
 }
 

@@ -119,11 +119,11 @@ func BenchmarkCache(b *testing.B) {
 		indexers  cache.Indexers
 	}{
 		{"Pod", func(i int) any { return benchPod(i) }, func(j int) any { return benchReplicaSet(j) }, ReplicaSet, benchReplicas, users,
-			withNamespaceIndex(cache.Indexers{})},
+			nil},
 		{"ReplicaSet", func(j int) any { return benchReplicaSet(j) }, func(d int) any { return benchDeployment(d) }, Deployment, benchRevisions, users,
-			withNamespaceIndex(UserIndexers())},
+			UserIndexers()},
 		{"ConfigMap", func(i int) any { return benchConfigMap(i) }, func(j int) any { return benchReplicaSet(j) }, ReplicaSet, 1,
-			func(r *reducer) cache.TransformFunc { return r.configTransform(keepNone) }, withNamespaceIndex(cache.Indexers{})},
+			func(r *reducer) cache.TransformFunc { return r.configTransform(keepNone) }, nil},
 	} {
 		b.Run(kind.name, func(b *testing.B) {
 			const n = 10000
@@ -131,7 +131,7 @@ func BenchmarkCache(b *testing.B) {
 				b.StopTimer()
 				// The controllers, in a cache of their own as the informers keep them.
 				owners := map[string]*entry{}
-				r := newReducer(nil, false)
+				r := newReducer(nil, false, true)
 				r.ids = newIdentities(func(k Kind, key string) *identity {
 					if e, ok := owners[key]; ok && k == kind.ownerKind {
 						return e.id
@@ -152,7 +152,7 @@ func BenchmarkCache(b *testing.B) {
 				for i := range objs {
 					objs[i] = kind.object(i)
 				}
-				store := cache.NewIndexer(cache.DeletionHandlingMetaNamespaceKeyFunc, kind.indexers)
+				store := newStore(kind.indexers)
 				tr := kind.transform(r)
 				b.StartTimer()
 				for i, o := range objs {

@@ -49,9 +49,10 @@ type User struct {
 	metav1.TypeMeta
 	Namespace, Name string
 	UID             types.UID
-	// ResourceVersion, Generation and CreationTimestamp are kept for workloads, revisions and bare
-	// pods; a Pod with a controller keeps none of them, and of its deletion only whether it is being
-	// deleted (DeletionTimestamp then holds the zero time).
+	// ResourceVersion is not kept (nothing reads it: writers read the object they write). Generation
+	// and CreationTimestamp are kept for workloads, revisions and bare pods; a Pod with a controller
+	// keeps neither, and of its deletion only whether it is being deleted (DeletionTimestamp then holds
+	// the zero time).
 	ResourceVersion   string
 	Generation        int64
 	CreationTimestamp metav1.Time
@@ -66,7 +67,8 @@ type User struct {
 	// Refs are the config objects its pod spec references, distinct and sorted.
 	Refs []refs.Ref
 	// Reads are what the containers of a workload's pod template read of them (refs.Reads: keys or
-	// whole, no image pull Secrets), for the config trigger; nil for other kinds.
+	// whole, no image pull Secrets), for the config trigger: kept with Options.AllConfigs (the
+	// trigger's caches) and by Reduce; nil for other kinds.
 	Reads []refs.Read
 	// Number is the revision number of a ReplicaSet or ControllerRevision, 0 for other kinds.
 	Number int64
