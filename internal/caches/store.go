@@ -68,7 +68,9 @@ type runner interface {
 func (i *storeInformer) HasSynced() bool { return i.ctl == nil || i.ctl.HasSynced() }
 
 // newTestInformer is an informer that is never run: unit tests fill its store.
-func newTestInformer(indexers cache.Indexers) *storeInformer { return &storeInformer{store: newStore(indexers)} }
+func newTestInformer(indexers cache.Indexers) *storeInformer {
+	return &storeInformer{store: newStore(indexers)}
+}
 
 func (i *storeInformer) GetIndexer() cache.Indexer { return i.store }
 
