@@ -128,7 +128,9 @@ func sameController(a, b *metav1.OwnerReference) bool {
 }
 
 // configHandler enqueues the revisions that use a config object whenever it appears, changes (for
-// example someone removed our ownerReference) or goes away.
+// example someone removed our ownerReference) or goes away. Not for the objects of the caches' first
+// list: every revision is queued by its own first add then, and looking for the users of each of a
+// cluster's config objects would make the start's work grow with objects × revisions per namespace.
 func (c *Controller) configHandler(kind refs.Kind) cache.ResourceEventHandler {
 	enqueue := func(obj any) {
 		m, ok := caches.MetaOf(obj)
@@ -138,18 +140,23 @@ func (c *Controller) configHandler(kind refs.Kind) cache.ResourceEventHandler {
 		c.pending.observe(m)
 		c.enqueueUsers(m.Namespace, caches.Using(refs.Ref{Kind: kind, Name: m.Name}), true)
 	}
-	return cache.ResourceEventHandlerFuncs{
-		AddFunc:    enqueue,
+	return cache.ResourceEventHandlerDetailedFuncs{
+		AddFunc: func(obj any, initial bool) {
+			if !initial {
+				enqueue(obj)
+			}
+		},
 		UpdateFunc: func(_, cur any) { enqueue(cur) },
 		DeleteFunc: enqueue,
 	}
 }
 
-// workloadHandler enqueues a workload's revisions when its attach-all annotation changes.
+// workloadHandler enqueues a workload's revisions when its attach-all annotation changes (and when it
+// appears after the caches' first list, whose revisions are each queued by their own first add).
 func (c *Controller) workloadHandler() cache.ResourceEventHandler {
-	return cache.ResourceEventHandlerFuncs{
-		AddFunc: func(obj any) {
-			if u, ok := caches.UserOf(obj); ok {
+	return cache.ResourceEventHandlerDetailedFuncs{
+		AddFunc: func(obj any, initial bool) {
+			if u, ok := caches.UserOf(obj); ok && !initial {
 				c.enqueueUsers(u.Namespace, caches.ControlledBy(u.UID), false)
 			}
 		},
