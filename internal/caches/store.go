@@ -13,7 +13,7 @@ import (
 	"k8s.io/client-go/tools/cache"
 )
 
-// The caches' own informer: client-go's reflector and queue (cache.New, RealFIFO) filling a store
+// The caches' own informer: client-go's reflector (cache.New) and a queue (fifo.go) filling a store
 // of the caches' own, whose handlers are called as the queue is processed. A SharedIndexInformer keeps,
 // besides the objects, a map of every key and a set of keys per namespace and index value: at 150,000
 // Pods, with records of 60–100 bytes, that bookkeeping (~110 bytes an object) weighed more than the
@@ -41,13 +41,7 @@ type storeInformer struct {
 // transform applied to each object before it is queued (while the initial list streams, too).
 func newStoreInformer(lw cache.ListerWatcher, example runtime.Object, transform cache.TransformFunc, indexers cache.Indexers) *storeInformer {
 	i := &storeInformer{store: newStore(indexers)}
-	fifo := cache.NewRealFIFOWithOptions(cache.RealFIFOOptions{
-		Name:         fmt.Sprintf("caches %T", example),
-		KeyFunction:  func(obj any) (string, error) { return keyOf(obj), nil },
-		KnownObjects: i.store,
-		Transformer:  transform,
-	})
-	i.ctl = cache.New(&cache.Config{Queue: fifo, ListerWatcher: lw, ObjectType: example, Process: i.process})
+	i.ctl = cache.New(&cache.Config{Queue: newFIFO(i.store, transform), ListerWatcher: lw, ObjectType: example, Process: i.process})
 	return i
 }
 

@@ -202,3 +202,40 @@ func TestStoreInformerFollowsListAndWatch(t *testing.T) {
 type noWatchList struct{}
 
 func (noWatchList) IsWatchListSemanticsUnSupported() bool { return true }
+
+// The queue lets go of the array its first list grew it to once it has popped it, and is synced then.
+func TestFIFOLetsGoOfItsFirstList(t *testing.T) {
+	s := newStore(nil)
+	_ = s.Add(&User{Namespace: "ns", Name: "gone"})
+	f := newFIFO(s, nil)
+	list := make([]any, 1000)
+	for i := range list {
+		list[i] = &User{Namespace: "ns", Name: fmt.Sprintf("u-%04d", i)}
+	}
+	if err := f.Replace(list, "1"); err != nil {
+		t.Fatal(err)
+	}
+	var popped []string
+	for range len(list) + 1 {
+		if f.HasSynced() {
+			t.Fatal("synced before the first list was popped")
+		}
+		_, err := f.Pop(func(obj any, initial bool) error {
+			d := obj.(cache.Deltas)[0]
+			if !initial {
+				t.Errorf("%s %s: not in the initial list", d.Type, keyOf(d.Object))
+			}
+			popped = append(popped, string(d.Type)+" "+keyOf(d.Object))
+			return nil
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	if !f.HasSynced() || f.items != nil {
+		t.Errorf("synced %v, items %d (cap %d) after the first list", f.HasSynced(), len(f.items), cap(f.items))
+	}
+	if popped[0] != "Deleted ns/gone" || popped[1] != "Replaced ns/u-0000" || len(popped) != len(list)+1 {
+		t.Errorf("popped %v..., %d", popped[:2], len(popped))
+	}
+}
