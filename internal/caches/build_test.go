@@ -47,12 +47,12 @@ func TestPodsShareWithTheirReplicaSetWhicheverArrivesFirst(t *testing.T) {
 				if !ok {
 					t.Fatalf("pod %s is not cached", p)
 				}
-				if stub.(*podStub).owner != id || unsafe.SliceData(u.Refs) != unsafe.SliceData(id.refs) || len(u.Refs) != 3 || u.Owner.UID != rs.UID {
+				if stub.(*podStub).owner != id || stub.(*podStub).own != nil || len(u.Refs) != 3 || u.Owner.UID != rs.UID {
 					t.Errorf("pod %s keeps its own owner (%+v) or references (%v)", p, u.Owner, u.Refs)
 				}
 			}
-			if u, _, _ := c.Users[ReplicaSet].Get(rs.Namespace, rs.Name); unsafe.SliceData(u.Refs) != unsafe.SliceData(id.refs) {
-				t.Errorf("the ReplicaSet keeps references %v of its own", u.Refs)
+			if e := stored.(*entry); unsafe.StringData(string(e.refs)) != unsafe.StringData(string(id.refs)) {
+				t.Errorf("the ReplicaSet keeps references %q of its own", e.refs)
 			}
 		})
 	}

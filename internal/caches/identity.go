@@ -8,8 +8,6 @@ import (
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
-
-	"github.com/configmap-attacher/configmap-attacher/internal/refs"
 )
 
 // An identity is what every cached object naming one object shares of it: a Pod of its ReplicaSet, a
@@ -24,7 +22,7 @@ type identity struct {
 	key              string
 	uid              compactUID
 	apiVersion, kind unique.Handle[string]
-	refs             []refs.Ref
+	refs             refList
 	refsSet          bool
 }
 
@@ -126,7 +124,7 @@ func (t *identities) lookup(namespace string, ref *metav1.OwnerReference, tryCac
 // when id has none yet and claim is set (an object or its pods may claim their own identity's and
 // their controller's: what the pods of a ReplicaSet read is what it names; a revision does not claim its
 // workload's, which may name a newer revision's config).
-func (t *identities) share(id *identity, used []refs.Ref, claim bool) ([]refs.Ref, bool) {
+func (t *identities) share(id *identity, used refList, claim bool) (refList, bool) {
 	if id == nil {
 		return used, false
 	}
@@ -141,7 +139,7 @@ func (t *identities) share(id *identity, used []refs.Ref, claim bool) ([]refs.Re
 		id.refs, id.refsSet = used, true
 		return used, true
 	}
-	if slices.Equal(id.refs, used) {
+	if id.refs == used {
 		return id.refs, true
 	}
 	return used, false

@@ -44,7 +44,7 @@ type podStub struct {
 	key   string
 	uid   compactUID
 	owner *identity
-	own   *[]refs.Ref
+	own   *refList
 	flags flags
 }
 
@@ -54,10 +54,10 @@ var podType = metav1.TypeMeta{APIVersion: "v1", Kind: string(Pod)}
 
 func (p *podStub) user() *User {
 	ns, name := splitKey(p.key)
-	u := &User{TypeMeta: podType, Namespace: ns, Name: name, UID: p.uid.get(), Owner: p.owner.reference(), Refs: p.owner.refs,
+	u := &User{TypeMeta: podType, Namespace: ns, Name: name, UID: p.uid.get(), Owner: p.owner.reference(), Refs: p.owner.refs.refs(),
 		Finished: p.flags&finished != 0, ShutDown: p.flags&shutDown != 0}
 	if p.own != nil {
-		u.Refs = *p.own
+		u.Refs = p.own.refs()
 	}
 	if p.flags&deleting != 0 {
 		u.DeletionTimestamp = &metav1.Time{}
@@ -71,7 +71,7 @@ type entry struct {
 	id    *identity
 	owner *identity // the controller's, nil when none
 	// refs share the list of the controller's or the object's identity when they are the same.
-	refs       []refs.Ref
+	refs       refList
 	created    int64 // unix seconds; 0 when unset
 	deleted    *metav1.Time
 	generation int64
@@ -94,7 +94,7 @@ func (e *entry) user() *User {
 	ns, name := splitKey(e.id.key)
 	u := &User{TypeMeta: metav1.TypeMeta{APIVersion: e.id.apiVersion.Value(), Kind: e.id.kind.Value()}, Namespace: ns,
 		Name: name, UID: e.id.uid.get(), Generation: e.generation, CreationTimestamp: unixTime(e.created),
-		DeletionTimestamp: e.deleted, Refs: e.refs, Number: e.number, Finished: e.flags&finished != 0, ShutDown: e.flags&shutDown != 0}
+		DeletionTimestamp: e.deleted, Refs: e.refs.refs(), Number: e.number, Finished: e.flags&finished != 0, ShutDown: e.flags&shutDown != 0}
 	if e.owner != nil {
 		u.Owner = e.owner.reference()
 	}
@@ -121,7 +121,7 @@ type configRecord struct {
 	created     int64
 	deleted     *metav1.Time
 	labels      map[string]string // interned
-	finalizers  []string          // interned
+	finalizers  *[]string         // interned
 	annotations map[string]string
 	owners      []ownerLink
 }
@@ -153,7 +153,10 @@ func (c *configRecord) meta(kind refs.Kind) *metav1.PartialObjectMetadata {
 	ns, name := splitKey(c.key)
 	m := &metav1.PartialObjectMetadata{TypeMeta: metav1.TypeMeta{APIVersion: "v1", Kind: string(kind)}, ObjectMeta: metav1.ObjectMeta{
 		Namespace: ns, Name: name, UID: c.uid.get(), ResourceVersion: c.rv, CreationTimestamp: unixTime(c.created), DeletionTimestamp: c.deleted,
-		Labels: c.labels, Annotations: c.annotations, Finalizers: c.finalizers}}
+		Labels: c.labels, Annotations: c.annotations}}
+	if c.finalizers != nil {
+		m.Finalizers = *c.finalizers
+	}
 	if len(c.owners) > 0 {
 		m.OwnerReferences = make([]metav1.OwnerReference, len(c.owners))
 		for i, o := range c.owners {

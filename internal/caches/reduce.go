@@ -48,7 +48,7 @@ type reducer struct {
 	// config trigger's, and only its.
 	keepReads  bool
 	labels     *table[map[string]string]
-	finalizers *table[[]string]
+	finalizers *table[*[]string]
 }
 
 // transform is the User informers' transform.
@@ -60,7 +60,7 @@ func (r *reducer) user(obj any) (any, error) {
 	case *User, *entry, *podStub:
 		return o, nil // transforms may see an object twice
 	case *corev1.Pod:
-		used := refs.FromPodSpec(&o.Spec).Sorted()
+		used := makeRefList(refs.FromPodSpec(&o.Spec).Sorted())
 		f := podFlags(o)
 		if ctl := metav1.GetControllerOfNoCopy(&o.ObjectMeta); ctl != nil {
 			return r.pod(o, ctl, used, f), nil
@@ -69,7 +69,7 @@ func (r *reducer) user(obj any) (any, error) {
 		e.flags = f
 		return e, nil
 	case *appsv1.ReplicaSet:
-		e := r.entry("apps/v1", ReplicaSet, &o.ObjectMeta, refs.FromPodSpec(&o.Spec.Template.Spec).Sorted(), r.keepLabels)
+		e := r.entry("apps/v1", ReplicaSet, &o.ObjectMeta, makeRefList(refs.FromPodSpec(&o.Spec.Template.Spec).Sorted()), r.keepLabels)
 		e.number = revision.Number(o.Annotations)
 		if h := configHash(o.Spec.Template.Annotations); h != nil {
 			e.with().templateAnnotations = h
@@ -80,16 +80,16 @@ func (r *reducer) user(obj any) (any, error) {
 		if err != nil {
 			return nil, err
 		}
-		e := r.entry("apps/v1", ControllerRevision, &o.ObjectMeta, refs.FromPodSpec(&t.Spec).Sorted(), false)
+		e := r.entry("apps/v1", ControllerRevision, &o.ObjectMeta, makeRefList(refs.FromPodSpec(&t.Spec).Sorted()), false)
 		e.number = o.Revision
 		if h := configHash(t.Annotations); h != nil {
 			e.with().templateAnnotations = h
 		}
 		return e, nil
 	case *batchv1.Job:
-		return r.entry("batch/v1", Job, &o.ObjectMeta, refs.FromPodSpec(&o.Spec.Template.Spec).Sorted(), false), nil
+		return r.entry("batch/v1", Job, &o.ObjectMeta, makeRefList(refs.FromPodSpec(&o.Spec.Template.Spec).Sorted()), false), nil
 	case *batchv1.CronJob:
-		return r.entry("batch/v1", CronJob, &o.ObjectMeta, refs.FromPodSpec(&o.Spec.JobTemplate.Spec.Template.Spec).Sorted(), false), nil
+		return r.entry("batch/v1", CronJob, &o.ObjectMeta, makeRefList(refs.FromPodSpec(&o.Spec.JobTemplate.Spec.Template.Spec).Sorted()), false), nil
 	case *appsv1.Deployment:
 		return r.workload("apps/v1", Deployment, &o.ObjectMeta, &o.Spec.Template, o.Status.ObservedGeneration), nil
 	case *appsv1.StatefulSet:
@@ -137,7 +137,7 @@ func podFlags(p *corev1.Pod) flags {
 // pod stubs a pod with a controller: its uid, the controller's identity, and its config references
 // only when they are not what the controller's identity holds (a pinned pod reads snapshots, a
 // webhook may have added a volume).
-func (r *reducer) pod(p *corev1.Pod, ctl *metav1.OwnerReference, used []refs.Ref, f flags) *podStub {
+func (r *reducer) pod(p *corev1.Pod, ctl *metav1.OwnerReference, used refList, f flags) *podStub {
 	s := &podStub{key: p.Namespace + "/" + p.Name, uid: makeUID(p.UID), flags: f}
 	// A pod's controller never changes: its earlier version knows the identity already.
 	if prev, ok := r.cachedPod(s.key); ok && prev.uid == s.uid && prev.owner.names(p.Namespace, ctl) {
@@ -168,7 +168,7 @@ func (r *reducer) cachedPod(key string) (*podStub, bool) {
 // reads the labels of kinds other than ReplicaSet (keepLabels). Of the annotations only attach-all,
 // and Reloader's where the config trigger reads them: on workloads, Jobs, CronJobs and bare pods (a
 // controller's revisions inherit them from its template or metadata, and nothing reads them there).
-func (r *reducer) entry(apiVersion string, kind Kind, meta *metav1.ObjectMeta, used []refs.Ref, keepLabels bool) *entry {
+func (r *reducer) entry(apiVersion string, kind Kind, meta *metav1.ObjectMeta, used refList, keepLabels bool) *entry {
 	e := &entry{id: r.ids.self(apiVersion, kind, meta), created: unixSeconds(meta.CreationTimestamp),
 		deleted: meta.DeletionTimestamp, generation: meta.Generation}
 	if ctl := metav1.GetControllerOfNoCopy(meta); ctl != nil {
@@ -206,7 +206,7 @@ func (r *reducer) entry(apiVersion string, kind Kind, meta *metav1.ObjectMeta, u
 // and what its containers read of them, its Reloader annotations and our config-hash, and whether its
 // controller observed generation observed.
 func (r *reducer) workload(apiVersion string, kind Kind, meta *metav1.ObjectMeta, t *corev1.PodTemplateSpec, observed int64) *entry {
-	e := r.entry(apiVersion, kind, meta, refs.FromPodSpec(&t.Spec).Sorted(), false)
+	e := r.entry(apiVersion, kind, meta, makeRefList(refs.FromPodSpec(&t.Spec).Sorted()), false)
 	m := e.with()
 	if r.keepReads {
 		m.reads = refs.Reads(&t.Spec)
@@ -326,11 +326,14 @@ func (r *reducer) internLabels(m map[string]string) map[string]string {
 	return r.labels.get(b.String(), m)
 }
 
-func (r *reducer) internFinalizers(f []string) []string {
-	if r.finalizers == nil || len(f) == 0 {
-		return f
+func (r *reducer) internFinalizers(f []string) *[]string {
+	if len(f) == 0 {
+		return nil
 	}
-	return r.finalizers.get(strings.Join(f, "\x00"), f)
+	if r.finalizers == nil {
+		return &f
+	}
+	return r.finalizers.get(strings.Join(f, "\x00"), &f)
 }
 
 // ourLabels are the labels of ours among labels (nil if none).

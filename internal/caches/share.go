@@ -7,7 +7,7 @@ import "sync"
 // say what else to keep (reducer).
 func newReducer(ids *identities, keepLabels, keepReads bool) *reducer {
 	return &reducer{ids: ids, keepLabels: keepLabels, keepReads: keepReads, labels: &table[map[string]string]{m: map[string]map[string]string{}},
-		finalizers: &table[[]string]{m: map[string][]string{}}}
+		finalizers: &table[*[]string]{m: map[string]*[]string{}}}
 }
 
 // tableMax bounds a table: its values are never dropped, and what they hold comes from users.
