@@ -3,6 +3,7 @@ package caches
 import (
 	"context"
 	"fmt"
+	"hash/fnv"
 	"os"
 	"runtime"
 	"runtime/pprof"
@@ -47,7 +48,9 @@ const (
 type mixObjects struct{ tenants int }
 
 func mixUID(kind string, t, i int) types.UID {
-	return types.UID(fmt.Sprintf("%08x-%04x-4c39-9e2d-%012x", len(kind)*7919+i, t%0xffff, t))
+	h := fnv.New32a()
+	_, _ = h.Write([]byte(kind))
+	return types.UID(fmt.Sprintf("%08x-%04x-4c39-9e2d-%012x", h.Sum32(), i, t))
 }
 
 type mixApp struct {

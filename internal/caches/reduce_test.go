@@ -8,6 +8,7 @@ import (
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/api/equality"
 	"k8s.io/apimachinery/pkg/types"
 
 	"github.com/configmap-attacher/configmap-attacher/internal/refs"
@@ -196,5 +197,54 @@ func TestRefListRoundTrip(t *testing.T) {
 		if got := makeRefList(rs).refs(); !slices.Equal(got, rs) {
 			t.Errorf("%v came back as %v", rs, got)
 		}
+	}
+}
+
+// A config object's owners share the identities of the cached objects they name; an owner reference
+// that names no cached object exactly (another kind, another uid, an object not cached) keeps an
+// identity of its own, and reads back as written.
+func TestConfigOwnersShareTheCachedOwnersIdentity(t *testing.T) {
+	r := newReducer(nil, false, false)
+	stored := map[string]*entry{}
+	r.ids = newIdentities(func(kind Kind, key string) *identity {
+		if e, ok := stored[key]; ok && kind == ReplicaSet {
+			return e.id
+		}
+		return nil
+	})
+	r.ids.settle()
+	rs, _ := r.user(benchReplicaSet(0))
+	stored[rs.(*entry).id.key] = rs.(*entry)
+	cm := benchConfigMap(0)
+	no := false
+	cm.OwnerReferences = append(cm.OwnerReferences,
+		metav1.OwnerReference{APIVersion: "apps/v1", Kind: "ReplicaSet", Name: cm.OwnerReferences[0].Name, UID: "another-uid", Controller: &no},
+		metav1.OwnerReference{APIVersion: "batch/v1", Kind: "Job", Name: "report-1", UID: "job-uid"})
+	want := cm.DeepCopy().OwnerReferences
+	rec := r.config(cm, keepNone)
+	if rec.owners[0].id != rs.(*entry).id {
+		t.Error("the ReplicaSet's reference keeps an identity of its own")
+	}
+	if rec.owners[1].id == rs.(*entry).id || rec.owners[2].id == rs.(*entry).id {
+		t.Error("a reference to another object shares the ReplicaSet's identity")
+	}
+	if got := rec.meta(refs.ConfigMap).OwnerReferences; !equality.Semantic.DeepEqual(got, want) {
+		t.Errorf("owners %+v, want %+v", got, want)
+	}
+}
+
+// While the caches make their first lists, an object finds the identity its dependents made before it
+// arrived, and the other way round.
+func TestIdentitiesWhileStarting(t *testing.T) {
+	r := newReducer(newIdentities(func(Kind, string) *identity { return nil }), false, false)
+	pod, _ := r.user(benchPod(0)) // before its ReplicaSet
+	rs, _ := r.user(benchReplicaSet(0))
+	cm := r.config(benchConfigMap(0), keepNone)
+	if id := rs.(*entry).id; pod.(*podStub).owner != id || cm.owners[0].id != id {
+		t.Error("the pod, its ReplicaSet and the ReplicaSet's ConfigMap hold different identities")
+	}
+	r.ids.settle()
+	if other, _ := r.user(benchPod(4)); other.(*podStub).owner == rs.(*entry).id {
+		t.Error("a pod of another ReplicaSet shares the identity")
 	}
 }

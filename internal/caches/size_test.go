@@ -2,6 +2,7 @@ package caches
 
 import (
 	"fmt"
+	"hash/fnv"
 	"os"
 	"runtime"
 	"runtime/pprof"
@@ -24,8 +25,11 @@ const (
 	benchReplicas  = 4
 )
 
+// benchUID is a UUID of the form the API server writes, different for every kind and i.
 func benchUID(kind string, i int) types.UID {
-	return types.UID(fmt.Sprintf("%08x-0b7a-4c39-9e2d-%012d", len(kind), i))
+	h := fnv.New32a()
+	_, _ = h.Write([]byte(kind))
+	return types.UID(fmt.Sprintf("%08x-0b7a-4c39-9e2d-%012d", h.Sum32(), i))
 }
 
 // benchTemplate is revision r of app a: a projected ConfigMap volume as the original chart mounts it,
