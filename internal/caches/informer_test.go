@@ -7,6 +7,7 @@ import (
 
 	"k8s.io/apimachinery/pkg/api/equality"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/tools/cache"
 
 	"github.com/configmap-attacher/configmap-attacher/internal/api"
@@ -152,5 +153,35 @@ func TestWidenedConfigInformersIndexSnapshots(t *testing.T) {
 	}
 	if got, err := all.ByIndex(ByCopied, CopiedKey("app", app)); err != nil || len(got) != 1 {
 		t.Errorf("ByCopied: %v, %v", got, err)
+	}
+}
+
+// What a revision owns, found among its namespace's opted-in objects (the view's filter holds).
+func TestOwnedConfigs(t *testing.T) {
+	owned := func(name string, labels map[string]string, uids ...types.UID) *metav1.PartialObjectMetadata {
+		m := cm(name, labels)
+		for _, u := range uids {
+			m.OwnerReferences = append(m.OwnerReferences, metav1.OwnerReference{APIVersion: "apps/v1", Kind: "ReplicaSet", Name: "rs-" + string(u), UID: u})
+		}
+		return m
+	}
+	cs := NewForTest(nil, []*metav1.PartialObjectMetadata{
+		owned("a", optedIn, "rs-1"), owned("b", optedIn, "rs-2", "rs-1"), owned("c", optedIn, "rs-2"),
+		owned("not-opted-in", nil, "rs-1"),
+	})
+	got, err := cs.OwnedConfigs(refs.ConfigMap, "app", "rs-1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var names []string
+	for _, m := range got {
+		names = append(names, m.Name)
+	}
+	slices.Sort(names)
+	if !slices.Equal(names, []string{"a", "b"}) {
+		t.Errorf("owned by rs-1: %v, want a and b", names)
+	}
+	if got, _ := cs.OwnedConfigs(refs.Secret, "app", "rs-1"); len(got) != 0 {
+		t.Errorf("Secrets owned by rs-1: %v", got)
 	}
 }
