@@ -387,6 +387,69 @@ func NewForTest(users []*User, configs []*metav1.PartialObjectMetadata) *Caches 
 	return cs
 }
 
+// UsersUsing returns the cached users of a kind in namespace whose pods or pod template reference r.
+// Each record is looked at before a User is made of it: a config event asks this of every revision
+// kind of its namespace, and a namespace may hold hundreds of revisions and pods.
+func (c *Caches) UsersUsing(kind Kind, namespace string, r refs.Ref) ([]*User, error) {
+	letter, ok := kindLetters[r.Kind]
+	if !ok {
+		letter = '?'
+	}
+	item := string(letter) + r.Name
+	return c.usersWhere(kind, namespace, func(stored any) bool {
+		switch o := stored.(type) {
+		case *entry:
+			return o.refs.has(item)
+		case *podStub:
+			if o.own != nil {
+				return o.own.has(item)
+			}
+			return o.owner.refs.has(item)
+		}
+		return true
+	}, Using(r))
+}
+
+// UsersControlledBy returns the cached users of a kind in namespace whose controller has uid,
+// looking at each record first (UsersUsing).
+func (c *Caches) UsersControlledBy(kind Kind, namespace string, uid types.UID) ([]*User, error) {
+	return c.usersWhere(kind, namespace, func(stored any) bool {
+		switch o := stored.(type) {
+		case *entry:
+			return o.owner != nil && o.owner.uid.is(uid)
+		case *podStub:
+			return o.owner.uid.is(uid)
+		}
+		return true
+	}, ControlledBy(uid))
+}
+
+// usersWhere returns the users of a kind in namespace whose record passes pre and whose view match.
+func (c *Caches) usersWhere(kind Kind, namespace string, pre func(any) bool, match func(*User) bool) ([]*User, error) {
+	inf, ok := c.Users[kind]
+	if !ok {
+		return nil, nil
+	}
+	var out []*User
+	var errs []error
+	for _, src := range inf.informers {
+		objs, err := src.GetIndexer().ByIndex(cache.NamespaceIndex, namespace)
+		if err != nil {
+			errs = append(errs, err)
+			continue
+		}
+		for _, o := range objs {
+			if !pre(o) {
+				continue
+			}
+			if u, ok := inf.shows(o); ok && match(u) {
+				out = append(out, u)
+			}
+		}
+	}
+	return out, errors.Join(errs...)
+}
+
 // UsersOf returns every cached object, of any kind, whose pods or pod template reference r, and the
 // cached objects the given owner references name (the revisions a pinning snapshot belongs to, which
 // need it while they exist, pods or not).
@@ -394,11 +457,7 @@ func (c *Caches) UsersOf(namespace string, r refs.Ref, owners ...metav1.OwnerRef
 	var out []*User
 	var errs []error
 	for _, kind := range UserKinds() {
-		inf, ok := c.Users[kind]
-		if !ok {
-			continue
-		}
-		us, err := inf.InNamespace(namespace, Using(r))
+		us, err := c.UsersUsing(kind, namespace, r)
 		if err != nil {
 			errs = append(errs, err)
 		}

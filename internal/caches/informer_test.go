@@ -185,3 +185,57 @@ func TestOwnedConfigs(t *testing.T) {
 		t.Errorf("Secrets owned by rs-1: %v", got)
 	}
 }
+
+// The users of an object and of a controller, found from what the caches store as from the Users.
+func TestUsersUsingAndControlledBy(t *testing.T) {
+	r := newReducer(nil, false, false)
+	inf := newTestInformer(UserIndexers())
+	pods := newTestInformer(nil)
+	for j := range 3 {
+		rec, _ := r.user(benchReplicaSet(j))
+		_ = inf.store.Add(rec)
+	}
+	for i := range 4 {
+		rec, _ := r.user(benchPod(i))
+		_ = pods.store.Add(rec)
+	}
+	pinned := benchPod(5)
+	pinned.Spec.Volumes[0].Projected.Sources[0].ConfigMap.Name = "web-0-config-v1"
+	rec, _ := r.user(pinned)
+	_ = pods.store.Add(rec)
+	c := &Caches{Users: map[Kind]*Informer[*User]{ReplicaSet: newViewInformer(userView, inf), Pod: newViewInformer(userView, pods)}}
+	names := func(us []*User, err error) []string {
+		t.Helper()
+		if err != nil {
+			t.Fatal(err)
+		}
+		var out []string
+		for _, u := range us {
+			out = append(out, u.Name)
+		}
+		slices.Sort(out)
+		return out
+	}
+	ns := "tenant-0000"
+	if got := names(c.UsersUsing(ReplicaSet, ns, refs.Ref{Kind: refs.ConfigMap, Name: "web-0-config-v1"})); !slices.Equal(got, []string{benchReplicaSet(1).Name}) {
+		t.Errorf("ReplicaSets using web-0-config-v1: %v", got)
+	}
+	if got := names(c.UsersUsing(ReplicaSet, ns, refs.Ref{Kind: refs.Secret, Name: "web-0-secret"})); len(got) != 3 {
+		t.Errorf("ReplicaSets using the Secret: %v", got)
+	}
+	if got := names(c.UsersUsing(ReplicaSet, ns, refs.Ref{Kind: refs.ConfigMap, Name: "web-0-secret"})); len(got) != 0 {
+		t.Errorf("a ConfigMap of the Secret's name is used by %v", got)
+	}
+	if got := names(c.UsersUsing(Pod, ns, refs.Ref{Kind: refs.ConfigMap, Name: "web-0-config-v1"})); !slices.Equal(got, []string{pinned.Name}) {
+		t.Errorf("pods using web-0-config-v1: %v", got)
+	}
+	if got := names(c.UsersUsing(Pod, ns, refs.Ref{Kind: refs.ConfigMap, Name: "web-0-config-v0"})); len(got) != 4 {
+		t.Errorf("pods using web-0-config-v0: %v", got)
+	}
+	if got := names(c.UsersControlledBy(ReplicaSet, ns, benchDeployment(0).UID)); len(got) != 3 {
+		t.Errorf("ReplicaSets of the Deployment: %v", got)
+	}
+	if got := names(c.UsersControlledBy(Pod, ns, benchReplicaSet(1).UID)); !slices.Equal(got, []string{pinned.Name}) {
+		t.Errorf("pods of ReplicaSet 1: %v", got)
+	}
+}

@@ -52,3 +52,16 @@ func (l refList) refs() []refs.Ref {
 	}
 	return out
 }
+
+// has reports whether the list holds item (a kind's letter and a name), without making the list.
+func (l refList) has(item string) bool {
+	s := string(l)
+	for s != "" {
+		next, rest, _ := strings.Cut(s, refSep)
+		if next == item {
+			return true
+		}
+		s = rest
+	}
+	return false
+}

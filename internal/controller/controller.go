@@ -138,7 +138,8 @@ func (c *Controller) configHandler(kind refs.Kind) cache.ResourceEventHandler {
 			return
 		}
 		c.pending.observe(m)
-		c.enqueueUsers(m.Namespace, caches.Using(refs.Ref{Kind: kind, Name: m.Name}), true)
+		r := refs.Ref{Kind: kind, Name: m.Name}
+		c.enqueueUsers(func(k caches.Kind) ([]*caches.User, error) { return c.caches.UsersUsing(k, m.Namespace, r) }, true)
 	}
 	return cache.ResourceEventHandlerDetailedFuncs{
 		AddFunc: func(obj any, initial bool) {
@@ -157,28 +158,27 @@ func (c *Controller) workloadHandler() cache.ResourceEventHandler {
 	return cache.ResourceEventHandlerDetailedFuncs{
 		AddFunc: func(obj any, initial bool) {
 			if u, ok := caches.UserOf(obj); ok && !initial {
-				c.enqueueUsers(u.Namespace, caches.ControlledBy(u.UID), false)
+				c.enqueueUsers(func(k caches.Kind) ([]*caches.User, error) { return c.caches.UsersControlledBy(k, u.Namespace, u.UID) }, false)
 			}
 		},
 		UpdateFunc: func(old, cur any) {
 			o, okO := caches.UserOf(old)
 			n, okN := caches.UserOf(cur)
 			if okO && okN && o.Annotations[api.AttachAllAnnotation] != n.Annotations[api.AttachAllAnnotation] {
-				c.enqueueUsers(n.Namespace, caches.ControlledBy(n.UID), false)
+				c.enqueueUsers(func(k caches.Kind) ([]*caches.User, error) { return c.caches.UsersControlledBy(k, n.Namespace, n.UID) }, false)
 			}
 		},
 	}
 }
 
-// enqueueUsers enqueues the revisions of namespace, of every kind, that match; bare pods only with
-// withPods (no pod is a workload's revision).
-func (c *Controller) enqueueUsers(namespace string, match func(*caches.User) bool, withPods bool) {
+// enqueueUsers enqueues the revisions of every kind that find returns; bare pods only with withPods
+// (no pod is a workload's revision).
+func (c *Controller) enqueueUsers(find func(caches.Kind) ([]*caches.User, error), withPods bool) {
 	for _, kind := range RevisionKinds() {
-		inf, ok := c.caches.Users[kind]
-		if !ok || (kind == caches.Pod && !withPods) {
+		if kind == caches.Pod && !withPods {
 			continue
 		}
-		users, err := inf.InNamespace(namespace, match)
+		users, err := find(kind)
 		if err != nil {
 			utilruntime.HandleError(err)
 		}
