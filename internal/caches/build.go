@@ -1,18 +1,19 @@
 package caches
 
 import (
-	"strings"
-	"time"
+	"context"
+	"fmt"
 
+	appsv1 "k8s.io/api/apps/v1"
+	batchv1 "k8s.io/api/batch/v1"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/runtime"
-	"k8s.io/client-go/dynamic/dynamicinformer"
-	"k8s.io/client-go/informers"
-	coreinformers "k8s.io/client-go/informers/core/v1"
-	"k8s.io/client-go/kubernetes"
-	"k8s.io/client-go/metadata/metadatainformer"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/watch"
+	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/cache"
 
 	"github.com/configmap-attacher/configmap-attacher/internal/api"
@@ -44,108 +45,77 @@ type Caches struct {
 	Users map[Kind]*Informer[*User]
 	// Configs are the opted-in ConfigMaps and Secrets, metadata only.
 	Configs map[refs.Kind]*Informer[*metav1.PartialObjectMetadata]
-	// AllConfigs are every ConfigMap and Secret, metadata only (trimAll), when Options.AllConfigs is
-	// set; Configs and the pinning snapshots are then views of these, not informers of their own.
+	// AllConfigs are every ConfigMap and Secret, metadata only, when Options.AllConfigs is set; Configs
+	// and the pinning snapshots are then views of these, not informers of their own.
 	AllConfigs map[refs.Kind]*Informer[*metav1.PartialObjectMetadata]
 	// Pinning is set when zero-touch pinning is on (NewPinning).
 	Pinning *Pinning
 
-	// start and stageSynced by stage; synced is every informer's.
-	start       [stages][]func(stop <-chan struct{})
-	stageSynced [stages][]cache.InformerSynced
-	synced      []cache.InformerSynced
+	reducer *reducer
+	// informers are every informer of the caches, started together; synced is their HasSynced.
+	informers []runner
+	synced    []cache.InformerSynced
 }
 
-// The informers start in stages, each once the one before has synced: workloads and config objects,
-// then revisions, then pods. A revision that arrives after its workload, a pod after its revision,
-// shares with it what they have in common (sharing.controller); started together, the Pod informer
-// would show most pods before their ReplicaSet.
-const (
-	stageWorkloads = iota
-	stageRevisions
-	stagePods
-	stages
-)
-
-// stageOf is the stage in which the informer of a kind starts.
-func stageOf(k Kind) int {
-	switch k {
-	case Pod:
-		return stagePods
-	case ReplicaSet, ControllerRevision, Job:
-		return stageRevisions
-	}
-	return stageWorkloads
-}
+// compressInitialLists is whether the informers accept gzip: kube-apiserver compresses a response
+// (and, from 1.37, the initial stream of a watch-list) of more than 128 KiB when the client accepts
+// it. Off: at 150,000 Pods on a 2-core machine shared with the API server, gzipping ~300 MB on one
+// side and unzipping it on the other cost more than sending it (docs/benchmarks.md, "Compression of
+// the first lists"); the controller runs in the cluster, next to the API server. Requests other than
+// the informers' (writes, the live checks) keep client-go's default.
+const compressInitialLists = false
 
 // New builds the informers; nothing is watched until Start.
 func New(clients *kube.Clients, o Options) (*Caches, error) {
+	clients, err := informerClients(clients)
+	if err != nil {
+		return nil, err
+	}
+	return build(apiSources{clients}, o)
+}
+
+// sources list and watch what the caches hold: the API server (apiSources), generated objects in the
+// benchmarks. Each returns the lister-watcher and an object of the type it lists.
+type sources interface {
+	// users lists a kind of user in namespace ns ("" for all).
+	users(kind Kind, ns string) (cache.ListerWatcher, runtime.Object)
+	// metadata lists the metadata of a resource in namespace ns, filtered by a label selector.
+	metadata(gvr schema.GroupVersionResource, ns, selector string) (cache.ListerWatcher, runtime.Object)
+}
+
+func build(src sources, o Options) (*Caches, error) {
 	c := &Caches{Users: map[Kind]*Informer[*User]{}, Configs: map[refs.Kind]*Informer[*metav1.PartialObjectMetadata]{}}
 	namespaces := o.Namespaces
 	if len(namespaces) == 0 {
 		namespaces = []string{metav1.NamespaceAll}
 	}
-	users := map[Kind][]cache.SharedIndexInformer{}
-	configs := map[refs.Kind][]cache.SharedIndexInformer{}
+	c.reducer = newReducer(newIdentities(c.cachedIdentity), o.ReplicaSetLabels, o.AllConfigs)
+	c.reducer.stored = c.stored
+	users := map[Kind][]source{}
+	configs := map[refs.Kind][]source{}
 	optedIn := labels.SelectorFromSet(labels.Set{api.RevisionedLabel: api.RevisionedValue}).String()
-	// What a Pod or revision shares with its controller is found in the controller's cache, once
-	// the informers below are joined into c.Users (before any starts).
-	share := newSharing(func(kind Kind, ns, name string) *User {
-		inf, ok := c.Users[kind]
-		if !ok {
-			return nil
-		}
-		u, _, _ := inf.Get(ns, name)
-		return u
-	})
 	for _, ns := range namespaces {
-		// A factory per stage (stageOf), each starting its own informers.
-		var typed [stages]informers.SharedInformerFactory
-		for st := range typed {
-			typed[st] = informers.NewSharedInformerFactoryWithOptions(clients.Kube, 0,
-				informers.WithNamespace(ns), informers.WithTransform(transform(share, o.ReplicaSetLabels)))
-			c.start[st] = append(c.start[st], typed[st].Start)
-		}
-		// Pods: the namespace index only (a pod is never found by the reload-list or template indexes).
-		pods := typed[stagePods].InformerFor(&corev1.Pod{}, func(c kubernetes.Interface, resync time.Duration) cache.SharedIndexInformer {
-			return coreinformers.NewFilteredPodInformer(c, ns, resync, cache.Indexers{cache.NamespaceIndex: cache.MetaNamespaceIndexFunc}, nil)
-		})
-		users[Pod] = append(users[Pod], pods)
-		for kind, inf := range map[Kind]cache.SharedIndexInformer{
-			ReplicaSet:         typed[stageOf(ReplicaSet)].Apps().V1().ReplicaSets().Informer(),
-			ControllerRevision: typed[stageOf(ControllerRevision)].Apps().V1().ControllerRevisions().Informer(),
-			Job:                typed[stageOf(Job)].Batch().V1().Jobs().Informer(),
-			CronJob:            typed[stageOf(CronJob)].Batch().V1().CronJobs().Informer(),
-			Deployment:         typed[stageOf(Deployment)].Apps().V1().Deployments().Informer(),
-			StatefulSet:        typed[stageOf(StatefulSet)].Apps().V1().StatefulSets().Informer(),
-			DaemonSet:          typed[stageOf(DaemonSet)].Apps().V1().DaemonSets().Informer(),
-		} {
-			if err := inf.AddIndexers(UserIndexers()); err != nil {
-				return nil, err
+		for _, kind := range UserKinds() {
+			if kind == Rollout && !o.Rollouts {
+				continue
 			}
+			// Pods: the namespace only (a pod is never found by the reload-list or template indexes).
+			indexers := UserIndexers()
+			if kind == Pod {
+				indexers = nil
+			}
+			lw, example := src.users(kind, ns)
+			inf := newStoreInformer(lw, example, c.reducer.transform, indexers)
 			users[kind] = append(users[kind], inf)
+			c.add(inf)
 		}
-
-		if o.Rollouts {
-			dyn := dynamicinformer.NewFilteredDynamicSharedInformerFactory(clients.Dynamic, 0, ns, nil)
-			inf := dyn.ForResource(workload.RolloutGVR).Informer()
-			if err := inf.SetTransform(transform(share, o.ReplicaSetLabels)); err != nil {
-				return nil, err
-			}
-			if err := inf.AddIndexers(UserIndexers()); err != nil {
-				return nil, err
-			}
-			users[Rollout] = append(users[Rollout], inf)
-			c.start[stageOf(Rollout)] = append(c.start[stageOf(Rollout)], dyn.Start)
-		}
-
 		// Config objects: metadata only, so their data (up to 1 MiB each) is never downloaded nor
 		// cached; filtered by the opt-in label unless the config trigger needs them all.
 		var err error
 		if o.AllConfigs {
-			err = c.metadataInformers(clients, ns, "", o.ConfigKinds, trimAll(share), allConfigIndexers, configs)
+			err = c.metadataInformers(src, ns, "", o.ConfigKinds, keepForTrigger, snapshotIndexers, configs)
 		} else {
-			err = c.metadataInformers(clients, ns, optedIn, o.ConfigKinds, trimConfig(share),
+			err = c.metadataInformers(src, ns, optedIn, o.ConfigKinds, keepNone,
 				func(refs.Kind) cache.Indexers { return cache.Indexers{} }, configs)
 		}
 		if err != nil {
@@ -153,15 +123,103 @@ func New(clients *kube.Clients, o Options) (*Caches, error) {
 		}
 	}
 	for kind, infs := range users {
-		c.Users[kind] = joined[*User](c, stageOf(kind), infs)
+		c.Users[kind] = newViewInformer(userView, infs...)
 	}
 	for kind, infs := range configs {
-		c.Configs[kind] = joined[*metav1.PartialObjectMetadata](c, stageWorkloads, infs)
+		c.Configs[kind] = newViewInformer(configView(kind), infs...)
 	}
 	if o.AllConfigs {
 		c.widen()
 	}
 	return c, nil
+}
+
+// informerClients are the clients the informers list and watch with: those given, but accepting no
+// compression (compressInitialLists) when they are made from a config.
+func informerClients(clients *kube.Clients) (*kube.Clients, error) {
+	if clients.Config == nil || clients.Config.DisableCompression == !compressInitialLists {
+		return clients, nil
+	}
+	cfg := rest.CopyConfig(clients.Config)
+	cfg.DisableCompression = !compressInitialLists
+	return kube.NewClients(cfg)
+}
+
+// apiSources are the API server's informers, through clients.
+type apiSources struct{ clients *kube.Clients }
+
+func (a apiSources) users(kind Kind, ns string) (cache.ListerWatcher, runtime.Object) {
+	kc := a.clients.Kube
+	var lw *cache.ListWatch
+	var example runtime.Object
+	switch kind {
+	case Pod:
+		c := kc.CoreV1().Pods(ns)
+		lw, example = listWatch(c.List, c.Watch), &corev1.Pod{}
+	case ReplicaSet:
+		c := kc.AppsV1().ReplicaSets(ns)
+		lw, example = listWatch(c.List, c.Watch), &appsv1.ReplicaSet{}
+	case ControllerRevision:
+		c := kc.AppsV1().ControllerRevisions(ns)
+		lw, example = listWatch(c.List, c.Watch), &appsv1.ControllerRevision{}
+	case Job:
+		c := kc.BatchV1().Jobs(ns)
+		lw, example = listWatch(c.List, c.Watch), &batchv1.Job{}
+	case CronJob:
+		c := kc.BatchV1().CronJobs(ns)
+		lw, example = listWatch(c.List, c.Watch), &batchv1.CronJob{}
+	case Deployment:
+		c := kc.AppsV1().Deployments(ns)
+		lw, example = listWatch(c.List, c.Watch), &appsv1.Deployment{}
+	case StatefulSet:
+		c := kc.AppsV1().StatefulSets(ns)
+		lw, example = listWatch(c.List, c.Watch), &appsv1.StatefulSet{}
+	case DaemonSet:
+		c := kc.AppsV1().DaemonSets(ns)
+		lw, example = listWatch(c.List, c.Watch), &appsv1.DaemonSet{}
+	case Rollout:
+		c := a.clients.Dynamic.Resource(workload.RolloutGVR).Namespace(ns)
+		return cache.ToListWatcherWithWatchListSemantics(listWatch(c.List, c.Watch), a.clients.Dynamic), &unstructured.Unstructured{}
+	default:
+		panic(fmt.Sprintf("no informer for %s", kind))
+	}
+	return cache.ToListWatcherWithWatchListSemantics(lw, kc), example
+}
+
+// listWatch makes a lister-watcher of a client's List and Watch.
+func listWatch[L runtime.Object](list func(context.Context, metav1.ListOptions) (L, error),
+	watchFn func(context.Context, metav1.ListOptions) (watch.Interface, error)) *cache.ListWatch {
+	return &cache.ListWatch{
+		ListWithContextFunc:  func(ctx context.Context, o metav1.ListOptions) (runtime.Object, error) { return list(ctx, o) },
+		WatchFuncWithContext: watchFn,
+	}
+}
+
+// add makes inf one of the informers the caches start and wait for.
+func (c *Caches) add(inf runner) {
+	c.informers = append(c.informers, inf)
+	c.synced = append(c.synced, inf.HasSynced)
+}
+
+// stored returns the object the cache of kind holds under key, as it holds it.
+func (c *Caches) stored(kind Kind, key string) (any, bool) {
+	inf, ok := c.Users[kind]
+	if !ok {
+		return nil, false
+	}
+	return inf.stored(key)
+}
+
+// cachedIdentity returns the identity of the cached object key of kind, nil if none.
+func (c *Caches) cachedIdentity(kind Kind, key string) *identity {
+	obj, ok := c.stored(kind, key)
+	if !ok {
+		return nil
+	}
+	if e, ok := obj.(*entry); ok {
+		return e.id
+	}
+	return nil
 }
 
 // widen makes the config informers the AllConfigs and Configs the view of them that shows only the
@@ -175,20 +233,16 @@ func (c *Caches) widen() {
 	}
 }
 
-// allConfigIndexers are the indexes of the widened config informers besides the namespace index:
-// the snapshots' (ByPin, ByCopied), since the pinning snapshots are a view of them.
-func allConfigIndexers(kind refs.Kind) cache.Indexers { return snapshotIndexers(kind) }
-
-// Start starts the informers, stage by stage, in the background; they stop when stop closes.
+// Start starts every informer at once, in the background; they stop when stop closes. Once all have
+// synced, what their first lists needed to share identities whatever the order objects arrived in is
+// dropped (identities).
 func (c *Caches) Start(stop <-chan struct{}) {
+	for _, inf := range c.informers {
+		go inf.Run(stop)
+	}
 	go func() {
-		for st := range stages {
-			for _, start := range c.start[st] {
-				start(stop)
-			}
-			if !cache.WaitForCacheSync(stop, c.stageSynced[st]...) {
-				return
-			}
+		if cache.WaitForCacheSync(stop, c.synced...) {
+			c.reducer.ids.settle()
 		}
 	}()
 }
@@ -198,97 +252,27 @@ func (c *Caches) WaitForSync(stop <-chan struct{}) bool {
 	return cache.WaitForCacheSync(stop, c.synced...)
 }
 
-// trimConfig is the transform of the opted-in config informers: it drops what we never read of a
-// config object's metadata (managedFields and the last-applied annotation can be larger than
-// everything else together: client-side apply copies a ConfigMap's whole data into it; the labels of
-// tools and users), and shares what the objects repeat (sharing.configMeta).
-func trimConfig(s *sharing) cache.TransformFunc {
-	return func(obj any) (any, error) {
-		if m, ok := obj.(*metav1.PartialObjectMetadata); ok {
-			m.ManagedFields = nil
-			m.Annotations = nil
-			m.Labels = ourLabels(m.Labels)
-			s.configMeta(m)
-		}
-		return obj, nil
-	}
-}
-
-// ourLabels are the labels of ours among labels (nil if none): the only ones anything reads of a
-// config object.
-func ourLabels(labels map[string]string) map[string]string {
-	var out map[string]string
-	for k, v := range labels {
-		if strings.HasPrefix(k, api.Prefix) {
-			if out == nil {
-				out = map[string]string{}
-			}
-			out[k] = v
-		}
-	}
-	return out
-}
-
-// trimAll is the transform of the widened config informers, which hold every ConfigMap and Secret of
-// the cluster: of the labels only ours, of the annotations only what a reader needs (Reloader's match
-// and ignore, a snapshot's original name, a record's content). Everything else a tool or a user put
-// there (Helm's and Argo CD's tracking, the last-applied copy of the data) goes.
-func trimAll(s *sharing) cache.TransformFunc {
-	return func(obj any) (any, error) {
-		m, ok := obj.(*metav1.PartialObjectMetadata)
-		if !ok {
-			return obj, nil
-		}
-		m.ManagedFields = nil
-		labels := ourLabels(m.Labels)
-		keep := []string{api.ReloaderMatch, api.ReloaderIgnore}
-		switch {
-		case labels[api.SnapshotLabel] == api.SnapshotValue:
-			keep = append(keep, api.OriginalNameAnnotation)
-		case labels[api.RecordLabel] == api.RecordValue:
-			keep = append(keep, api.RecordAnnotation)
-		}
-		var annotations map[string]string
-		for _, k := range keep {
-			if v, ok := m.Annotations[k]; ok {
-				if annotations == nil {
-					annotations = map[string]string{}
-				}
-				annotations[k] = v
-			}
-		}
-		m.Labels, m.Annotations = labels, annotations
-		s.configMeta(m)
-		return m, nil
-	}
-}
-
 // metadataInformers adds to into, for each kind, a metadata-only informer of namespace ns filtered by
-// the label selector, with transform and the kind's indexers; they start with the caches.
-func (c *Caches) metadataInformers(clients *kube.Clients, ns, selector string, kinds []refs.Kind,
-	transform cache.TransformFunc, indexers func(refs.Kind) cache.Indexers, into map[refs.Kind][]cache.SharedIndexInformer) error {
-	meta := metadatainformer.NewFilteredSharedInformerFactory(clients.Metadata, 0, ns,
-		func(lo *metav1.ListOptions) { lo.LabelSelector = selector })
+// the label selector, reducing each object to its record (with the annotations keep names), with the
+// kind's indexers; they start with the caches.
+func (c *Caches) metadataInformers(src sources, ns, selector string, kinds []refs.Kind,
+	keep func(map[string]string) []string, indexers func(refs.Kind) cache.Indexers, into map[refs.Kind][]source) error {
 	for _, kind := range kinds {
-		inf := meta.ForResource(kind.GVR()).Informer()
-		if err := inf.SetTransform(transform); err != nil {
-			return err
-		}
-		if err := inf.AddIndexers(indexers(kind)); err != nil {
-			return err
-		}
+		lw, example := src.metadata(kind.GVR(), ns, selector)
+		inf := newStoreInformer(lw, example, c.reducer.configTransform(keep), indexers(kind))
 		into[kind] = append(into[kind], inf)
+		c.add(inf)
 	}
-	c.start[stageWorkloads] = append(c.start[stageWorkloads], meta.Start)
 	return nil
 }
 
-// joined makes one Informer of a resource's per-namespace informers, and has the caches wait for
-// each to sync, and the next stage for those of stage.
-func joined[T runtime.Object](c *Caches, stage int, infs []cache.SharedIndexInformer) *Informer[T] {
-	for _, inf := range infs {
-		c.synced = append(c.synced, inf.HasSynced)
-		c.stageSynced[stage] = append(c.stageSynced[stage], inf.HasSynced)
-	}
-	return NewInformer[T](infs...)
+func (a apiSources) metadata(gvr schema.GroupVersionResource, ns, selector string) (cache.ListerWatcher, runtime.Object) {
+	c := a.clients.Metadata.Resource(gvr).Namespace(ns)
+	tweak := func(o metav1.ListOptions) metav1.ListOptions { o.LabelSelector = selector; return o }
+	return cache.ToListWatcherWithWatchListSemantics(&cache.ListWatch{
+		ListWithContextFunc: func(ctx context.Context, o metav1.ListOptions) (runtime.Object, error) { return c.List(ctx, tweak(o)) },
+		WatchFuncWithContext: func(ctx context.Context, o metav1.ListOptions) (watch.Interface, error) {
+			return c.Watch(ctx, tweak(o))
+		},
+	}, a.clients.Metadata), &metav1.PartialObjectMetadata{}
 }

@@ -14,37 +14,46 @@ import (
 	"github.com/configmap-attacher/configmap-attacher/internal/testutil"
 )
 
-// The Pod informer starts once the ReplicaSets are cached, however long their list takes: every pod
-// then shares its owner reference and config references with its ReplicaSet.
-func TestPodsArriveAfterTheirReplicaSetsAndShareWithThem(t *testing.T) {
-	rs := benchReplicaSet(0)
-	kc := kubefake.NewClientset(rs, benchPod(0), benchPod(1))
-	// The ReplicaSets' list is slow (a large cluster's): pods started at the same time would come first.
-	kc.PrependReactor("list", "replicasets", func(k8stesting.Action) (bool, runtime.Object, error) {
-		time.Sleep(300 * time.Millisecond)
-		return false, nil, nil
-	})
-	c, err := New(&kube.Clients{Kube: kc, Metadata: testutil.FakeMetadata()}, Options{ConfigKinds: []refs.Kind{refs.ConfigMap}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	stop := make(chan struct{})
-	defer close(stop)
-	c.Start(stop)
-	if !c.WaitForSync(stop) {
-		t.Fatal("caches did not sync")
-	}
-	ru, ok, _ := c.Users[ReplicaSet].Get(rs.Namespace, rs.Name)
-	if !ok {
-		t.Fatal("the ReplicaSet is not cached")
-	}
-	for _, p := range []string{benchPod(0).Name, benchPod(1).Name} {
-		u, ok, _ := c.Users[Pod].Get(rs.Namespace, p)
-		if !ok {
-			t.Fatalf("pod %s is not cached", p)
-		}
-		if u.Owner != ru.self || unsafe.SliceData(u.Refs) != unsafe.SliceData(ru.Refs) {
-			t.Errorf("pod %s keeps its own owner (%p, the ReplicaSet's %p) or references: it arrived before its ReplicaSet", p, u.Owner, ru.self)
-		}
+// Every informer starts at once, and pods share their controller's identity and config references
+// whichever of them the API server lists first: a large cluster's ReplicaSets may come long before or
+// after its pods.
+func TestPodsShareWithTheirReplicaSetWhicheverArrivesFirst(t *testing.T) {
+	for _, slow := range []string{"replicasets", "pods"} {
+		t.Run(slow+" listed last", func(t *testing.T) {
+			rs := benchReplicaSet(0)
+			kc := kubefake.NewClientset(rs, benchPod(0), benchPod(1))
+			kc.PrependReactor("list", slow, func(k8stesting.Action) (bool, runtime.Object, error) {
+				time.Sleep(300 * time.Millisecond)
+				return false, nil, nil
+			})
+			c, err := New(&kube.Clients{Kube: kc, Metadata: testutil.FakeMetadata()}, Options{ConfigKinds: []refs.Kind{refs.ConfigMap}})
+			if err != nil {
+				t.Fatal(err)
+			}
+			stop := make(chan struct{})
+			defer close(stop)
+			c.Start(stop)
+			if !c.WaitForSync(stop) {
+				t.Fatal("caches did not sync")
+			}
+			stored, ok := c.Users[ReplicaSet].stored(rs.Namespace + "/" + rs.Name)
+			if !ok {
+				t.Fatal("the ReplicaSet is not cached")
+			}
+			id := stored.(*entry).id
+			for _, p := range []string{benchPod(0).Name, benchPod(1).Name} {
+				u, ok, _ := c.Users[Pod].Get(rs.Namespace, p)
+				stub, _ := c.Users[Pod].stored(rs.Namespace + "/" + p)
+				if !ok {
+					t.Fatalf("pod %s is not cached", p)
+				}
+				if stub.(*podStub).owner != id || stub.(*podStub).own != nil || len(u.Refs) != 3 || u.Owner.UID != rs.UID {
+					t.Errorf("pod %s keeps its own owner (%+v) or references (%v)", p, u.Owner, u.Refs)
+				}
+			}
+			if e := stored.(*entry); unsafe.StringData(string(e.refs)) != unsafe.StringData(string(id.refs)) {
+				t.Errorf("the ReplicaSet keeps references %q of its own", e.refs)
+			}
+		})
 	}
 }

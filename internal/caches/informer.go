@@ -3,6 +3,7 @@ package caches
 import (
 	"errors"
 	"fmt"
+	"slices"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
@@ -36,10 +37,24 @@ func UserIndexers() cache.Indexers {
 }
 
 func indexByTemplateRef(obj any) ([]string, error) {
-	if u, ok := obj.(*User); ok && u.Status != nil && u.Status.TemplateRef != "" {
-		return []string{u.Namespace + "/" + u.Status.TemplateRef}, nil
+	if ns, _, _, st := workloadOf(obj); st != nil && st.TemplateRef != "" {
+		return []string{ns + "/" + st.TemplateRef}, nil
 	}
 	return nil, nil
+}
+
+// workloadOf reads, of a stored user, what the indexes read: its namespace, annotations, template
+// annotations and, for a workload, its status (nil for other kinds).
+func workloadOf(obj any) (namespace string, annotations, template map[string]string, status *WorkloadStatus) {
+	switch o := obj.(type) {
+	case *User:
+		return o.Namespace, o.Annotations, o.TemplateAnnotations, o.Status
+	case *entry:
+		if m := o.more; m != nil {
+			return o.id.namespace(), m.annotations, m.templateAnnotations, m.status
+		}
+	}
+	return "", nil, nil, nil
 }
 
 // ReloadListKey is the ByReloadList index value of the workloads of namespace with a reload list of
@@ -47,14 +62,14 @@ func indexByTemplateRef(obj any) ([]string, error) {
 func ReloadListKey(namespace string, kind refs.Kind) string { return namespace + "/" + string(kind) }
 
 func indexByReloadList(obj any) ([]string, error) {
-	u, ok := obj.(*User)
-	if !ok || u.Status == nil {
+	ns, annotations, template, status := workloadOf(obj)
+	if status == nil {
 		return nil, nil
 	}
 	var out []string
 	for kind, key := range map[refs.Kind]string{refs.ConfigMap: api.ReloaderConfigMapReload, refs.Secret: api.ReloaderSecretReload} {
-		if u.Annotations[key] != "" || u.TemplateAnnotations[key] != "" {
-			out = append(out, ReloadListKey(u.Namespace, kind))
+		if annotations[key] != "" || template[key] != "" {
+			out = append(out, ReloadListKey(ns, kind))
 		}
 	}
 	return out, nil
@@ -75,16 +90,26 @@ func OwnedBy(uid types.UID) func(*metav1.PartialObjectMetadata) bool {
 
 // Informer is one resource's cache over one or more namespaces (a single informer when watching all
 // of them). Controllers read it; internal/manager builds and starts it; tests fill Indexers directly.
-// A filtered Informer (Filtered) is a view of another: it shares its informers and shows only the
-// objects keep accepts.
+// What its stores hold is what view turns into a T when read (records.go): every read, and every event
+// handed to a handler, gets an object of its own, made from the stored one. A filtered Informer
+// (Filtered) is a view of another: it shares its informers and shows only the objects keep accepts.
 type Informer[T runtime.Object] struct {
-	informers []cache.SharedIndexInformer
+	informers []source
 	keep      func(T) bool // nil: every object
+	view      func(any) (T, bool)
 }
 
-// NewInformer joins the informers of one resource, one per namespace watched.
-func NewInformer[T runtime.Object](informers ...cache.SharedIndexInformer) *Informer[T] {
-	return &Informer[T]{informers: informers}
+// NewInformer joins the informers of one resource, one per namespace watched; their stores hold Ts.
+func NewInformer[T runtime.Object](informers ...source) *Informer[T] {
+	return &Informer[T]{informers: informers, view: func(obj any) (T, bool) {
+		t, ok := obj.(T)
+		return t, ok
+	}}
+}
+
+// newViewInformer joins informers whose stores hold what view turns into Ts.
+func newViewInformer[T runtime.Object](view func(any) (T, bool), informers ...source) *Informer[T] {
+	return &Informer[T]{informers: informers, view: view}
 }
 
 // Filtered is a view of the informer showing only the objects keep accepts, to readers and to event
@@ -92,15 +117,16 @@ func NewInformer[T runtime.Object](informers ...cache.SharedIndexInformer) *Info
 // that starts being accepted is added, and changes to objects it never accepts are not seen at all.
 // So a controller written for a label-selected informer keeps its semantics over a wider one.
 func (i *Informer[T]) Filtered(keep func(T) bool) *Informer[T] {
-	return &Informer[T]{informers: i.informers, keep: keep}
+	return &Informer[T]{informers: i.informers, keep: keep, view: i.view}
 }
 
-// shows reports whether the view shows obj (a stored object, or a tombstone of one).
+// shows returns what the view shows of a stored object, or of a tombstone of one (the object it
+// holds), and whether it shows it.
 func (i *Informer[T]) shows(obj any) (T, bool) {
 	if d, ok := obj.(cache.DeletedFinalStateUnknown); ok {
 		obj = d.Obj
 	}
-	t, ok := obj.(T)
+	t, ok := i.view(obj)
 	return t, ok && (i.keep == nil || i.keep(t))
 }
 
@@ -119,7 +145,7 @@ func (i *Informer[T]) Get(namespace, name string) (T, bool, error) {
 			}
 			continue
 		}
-		t, ok := obj.(T)
+		t, ok := i.view(obj)
 		if !ok {
 			return zero, false, fmt.Errorf("cache of %T holds a %T", zero, obj)
 		}
@@ -183,13 +209,12 @@ func (i *Informer[T]) List() []T {
 	return out
 }
 
-// AddEventHandler registers h with every namespace's informer (through the view's filter).
+// AddEventHandler registers h with every namespace's informer: h gets the view's objects (through
+// the view's filter, if any).
 func (i *Informer[T]) AddEventHandler(h cache.ResourceEventHandler) error {
-	if i.keep != nil {
-		h = filteringHandler[T]{view: i, h: h}
-	}
+	fh := filteringHandler[T]{view: i, h: h}
 	for _, inf := range i.informers {
-		if _, err := inf.AddEventHandler(h); err != nil {
+		if _, err := inf.AddEventHandler(fh); err != nil {
 			return err
 		}
 	}
@@ -203,30 +228,36 @@ type filteringHandler[T runtime.Object] struct {
 }
 
 func (f filteringHandler[T]) OnAdd(obj any, initial bool) {
-	if _, ok := f.view.shows(obj); ok {
-		f.h.OnAdd(obj, initial)
+	if t, ok := f.view.shows(obj); ok {
+		f.h.OnAdd(t, initial)
 	}
 }
 
 func (f filteringHandler[T]) OnUpdate(old, cur any) {
-	_, was := f.view.shows(old)
-	_, is := f.view.shows(cur)
+	o, was := f.view.shows(old)
+	n, is := f.view.shows(cur)
 	switch {
 	case was && is:
-		f.h.OnUpdate(old, cur)
+		f.h.OnUpdate(o, n)
 	case is:
-		f.h.OnAdd(cur, false)
+		f.h.OnAdd(n, false)
 	case was:
 		// Left the view (e.g. its opt-in label was removed): a delete, as a label-selected watch
 		// reports it; handlers get the last state the view showed.
-		f.h.OnDelete(old)
+		f.h.OnDelete(o)
 	}
 }
 
 func (f filteringHandler[T]) OnDelete(obj any) {
-	if _, ok := f.view.shows(obj); ok {
-		f.h.OnDelete(obj)
+	t, ok := f.view.shows(obj)
+	if !ok {
+		return
 	}
+	if d, tomb := obj.(cache.DeletedFinalStateUnknown); tomb {
+		f.h.OnDelete(cache.DeletedFinalStateUnknown{Key: d.Key, Obj: t})
+		return
+	}
+	f.h.OnDelete(t)
 }
 
 // HasSynced reports whether every namespace's informer has synced.
@@ -239,13 +270,50 @@ func (i *Informer[T]) HasSynced() bool {
 	return true
 }
 
-// Indexers are the stores behind the informer, one per namespace: what unit tests fill.
+// Indexers are the stores behind the informer, one per namespace: what unit tests fill. A store may
+// hold Ts as they are, besides the records the informers store.
 func (i *Informer[T]) Indexers() []cache.Indexer {
 	out := make([]cache.Indexer, len(i.informers))
 	for j, inf := range i.informers {
 		out[j] = inf.GetIndexer()
 	}
 	return out
+}
+
+// stored returns the object the store holds under key, as it holds it.
+func (i *Informer[T]) stored(key string) (any, bool) {
+	for _, inf := range i.informers {
+		if obj, exists, err := inf.GetIndexer().GetByKey(key); err == nil && exists {
+			return obj, true
+		}
+	}
+	return nil, false
+}
+
+// userView is what the User informers hand out of what they store.
+func userView(obj any) (*User, bool) {
+	switch o := obj.(type) {
+	case *User:
+		return o, true
+	case *entry:
+		return o.user(), true
+	case *podStub:
+		return o.user(), true
+	}
+	return nil, false
+}
+
+// configView is what a config informer of kind hands out of what it stores.
+func configView(kind refs.Kind) func(any) (*metav1.PartialObjectMetadata, bool) {
+	return func(obj any) (*metav1.PartialObjectMetadata, bool) {
+		switch o := obj.(type) {
+		case *metav1.PartialObjectMetadata:
+			return o, true
+		case *configRecord:
+			return o.meta(kind), true
+		}
+		return nil, false
+	}
 }
 
 // MetaOf returns the metadata of a cached config object, seeing through tombstones.
@@ -268,36 +336,30 @@ func UserOf(obj any) (*User, bool) {
 
 // NewUserInformerForTest is a User informer that is never started: tests add objects to it directly.
 func NewUserInformerForTest(users ...*User) *Informer[*User] {
-	return newUserInformerForTest(withNamespaceIndex(UserIndexers()), users...)
-}
-
-// withNamespaceIndex adds the namespace index, as the informer factories do.
-func withNamespaceIndex(ix cache.Indexers) cache.Indexers {
-	ix[cache.NamespaceIndex] = cache.MetaNamespaceIndexFunc
-	return ix
+	return newUserInformerForTest(UserIndexers(), users...)
 }
 
 func newUserInformerForTest(indexers cache.Indexers, users ...*User) *Informer[*User] {
-	inf := cache.NewSharedIndexInformer(nil, &User{}, 0, indexers)
+	inf := newTestInformer(indexers)
 	for _, u := range users {
-		_ = inf.GetIndexer().Add(u)
+		_ = inf.store.Add(u)
 	}
-	return NewInformer[*User](inf)
+	return newViewInformer(userView, inf)
 }
 
 // NewConfigInformerForTest is a config informer that is never started: tests add objects to it directly.
 func NewConfigInformerForTest(objs ...*metav1.PartialObjectMetadata) *Informer[*metav1.PartialObjectMetadata] {
-	inf := cache.NewSharedIndexInformer(nil, &metav1.PartialObjectMetadata{}, 0, withNamespaceIndex(cache.Indexers{}))
+	inf := newTestInformer(nil)
 	for _, o := range objs {
-		_ = inf.GetIndexer().Add(o)
+		_ = inf.store.Add(o)
 	}
 	return NewInformer[*metav1.PartialObjectMetadata](inf)
 }
 
 // NewForTest builds caches that are never started, holding users and configs, as the controllers'
 // unit tests need them. They are built as the controller builds them with the config trigger on:
-// AllConfigs holds every config object (trimmed as on arrival), Configs is the view of the opted-in
-// ones, so every controller's tests run against the widened informers.
+// AllConfigs holds every config object (reduced to its record as on arrival), Configs is the view of
+// the opted-in ones, so every controller's tests run against the widened informers.
 func NewForTest(users []*User, configs []*metav1.PartialObjectMetadata) *Caches {
 	cs := &Caches{Users: map[Kind]*Informer[*User]{}, Configs: map[refs.Kind]*Informer[*metav1.PartialObjectMetadata]{}}
 	byKind := map[Kind][]*User{}
@@ -305,26 +367,87 @@ func NewForTest(users []*User, configs []*metav1.PartialObjectMetadata) *Caches 
 		byKind[u.Kind()] = append(byKind[u.Kind()], u)
 	}
 	for _, k := range UserKinds() {
-		indexers := withNamespaceIndex(UserIndexers())
+		indexers := UserIndexers()
 		if k == Pod {
-			indexers = withNamespaceIndex(cache.Indexers{}) // as New builds the Pod informer
+			indexers = nil // as New builds the Pod informer
 		}
 		cs.Users[k] = newUserInformerForTest(indexers, byKind[k]...)
 	}
-	trim := trimAll(newSharing(nil))
+	r := newReducer(nil, false, true)
 	for _, k := range refs.Kinds() {
-		ix := withNamespaceIndex(allConfigIndexers(k))
-		inf := cache.NewSharedIndexInformer(nil, &metav1.PartialObjectMetadata{}, 0, ix)
+		inf := newTestInformer(snapshotIndexers(k))
 		for _, m := range configs {
 			if m.Kind == string(k) {
-				trimmed, _ := trim(m.DeepCopy())
-				_ = inf.GetIndexer().Add(trimmed)
+				_ = inf.store.Add(r.config(m.DeepCopy(), keepForTrigger))
 			}
 		}
-		cs.Configs[k] = NewInformer[*metav1.PartialObjectMetadata](inf)
+		cs.Configs[k] = newViewInformer(configView(k), inf)
 	}
 	cs.widen()
 	return cs
+}
+
+// UsersUsing returns the cached users of a kind in namespace whose pods or pod template reference r.
+// Each record is looked at before a User is made of it: a config event asks this of every revision
+// kind of its namespace, and a namespace may hold hundreds of revisions and pods.
+func (c *Caches) UsersUsing(kind Kind, namespace string, r refs.Ref) ([]*User, error) {
+	letter, ok := kindLetters[r.Kind]
+	if !ok {
+		letter = '?'
+	}
+	item := string(letter) + r.Name
+	return c.usersWhere(kind, namespace, func(stored any) bool {
+		switch o := stored.(type) {
+		case *entry:
+			return o.refs.has(item)
+		case *podStub:
+			if o.own != nil {
+				return o.own.has(item)
+			}
+			return o.owner.refs.has(item)
+		}
+		return true
+	}, Using(r))
+}
+
+// UsersControlledBy returns the cached users of a kind in namespace whose controller has uid,
+// looking at each record first (UsersUsing).
+func (c *Caches) UsersControlledBy(kind Kind, namespace string, uid types.UID) ([]*User, error) {
+	return c.usersWhere(kind, namespace, func(stored any) bool {
+		switch o := stored.(type) {
+		case *entry:
+			return o.owner != nil && o.owner.uid.is(uid)
+		case *podStub:
+			return o.owner.uid.is(uid)
+		}
+		return true
+	}, ControlledBy(uid))
+}
+
+// usersWhere returns the users of a kind in namespace whose record passes pre and whose view match.
+func (c *Caches) usersWhere(kind Kind, namespace string, pre func(any) bool, match func(*User) bool) ([]*User, error) {
+	inf, ok := c.Users[kind]
+	if !ok {
+		return nil, nil
+	}
+	var out []*User
+	var errs []error
+	for _, src := range inf.informers {
+		objs, err := src.GetIndexer().ByIndex(cache.NamespaceIndex, namespace)
+		if err != nil {
+			errs = append(errs, err)
+			continue
+		}
+		for _, o := range objs {
+			if !pre(o) {
+				continue
+			}
+			if u, ok := inf.shows(o); ok && match(u) {
+				out = append(out, u)
+			}
+		}
+	}
+	return out, errors.Join(errs...)
 }
 
 // UsersOf returns every cached object, of any kind, whose pods or pod template reference r, and the
@@ -334,11 +457,7 @@ func (c *Caches) UsersOf(namespace string, r refs.Ref, owners ...metav1.OwnerRef
 	var out []*User
 	var errs []error
 	for _, kind := range UserKinds() {
-		inf, ok := c.Users[kind]
-		if !ok {
-			continue
-		}
-		us, err := inf.InNamespace(namespace, Using(r))
+		us, err := c.UsersUsing(kind, namespace, r)
 		if err != nil {
 			errs = append(errs, err)
 		}
@@ -355,6 +474,34 @@ func (c *Caches) UsersOf(namespace string, r refs.Ref, owners ...metav1.OwnerRef
 		}
 		if exists && u.UID == o.UID {
 			out = append(out, u)
+		}
+	}
+	return out, errors.Join(errs...)
+}
+
+// OwnedConfigs returns the cached opted-in objects of a kind in namespace among whose owners is uid:
+// what a revision owns. Each object's record is looked at before any view is made of it: a sync of
+// each of a cluster's ~100,000 revisions asks, and each namespace holds dozens of config objects.
+func (c *Caches) OwnedConfigs(kind refs.Kind, namespace string, uid types.UID) ([]*metav1.PartialObjectMetadata, error) {
+	inf, ok := c.Configs[kind]
+	if !ok {
+		return nil, nil
+	}
+	var out []*metav1.PartialObjectMetadata
+	var errs []error
+	for _, src := range inf.informers {
+		objs, err := src.GetIndexer().ByIndex(cache.NamespaceIndex, namespace)
+		if err != nil {
+			errs = append(errs, err)
+			continue
+		}
+		for _, o := range objs {
+			if rec, ok := o.(*configRecord); ok && !slices.ContainsFunc(rec.owners, func(l ownerLink) bool { return l.id.uid.is(uid) }) {
+				continue
+			}
+			if m, ok := inf.shows(o); ok && revision.OwnedBy(&m.ObjectMeta, uid) {
+				out = append(out, m)
+			}
 		}
 	}
 	return out, errors.Join(errs...)

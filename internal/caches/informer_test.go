@@ -3,8 +3,11 @@ package caches
 import (
 	"slices"
 	"testing"
+	"time"
 
+	"k8s.io/apimachinery/pkg/api/equality"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/tools/cache"
 
 	"github.com/configmap-attacher/configmap-attacher/internal/api"
@@ -71,14 +74,14 @@ func TestOptedInViewOfTheWidenedInformer(t *testing.T) {
 	}
 }
 
-// trimAll keeps what readers of the widened informer need, and nothing a tool wrote.
-func TestTrimAll(t *testing.T) {
+// A config object of the widened informers keeps what their readers need, and nothing a tool wrote.
+func TestConfigRecordsForTheTrigger(t *testing.T) {
+	r := newReducer(nil, false, true)
 	m := cm("x", map[string]string{api.PinLabel: api.PinValue, "app.kubernetes.io/managed-by": "Helm"})
 	m.Annotations = map[string]string{api.ReloaderMatch: "true", "meta.helm.sh/release-name": "r",
 		"kubectl.kubernetes.io/last-applied-configuration": "{...}", api.OriginalNameAnnotation: "y"}
 	m.ManagedFields = []metav1.ManagedFieldsEntry{{Manager: "helm"}}
-	out, _ := trimAll(newSharing(nil))(m)
-	got := out.(*metav1.PartialObjectMetadata)
+	got := r.config(m, keepForTrigger).meta(refs.ConfigMap)
 	if len(got.Labels) != 1 || got.Labels[api.PinLabel] != api.PinValue {
 		t.Errorf("labels %v, want only ours", got.Labels)
 	}
@@ -90,9 +93,31 @@ func TestTrimAll(t *testing.T) {
 	}
 	s := cm("x-0123456789", map[string]string{api.SnapshotLabel: api.SnapshotValue})
 	s.Annotations = map[string]string{api.OriginalNameAnnotation: "x"}
-	out, _ = trimAll(newSharing(nil))(s)
-	if out.(*metav1.PartialObjectMetadata).Annotations[api.OriginalNameAnnotation] != "x" {
+	if r.config(s, keepForTrigger).meta(refs.ConfigMap).Annotations[api.OriginalNameAnnotation] != "x" {
 		t.Error("a snapshot lost its original name: the pinning view indexes by it")
+	}
+}
+
+// A config object's record says everything its metadata said that a reader reads: owners (each
+// reference exactly as written), finalizers, deletion, creation, uid, resourceVersion.
+func TestConfigRecordRoundTrip(t *testing.T) {
+	yes, no := true, false
+	deleted := metav1.NewTime(time.Date(2026, 11, 28, 10, 0, 0, 0, time.UTC))
+	m := cm("app-config-v2", optedIn)
+	m.UID, m.ResourceVersion = "0b7a4c39-9e2d-4c39-8a6f-4c3e00000042", "4711"
+	m.CreationTimestamp = metav1.NewTime(time.Date(2026, 11, 27, 9, 0, 0, 0, time.UTC))
+	m.DeletionTimestamp = &deleted
+	m.Finalizers = []string{api.InUseFinalizer, "example.com/keep"}
+	m.OwnerReferences = []metav1.OwnerReference{
+		{APIVersion: "apps/v1", Kind: "ReplicaSet", Name: "web-1", UID: "uid-web-1", Controller: &no},
+		{APIVersion: "apps/v1", Kind: "ReplicaSet", Name: "web-2", UID: "uid-web-2", BlockOwnerDeletion: &yes},
+		{APIVersion: "example.com/v1", Kind: "Thing", Name: "t", UID: "uid-t", Controller: &yes, BlockOwnerDeletion: &no},
+	}
+	want := m.DeepCopy()
+	want.Labels = map[string]string{api.RevisionedLabel: api.RevisionedValue}
+	got := newReducer(nil, false, true).config(m, keepNone).meta(refs.ConfigMap)
+	if !equality.Semantic.DeepEqual(got, want) {
+		t.Errorf("view of the record:\n%+v\nwant\n%+v", got, want)
 	}
 }
 
@@ -113,15 +138,104 @@ func TestCountConfigsCountsEveryKind(t *testing.T) {
 	}
 }
 
-// With the widened config informers the pinning snapshots are a view of them: every index the
-// snapshot readers use (the webhook's ByPin, the PinRemoved check's ByCopied) must be there too.
-func TestWidenedConfigInformersCarryTheSnapshotIndexes(t *testing.T) {
-	for _, kind := range refs.Kinds() {
-		all := allConfigIndexers(kind)
-		for _, name := range []string{ByPin, ByCopied} {
-			if _, ok := all[name]; !ok {
-				t.Errorf("%s: the widened informer lacks index %s", kind, name)
-			}
+// With the widened config informers the pinning snapshots are a view of them: the indexes the snapshot
+// readers use (the webhook's ByPin, the PinRemoved check's ByCopied) find a snapshot's record.
+func TestWidenedConfigInformersIndexSnapshots(t *testing.T) {
+	s := snap("app-config-0123456789", 0, "rs-1", "rs-2")
+	s.Kind, s.Labels = "ConfigMap", map[string]string{api.SnapshotLabel: api.SnapshotValue, api.RevisionedLabel: api.RevisionedValue}
+	cs := NewForTest(nil, []*metav1.PartialObjectMetadata{s})
+	all := cs.AllConfigs[refs.ConfigMap]
+	app := refs.Ref{Kind: refs.ConfigMap, Name: "app-config"}
+	for _, key := range []string{PinKey("rs-1", app), PinKey("rs-2", app)} {
+		if got, err := all.ByIndex(ByPin, key); err != nil || len(got) != 1 || got[0].Name != s.Name {
+			t.Errorf("ByPin %s: %v, %v", key, got, err)
 		}
+	}
+	if got, err := all.ByIndex(ByCopied, CopiedKey("app", app)); err != nil || len(got) != 1 {
+		t.Errorf("ByCopied: %v, %v", got, err)
+	}
+}
+
+// What a revision owns, found among its namespace's opted-in objects (the view's filter holds).
+func TestOwnedConfigs(t *testing.T) {
+	owned := func(name string, labels map[string]string, uids ...types.UID) *metav1.PartialObjectMetadata {
+		m := cm(name, labels)
+		for _, u := range uids {
+			m.OwnerReferences = append(m.OwnerReferences, metav1.OwnerReference{APIVersion: "apps/v1", Kind: "ReplicaSet", Name: "rs-" + string(u), UID: u})
+		}
+		return m
+	}
+	cs := NewForTest(nil, []*metav1.PartialObjectMetadata{
+		owned("a", optedIn, "rs-1"), owned("b", optedIn, "rs-2", "rs-1"), owned("c", optedIn, "rs-2"),
+		owned("not-opted-in", nil, "rs-1"),
+	})
+	got, err := cs.OwnedConfigs(refs.ConfigMap, "app", "rs-1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var names []string
+	for _, m := range got {
+		names = append(names, m.Name)
+	}
+	slices.Sort(names)
+	if !slices.Equal(names, []string{"a", "b"}) {
+		t.Errorf("owned by rs-1: %v, want a and b", names)
+	}
+	if got, _ := cs.OwnedConfigs(refs.Secret, "app", "rs-1"); len(got) != 0 {
+		t.Errorf("Secrets owned by rs-1: %v", got)
+	}
+}
+
+// The users of an object and of a controller, found from what the caches store as from the Users.
+func TestUsersUsingAndControlledBy(t *testing.T) {
+	r := newReducer(nil, false, false)
+	inf := newTestInformer(UserIndexers())
+	pods := newTestInformer(nil)
+	for j := range 3 {
+		rec, _ := r.user(benchReplicaSet(j))
+		_ = inf.store.Add(rec)
+	}
+	for i := range 4 {
+		rec, _ := r.user(benchPod(i))
+		_ = pods.store.Add(rec)
+	}
+	pinned := benchPod(5)
+	pinned.Spec.Volumes[0].Projected.Sources[0].ConfigMap.Name = "web-0-config-v1"
+	rec, _ := r.user(pinned)
+	_ = pods.store.Add(rec)
+	c := &Caches{Users: map[Kind]*Informer[*User]{ReplicaSet: newViewInformer(userView, inf), Pod: newViewInformer(userView, pods)}}
+	names := func(us []*User, err error) []string {
+		t.Helper()
+		if err != nil {
+			t.Fatal(err)
+		}
+		var out []string
+		for _, u := range us {
+			out = append(out, u.Name)
+		}
+		slices.Sort(out)
+		return out
+	}
+	ns := "tenant-0000"
+	if got := names(c.UsersUsing(ReplicaSet, ns, refs.Ref{Kind: refs.ConfigMap, Name: "web-0-config-v1"})); !slices.Equal(got, []string{benchReplicaSet(1).Name}) {
+		t.Errorf("ReplicaSets using web-0-config-v1: %v", got)
+	}
+	if got := names(c.UsersUsing(ReplicaSet, ns, refs.Ref{Kind: refs.Secret, Name: "web-0-secret"})); len(got) != 3 {
+		t.Errorf("ReplicaSets using the Secret: %v", got)
+	}
+	if got := names(c.UsersUsing(ReplicaSet, ns, refs.Ref{Kind: refs.ConfigMap, Name: "web-0-secret"})); len(got) != 0 {
+		t.Errorf("a ConfigMap of the Secret's name is used by %v", got)
+	}
+	if got := names(c.UsersUsing(Pod, ns, refs.Ref{Kind: refs.ConfigMap, Name: "web-0-config-v1"})); !slices.Equal(got, []string{pinned.Name}) {
+		t.Errorf("pods using web-0-config-v1: %v", got)
+	}
+	if got := names(c.UsersUsing(Pod, ns, refs.Ref{Kind: refs.ConfigMap, Name: "web-0-config-v0"})); len(got) != 4 {
+		t.Errorf("pods using web-0-config-v0: %v", got)
+	}
+	if got := names(c.UsersControlledBy(ReplicaSet, ns, benchDeployment(0).UID)); len(got) != 3 {
+		t.Errorf("ReplicaSets of the Deployment: %v", got)
+	}
+	if got := names(c.UsersControlledBy(Pod, ns, benchReplicaSet(1).UID)); !slices.Equal(got, []string{pinned.Name}) {
+		t.Errorf("pods of ReplicaSet 1: %v", got)
 	}
 }

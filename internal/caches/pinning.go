@@ -8,7 +8,8 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/runtime"
-	"k8s.io/client-go/informers"
+	"k8s.io/apimachinery/pkg/types"
+	coreinformers "k8s.io/client-go/informers/core/v1"
 	"k8s.io/client-go/metadata/metadatainformer"
 	"k8s.io/client-go/tools/cache"
 
@@ -28,20 +29,42 @@ func PinKey(revision string, r refs.Ref) string {
 
 func indexByPin(kind refs.Kind) cache.IndexFunc {
 	return func(obj any) ([]string, error) {
-		m, ok := obj.(*metav1.PartialObjectMetadata)
-		if !ok {
-			return nil, nil
-		}
-		orig := m.Annotations[api.OriginalNameAnnotation]
+		orig, owners, _ := snapshotOf(obj)
 		if orig == "" {
 			return nil, nil
 		}
-		out := make([]string, len(m.OwnerReferences))
-		for i, o := range m.OwnerReferences {
-			out[i] = PinKey(string(o.UID), refs.Ref{Kind: kind, Name: orig})
+		out := make([]string, len(owners))
+		for i, o := range owners {
+			out[i] = PinKey(string(o), refs.Ref{Kind: kind, Name: orig})
 		}
 		return out, nil
 	}
+}
+
+// snapshotOf reads, of a stored config object, what the snapshot indexes read: the original name it
+// copies ("" when it is no snapshot), the uids of its owners and its namespace.
+func snapshotOf(obj any) (original string, owners []types.UID, namespace string) {
+	switch o := obj.(type) {
+	case *configRecord:
+		if original = o.annotations[api.OriginalNameAnnotation]; original == "" {
+			return "", nil, ""
+		}
+		owners = make([]types.UID, len(o.owners))
+		for i, l := range o.owners {
+			owners[i] = l.id.uid.get()
+		}
+		namespace, _ = splitKey(o.key)
+	case *metav1.PartialObjectMetadata:
+		if original = o.Annotations[api.OriginalNameAnnotation]; original == "" {
+			return "", nil, ""
+		}
+		owners = make([]types.UID, len(o.OwnerReferences))
+		for i, r := range o.OwnerReferences {
+			owners[i] = r.UID
+		}
+		namespace = o.Namespace
+	}
+	return original, owners, namespace
 }
 
 // ByCopied indexes snapshots by "<namespace>/<Kind>/<original name>" (CopiedKey): every snapshot of
@@ -55,11 +78,11 @@ func CopiedKey(namespace string, r refs.Ref) string {
 
 func indexByCopied(kind refs.Kind) cache.IndexFunc {
 	return func(obj any) ([]string, error) {
-		m, ok := obj.(*metav1.PartialObjectMetadata)
-		if !ok || m.Annotations[api.OriginalNameAnnotation] == "" {
+		orig, _, ns := snapshotOf(obj)
+		if orig == "" {
 			return nil, nil
 		}
-		return []string{CopiedKey(m.Namespace, refs.Ref{Kind: kind, Name: m.Annotations[api.OriginalNameAnnotation]})}, nil
+		return []string{CopiedKey(ns, refs.Ref{Kind: kind, Name: orig})}, nil
 	}
 }
 
@@ -81,57 +104,60 @@ type Pinning struct {
 // NewPinning adds the pinning caches to c.
 func (c *Caches) NewPinning(clients *kube.Clients, o Options) error {
 	p := &Pinning{Pins: map[refs.Kind]*Informer[runtime.Object]{}, Snapshots: map[refs.Kind]*Informer[*metav1.PartialObjectMetadata]{}}
+	clients, err := informerClients(clients)
+	if err != nil {
+		return err
+	}
 	namespaces := o.Namespaces
 	if len(namespaces) == 0 {
 		namespaces = []string{metav1.NamespaceAll}
 	}
-	pins := map[refs.Kind][]cache.SharedIndexInformer{}
-	snaps := map[refs.Kind][]cache.SharedIndexInformer{}
+	pins := map[refs.Kind][]source{}
+	snaps := map[refs.Kind][]source{}
 	pinSelector := labels.SelectorFromSet(labels.Set{api.PinLabel: api.PinValue}).String()
 	snapSelector := labels.SelectorFromSet(labels.Set{api.SnapshotLabel: api.SnapshotValue}).String()
+	tweak := func(lo *metav1.ListOptions) { lo.LabelSelector = pinSelector }
 	for _, ns := range namespaces {
-		typed := informers.NewSharedInformerFactoryWithOptions(clients.Kube, 0, informers.WithNamespace(ns),
-			informers.WithTweakListOptions(func(lo *metav1.ListOptions) { lo.LabelSelector = pinSelector }),
-			informers.WithTransform(trimPin))
 		for _, kind := range o.ConfigKinds {
 			var inf cache.SharedIndexInformer
+			ix := cache.Indexers{cache.NamespaceIndex: cache.MetaNamespaceIndexFunc}
 			switch kind {
 			case refs.ConfigMap:
-				inf = typed.Core().V1().ConfigMaps().Informer()
+				inf = coreinformers.NewFilteredConfigMapInformer(clients.Kube, ns, 0, ix, tweak)
 			case refs.Secret:
-				inf = typed.Core().V1().Secrets().Informer()
+				inf = coreinformers.NewFilteredSecretInformer(clients.Kube, ns, 0, ix, tweak)
+			default:
+				continue
+			}
+			if err := inf.SetTransform(trimPin); err != nil {
+				return err
 			}
 			pins[kind] = append(pins[kind], inf)
+			c.add(inf)
 		}
-		c.start[stageWorkloads] = append(c.start[stageWorkloads], typed.Start)
-
 		if c.AllConfigs != nil {
 			continue // the snapshots are a view of the config informers (below)
 		}
-		err := c.metadataInformers(clients, ns, snapSelector, o.ConfigKinds, trimSnapshot,
-			snapshotIndexers, snaps)
-		if err != nil {
+		if err := c.metadataInformers(apiSources{clients}, ns, snapSelector, o.ConfigKinds, keepOriginalName, snapshotIndexers, snaps); err != nil {
 			return err
 		}
 	}
 	for kind, infs := range pins {
-		p.Pins[kind] = joined[runtime.Object](c, stageWorkloads, infs)
+		p.Pins[kind] = NewInformer[runtime.Object](infs...)
 	}
 	for kind, infs := range snaps {
-		p.Snapshots[kind] = joined[*metav1.PartialObjectMetadata](c, stageWorkloads, infs)
+		p.Snapshots[kind] = newViewInformer(configView(kind), infs...)
 	}
 	for kind, inf := range c.AllConfigs {
 		p.Snapshots[kind] = inf.Filtered(isSnapshot)
 	}
-	nsFactory := metadatainformer.NewSharedInformerFactory(clients.Metadata, 0)
-	nsInf := nsFactory.ForResource(corev1.SchemeGroupVersion.WithResource("namespaces")).Informer()
+	nsInf := metadatainformer.NewFilteredMetadataInformer(clients.Metadata, corev1.SchemeGroupVersion.WithResource("namespaces"), metav1.NamespaceAll, 0,
+		cache.Indexers{}, nil).Informer()
 	if err := nsInf.SetTransform(trimNamespace); err != nil {
 		return err
 	}
 	p.Namespaces = NewInformer[*metav1.PartialObjectMetadata](nsInf)
-	c.synced = append(c.synced, nsInf.HasSynced)
-	c.stageSynced[stageWorkloads] = append(c.stageSynced[stageWorkloads], nsInf.HasSynced)
-	c.start[stageWorkloads] = append(c.start[stageWorkloads], nsFactory.Start)
+	c.add(nsInf)
 	c.Pinning = p
 	return nil
 }
@@ -221,15 +247,6 @@ func trimPin(obj any) (any, error) {
 
 func isSnapshot(m *metav1.PartialObjectMetadata) bool {
 	return m.Labels[api.SnapshotLabel] == api.SnapshotValue
-}
-
-func trimSnapshot(obj any) (any, error) {
-	if m, ok := obj.(*metav1.PartialObjectMetadata); ok {
-		m.ManagedFields = nil
-		orig := m.Annotations[api.OriginalNameAnnotation]
-		m.Annotations = map[string]string{api.OriginalNameAnnotation: orig}
-	}
-	return obj, nil
 }
 
 func trimNamespace(obj any) (any, error) {

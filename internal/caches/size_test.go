@@ -2,6 +2,7 @@ package caches
 
 import (
 	"fmt"
+	"hash/fnv"
 	"os"
 	"runtime"
 	"runtime/pprof"
@@ -24,8 +25,11 @@ const (
 	benchReplicas  = 4
 )
 
+// benchUID is a UUID of the form the API server writes, different for every kind and i.
 func benchUID(kind string, i int) types.UID {
-	return types.UID(fmt.Sprintf("%08x-0b7a-4c39-9e2d-%012d", len(kind), i))
+	h := fnv.New32a()
+	_, _ = h.Write([]byte(kind))
+	return types.UID(fmt.Sprintf("%08x-0b7a-4c39-9e2d-%012d", h.Sum32(), i))
 }
 
 // benchTemplate is revision r of app a: a projected ConfigMap volume as the original chart mounts it,
@@ -101,50 +105,59 @@ func benchConfigMap(i int) *metav1.PartialObjectMetadata {
 
 // BenchmarkCache reports what a cache retains per object, for the kinds of which a cluster has the
 // most: Pods, ReplicaSets and opted-in ConfigMaps, each through its informer's transform (with its
-// controller cached) into a store with the indexes its informer has: heap in use after a GC, before
-// and after 10,000 objects.
+// controller, or owner, cached) into a store with the indexes its informer has: heap in use after a
+// GC, before and after 10,000 objects.
 // HEAPPROFILE=<file> also writes the heap profile with the cache filled (go tool pprof -sample_index=inuse_space).
 func BenchmarkCache(b *testing.B) {
 	if os.Getenv("HEAPPROFILE") != "" {
 		runtime.MemProfileRate = 1 // every allocation, from the start
 	}
-	users := func(s *sharing) cache.TransformFunc { return transform(s, false) }
+	users := func(r *reducer) cache.TransformFunc { return r.transform }
 	for _, kind := range []struct {
 		name      string
 		object    func(int) any
-		owner     func(int) any // the object's controller, cached before (nil: none)
-		owners    int           // objects per owner
-		transform func(*sharing) cache.TransformFunc
+		owner     func(int) any // the object's controller or owner, cached before (nil: none)
+		ownerKind Kind
+		owners    int // objects per owner
+		transform func(*reducer) cache.TransformFunc
 		indexers  cache.Indexers
 	}{
-		{"Pod", func(i int) any { return benchPod(i) }, func(j int) any { return benchReplicaSet(j) }, benchReplicas, users, withNamespaceIndex(cache.Indexers{})},
-		{"ReplicaSet", func(j int) any { return benchReplicaSet(j) }, func(d int) any { return benchDeployment(d) }, benchRevisions, users,
-			withNamespaceIndex(UserIndexers())},
-		{"ConfigMap", func(i int) any { return benchConfigMap(i) }, nil, 1, trimConfig, withNamespaceIndex(cache.Indexers{})},
+		{"Pod", func(i int) any { return benchPod(i) }, func(j int) any { return benchReplicaSet(j) }, ReplicaSet, benchReplicas, users,
+			nil},
+		{"ReplicaSet", func(j int) any { return benchReplicaSet(j) }, func(d int) any { return benchDeployment(d) }, Deployment, benchRevisions, users,
+			UserIndexers()},
+		{"ConfigMap", func(i int) any { return benchConfigMap(i) }, func(j int) any { return benchReplicaSet(j) }, ReplicaSet, 1,
+			func(r *reducer) cache.TransformFunc { return r.configTransform(keepNone) }, nil},
 	} {
 		b.Run(kind.name, func(b *testing.B) {
 			const n = 10000
 			for range b.N {
 				b.StopTimer()
 				// The controllers, in a cache of their own as the informers keep them.
-				owners := map[string]*User{}
-				if kind.owner != nil {
-					for j := range n / kind.owners {
-						u, err := transform(nil, false)(kind.owner(j))
-						if err != nil {
-							b.Fatal(err)
-						}
-						o := u.(*User)
-						owners[o.Namespace+"/"+o.Name] = o
+				owners := map[string]*entry{}
+				r := newReducer(nil, false, true)
+				r.ids = newIdentities(func(k Kind, key string) *identity {
+					if e, ok := owners[key]; ok && k == kind.ownerKind {
+						return e.id
 					}
+					return nil
+				})
+				r.ids.settle() // the caches have synced: what objects name is found in them
+				for j := range n / kind.owners {
+					rec, err := r.transform(kind.owner(j))
+					if err != nil {
+						b.Fatal(err)
+					}
+					e := rec.(*entry)
+					owners[e.id.key] = e
 				}
 				before := heapInUse()
 				objs := make([]any, n)
 				for i := range objs {
 					objs[i] = kind.object(i)
 				}
-				store := cache.NewIndexer(cache.DeletionHandlingMetaNamespaceKeyFunc, kind.indexers)
-				tr := kind.transform(newSharing(func(_ Kind, ns, name string) *User { return owners[ns+"/"+name] }))
+				store := newStore(kind.indexers)
+				tr := kind.transform(r)
 				b.StartTimer()
 				for i, o := range objs {
 					t, err := tr(o)

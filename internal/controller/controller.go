@@ -128,7 +128,9 @@ func sameController(a, b *metav1.OwnerReference) bool {
 }
 
 // configHandler enqueues the revisions that use a config object whenever it appears, changes (for
-// example someone removed our ownerReference) or goes away.
+// example someone removed our ownerReference) or goes away. Not for the objects of the caches' first
+// list: every revision is queued by its own first add then, and looking for the users of each of a
+// cluster's config objects would make the start's work grow with objects × revisions per namespace.
 func (c *Controller) configHandler(kind refs.Kind) cache.ResourceEventHandler {
 	enqueue := func(obj any) {
 		m, ok := caches.MetaOf(obj)
@@ -136,42 +138,47 @@ func (c *Controller) configHandler(kind refs.Kind) cache.ResourceEventHandler {
 			return
 		}
 		c.pending.observe(m)
-		c.enqueueUsers(m.Namespace, caches.Using(refs.Ref{Kind: kind, Name: m.Name}), true)
+		r := refs.Ref{Kind: kind, Name: m.Name}
+		c.enqueueUsers(func(k caches.Kind) ([]*caches.User, error) { return c.caches.UsersUsing(k, m.Namespace, r) }, true)
 	}
-	return cache.ResourceEventHandlerFuncs{
-		AddFunc:    enqueue,
+	return cache.ResourceEventHandlerDetailedFuncs{
+		AddFunc: func(obj any, initial bool) {
+			if !initial {
+				enqueue(obj)
+			}
+		},
 		UpdateFunc: func(_, cur any) { enqueue(cur) },
 		DeleteFunc: enqueue,
 	}
 }
 
-// workloadHandler enqueues a workload's revisions when its attach-all annotation changes.
+// workloadHandler enqueues a workload's revisions when its attach-all annotation changes (and when it
+// appears after the caches' first list, whose revisions are each queued by their own first add).
 func (c *Controller) workloadHandler() cache.ResourceEventHandler {
-	return cache.ResourceEventHandlerFuncs{
-		AddFunc: func(obj any) {
-			if u, ok := caches.UserOf(obj); ok {
-				c.enqueueUsers(u.Namespace, caches.ControlledBy(u.UID), false)
+	return cache.ResourceEventHandlerDetailedFuncs{
+		AddFunc: func(obj any, initial bool) {
+			if u, ok := caches.UserOf(obj); ok && !initial {
+				c.enqueueUsers(func(k caches.Kind) ([]*caches.User, error) { return c.caches.UsersControlledBy(k, u.Namespace, u.UID) }, false)
 			}
 		},
 		UpdateFunc: func(old, cur any) {
 			o, okO := caches.UserOf(old)
 			n, okN := caches.UserOf(cur)
 			if okO && okN && o.Annotations[api.AttachAllAnnotation] != n.Annotations[api.AttachAllAnnotation] {
-				c.enqueueUsers(n.Namespace, caches.ControlledBy(n.UID), false)
+				c.enqueueUsers(func(k caches.Kind) ([]*caches.User, error) { return c.caches.UsersControlledBy(k, n.Namespace, n.UID) }, false)
 			}
 		},
 	}
 }
 
-// enqueueUsers enqueues the revisions of namespace, of every kind, that match; bare pods only with
-// withPods (no pod is a workload's revision).
-func (c *Controller) enqueueUsers(namespace string, match func(*caches.User) bool, withPods bool) {
+// enqueueUsers enqueues the revisions of every kind that find returns; bare pods only with withPods
+// (no pod is a workload's revision).
+func (c *Controller) enqueueUsers(find func(caches.Kind) ([]*caches.User, error), withPods bool) {
 	for _, kind := range RevisionKinds() {
-		inf, ok := c.caches.Users[kind]
-		if !ok || (kind == caches.Pod && !withPods) {
+		if kind == caches.Pod && !withPods {
 			continue
 		}
-		users, err := inf.InNamespace(namespace, match)
+		users, err := find(kind)
 		if err != nil {
 			utilruntime.HandleError(err)
 		}

@@ -85,8 +85,8 @@ func (c *Controller) sync(ctx context.Context, key string) (reconcile.Result, er
 // changed its config before any Job ran keeps the earlier config until it is deleted.
 func (c *Controller) detachUnused(ctx context.Context, u *caches.User) error {
 	var errs []error
-	for kind, inf := range c.caches.Configs {
-		owned, err := inf.InNamespace(u.Namespace, caches.OwnedBy(u.UID))
+	for kind := range c.caches.Configs {
+		owned, err := c.caches.OwnedConfigs(kind, u.Namespace, u.UID)
 		if err != nil {
 			errs = append(errs, err)
 			continue

@@ -152,11 +152,7 @@ func (c *Controller) heldBy(u *caches.User) []string {
 		}
 	}
 	for _, kind := range refs.Kinds() {
-		inf, ok := c.caches.Configs[kind]
-		if !ok {
-			continue
-		}
-		owned, err := inf.InNamespace(u.Namespace, caches.OwnedBy(u.UID))
+		owned, err := c.caches.OwnedConfigs(kind, u.Namespace, u.UID)
 		if err != nil {
 			utilruntime.HandleError(err)
 		}

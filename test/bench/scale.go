@@ -92,15 +92,20 @@ type scaleStep struct {
 	limit               int64
 	watchCPU, startCPU  float64
 	synced, firstAttach time.Duration
-	lists, watches      int
-	listResources       []string
-	kcm, apiserver      int64 // VmRSS
-	etcd                int64
-	used                int64 // the machine's memory in use with everything running, grown to this step
-	peersWatch          map[string]int64
-	peersStart          map[string]int64
-	storm, webhook      stormRatios
-	stepTime            time.Duration
+	// baselineSynced: the baseline build (-baseline-bin) started anew alone, right after ours, to its
+	// caches synced (0 when it did not run).
+	baselineSynced time.Duration
+	// load is the machine's load average (1 minute) when ours started anew.
+	load           string
+	lists, watches int
+	listResources  []string
+	kcm, apiserver int64 // VmRSS
+	etcd           int64
+	used           int64 // the machine's memory in use with everything running, grown to this step
+	peersWatch     map[string]int64
+	peersStart     map[string]int64
+	storm, webhook stormRatios
+	stepTime       time.Duration
 }
 
 // scale runs the scenario: the cluster must be the bench's own (or one made with
@@ -241,6 +246,15 @@ func (e env) canGrow(steps []scaleStep, target int, runStart time.Time, budget t
 			target, next.Round(time.Minute), elapsed.Round(time.Minute), budget)
 	}
 	return ""
+}
+
+// loadAverage is the machine's load average over the last minute ("" if unknown).
+func loadAverage() string {
+	b, err := os.ReadFile("/proc/loadavg")
+	if err != nil {
+		return ""
+	}
+	return strings.Fields(string(b))[0]
 }
 
 // memUsed is the machine's memory in use (MemTotal − MemAvailable).
@@ -504,6 +518,7 @@ func (e env) startAnew(ctx context.Context, procs *procSet, s *scaleStep, step i
 	if err != nil {
 		return err
 	}
+	s.load = loadAverage()
 	start := time.Now()
 	var attachedAfter atomic.Int64
 	probeCtx, stopProbe := context.WithCancel(ctx)
@@ -555,9 +570,20 @@ func (e env) startAnew(ctx context.Context, procs *procSet, s *scaleStep, step i
 		s.listResources = append(s.listResources, r+": "+strings.TrimSpace(v))
 	}
 	sort.Strings(s.listResources)
+	// The baseline build, started alone too: e.g. a build with compression of the first lists on.
+	for _, m := range procs.procs[1:] {
+		if m.name != baselineName || !m.runsAt(s.target) {
+			continue
+		}
+		started := time.Now()
+		if m.p, err = m.start(ctx); err != nil { // returns once /readyz answers 200
+			return fmt.Errorf("%s: %w", m.name, err)
+		}
+		s.baselineSynced = time.Since(started)
+	}
 	// The others start once ours is measured, so that their starts do not load the API server during ours.
 	for _, m := range procs.procs[1:] {
-		if !m.runsAt(s.target) {
+		if !m.runsAt(s.target) || m.p != nil {
 			continue
 		}
 		if m.p, err = m.start(ctx); err != nil {
@@ -570,8 +596,11 @@ func (e env) startAnew(ctx context.Context, procs *procSet, s *scaleStep, step i
 	}
 	s.startRSS, s.startCPU, s.startHeap = started[ours].rss, started[ours].cpu, started[ours].heap
 	s.peersStart = peerRSS(started)
-	fmt.Printf("  started anew: ours synced after %s, first attach after %s; API requests meanwhile (cluster-wide): %d LIST (%s), %d more watches open\n",
-		s.synced.Round(time.Millisecond), s.firstAttach.Round(time.Millisecond), s.lists, strings.Join(s.listResources, ", "), s.watches)
+	fmt.Printf("  started anew (load average %s): ours synced after %s, first attach after %s; API requests meanwhile (cluster-wide): %d LIST (%s), %d more watches open\n",
+		s.load, s.synced.Round(time.Millisecond), s.firstAttach.Round(time.Millisecond), s.lists, strings.Join(s.listResources, ", "), s.watches)
+	if s.baselineSynced > 0 {
+		fmt.Printf("  the baseline build, started anew alone after it: synced after %s\n", s.baselineSynced.Round(time.Millisecond))
+	}
 	return nil
 }
 

@@ -49,10 +49,12 @@ func mibOrDash(b int64) string {
 // scaleTables renders the memory table and the time/load table.
 func scaleTables(steps []scaleStep, baseline int64) [][][]string {
 	mem := [][]string{{"Pods", "nodes", "configmap-attacher, through the watch", "configmap-attacher, started anew", "KiB per Pod (anew − empty cluster)",
+		"MiB per 10,000 Pods (anew − empty cluster)",
 		"ours, live heap (watch / anew)", "ours with GOMEMLIMIT (sizing rule), started anew", "with GOMEMLIMIT / kube-controller-manager",
 		"kube-controller-manager", "ours / kube-controller-manager", "configmap-rs-operator (watch / anew)", "Reloader (watch / anew)", "ours / best peer",
 		"baseline build (watch / anew)"}}
-	load := [][]string{{"Pods", "built in", "ours CPU (growth / start)", "caches synced", "first attach", "API requests at start: LISTs / watches opened",
+	load := [][]string{{"Pods", "built in", "load average at start", "ours CPU (growth / start)", "caches synced", "first attach", "baseline build: caches synced",
+		"API requests at start: LISTs / watches opened",
 		"attach p50 / p99 ÷ floor", "webhook p50 / p99, with ÷ without", "kube-apiserver RSS", "etcd RSS", "step took"}}
 	for _, s := range steps {
 		peer := func(name string) string {
@@ -73,10 +75,15 @@ func scaleTables(steps []scaleStep, baseline int64) [][][]string {
 		oursMax := max(s.watchRSS, s.startRSS)
 		perPod := float64(s.startRSS-baseline) / 1024 / float64(s.pods)
 		mem = append(mem, []string{podsLabel(s.pods), withCommas(s.nodes), mib(s.watchRSS), mib(s.startRSS), fmt.Sprintf("%.2f", perPod),
+			fmt.Sprintf("%.1f", perPod*10000/1024),
 			mibOrDash(s.watchHeap) + " / " + mibOrDash(s.startHeap),
 			fmt.Sprintf("%s (limit %s)", mibOrDash(s.peersStart[limitedName]), mibOrDash(s.limit)), ratioTo(s.peersStart[limitedName], s.kcm), mibOrDash(s.kcm), ratioTo(oursMax, s.kcm), peer(rsOperator), peer("reloader"), ratioTo(oursMax, best), peer(baselineName)})
-		load = append(load, []string{podsLabel(s.pods), s.build.Round(time.Second).String(), fmt.Sprintf("%.1f s / %.1f s", s.watchCPU, s.startCPU),
-			secs(s.synced), secs(s.firstAttach), fmt.Sprintf("%d / %d", s.lists, s.watches),
+		baselineSynced := "—"
+		if s.baselineSynced > 0 {
+			baselineSynced = secs(s.baselineSynced)
+		}
+		load = append(load, []string{podsLabel(s.pods), s.build.Round(time.Second).String(), s.load, fmt.Sprintf("%.1f s / %.1f s", s.watchCPU, s.startCPU),
+			secs(s.synced), secs(s.firstAttach), baselineSynced, fmt.Sprintf("%d / %d", s.lists, s.watches),
 			fmt.Sprintf("%.2f / %.2f", s.storm.p50, s.storm.p99), fmt.Sprintf("%.2f / %.2f", s.webhook.p50, s.webhook.p99),
 			mibOrDash(s.apiserver), mibOrDash(s.etcd), s.stepTime.Round(time.Second).String()})
 	}

@@ -473,3 +473,74 @@ func describe(owners []metav1.OwnerReference) string {
 }
 
 func ptrTo[T any](v T) *T { return &v }
+
+// In-use protection never releases an object a pod reads, though the pod was created a moment before
+// the object's deletion and the controller's cache may not show it yet: before it lets a deletion go,
+// it confirms with a consistent LIST of the namespace what its cache says (pvcprotection's check).
+// Pods are created and their ConfigMaps deleted right after, many at once: bare pods (revisions of
+// their own) and pods whose controller is an object the controller does not follow (as a webhook's
+// volume: what they read is not their controller's).
+func TestAPodCreatedJustBeforeItsConfigIsDeletedKeepsIt(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	ns := givenNamespace(t, "protect-race")
+	startController(t, nil, ns)
+	anchor, err := e2e.cluster.Kube.CoreV1().ConfigMaps(ns).Create(ctx, &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: "anchor"}}, metav1.CreateOptions{})
+	must(t, err)
+	const n = 12
+	cms := make([]string, n)
+	for i := range cms {
+		cms[i] = configRevision(t, ns, fmt.Sprintf("race-%02d", i), "v1")
+	}
+	for _, cm := range cms {
+		must(t, e2e.cluster.WaitProtected(ctx, attachWithin, ns, refs.ConfigMap, cm))
+	}
+
+	// When each pod is created and, as soon as the API server has it, its ConfigMap deleted,
+	errs := make(chan error, n)
+	for i, cm := range cms {
+		go func() {
+			p := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: fmt.Sprintf("reader-%02d", i), Namespace: ns}, Spec: template("reader", cm).Spec}
+			if i%2 == 1 {
+				yes := true
+				p.OwnerReferences = []metav1.OwnerReference{{APIVersion: "v1", Kind: "ConfigMap", Name: anchor.Name, UID: anchor.UID, Controller: &yes}}
+			}
+			if _, err := e2e.cluster.Kube.CoreV1().Pods(ns).Create(ctx, p, metav1.CreateOptions{}); err != nil {
+				errs <- err
+				return
+			}
+			errs <- e2e.cluster.Kube.CoreV1().ConfigMaps(ns).Delete(ctx, cm, metav1.DeleteOptions{})
+		}()
+	}
+	for range cms {
+		must(t, <-errs)
+	}
+	// then every one is held, and says by which pod.
+	for i, cm := range cms {
+		must(t, e2e.cluster.WaitHeld(ctx, 10*time.Second, ns, refs.ConfigMap, cm))
+		want := fmt.Sprintf("in use by pod/reader-%02d", i)
+		must(t, framework.Eventually(ctx, attachWithin, "a DeletionHeld event on "+cm, func(ctx context.Context) (bool, string, error) {
+			msgs, err := e2e.cluster.Events(ctx, ns, refs.ConfigMap, cm, "DeletionHeld")
+			for _, m := range msgs {
+				if strings.Contains(m, want) {
+					return true, "", err
+				}
+			}
+			return false, fmt.Sprint(msgs), err
+		}))
+	}
+	stillThere(t, ns, refs.ConfigMap, cms[0], "a pod reads it")
+	for _, cm := range cms[1:] {
+		if _, exists, err := e2e.cluster.Owners(ctx, ns, refs.ConfigMap, cm); err != nil || !exists {
+			t.Fatalf("ConfigMap %s is gone (err %v), but a pod reads it", cm, err)
+		}
+	}
+	// When the pods go, so do the ConfigMaps.
+	zero := int64(0)
+	for i := range cms {
+		must(t, e2e.cluster.Kube.CoreV1().Pods(ns).Delete(ctx, fmt.Sprintf("reader-%02d", i), metav1.DeleteOptions{GracePeriodSeconds: &zero}))
+	}
+	for _, cm := range cms {
+		must(t, e2e.cluster.WaitGone(ctx, freedWithin, ns, refs.ConfigMap, cm))
+	}
+}

@@ -1,0 +1,194 @@
+package caches
+
+import (
+	"sync"
+
+	"k8s.io/client-go/tools/cache"
+)
+
+// fifo is the queue between a storeInformer's reflector and its store: client-go's RealFIFO (without
+// atomic events) as far as the reflector and the informer can tell, but for one thing. RealFIFO pops
+// by reslicing its items, so the array a first list of 150,000 Pods grew it to (~5 MiB) stays
+// reachable until later events have filled what remains of it, which in a quiet cluster is never; fifo
+// lets go of its array each time it runs empty.
+type fifo struct {
+	mu        sync.Mutex
+	cond      sync.Cond
+	items     []cache.Delta
+	known     cache.KeyListerGetter
+	transform cache.TransformFunc
+	// populated: the first list (Replace) or an event came; initial: what remains to pop of the first
+	// list. synced is closed once both say the first list is popped.
+	populated    bool
+	initial      int
+	synced       chan struct{}
+	syncedClosed bool
+	closed       bool
+}
+
+var _ cache.Queue = (*fifo)(nil)
+
+func newFIFO(known cache.KeyListerGetter, transform cache.TransformFunc) *fifo {
+	f := &fifo{known: known, transform: transform, synced: make(chan struct{})}
+	f.cond.L = &f.mu
+	return f
+}
+
+// push queues one change, transformed unless it is a tombstone (whose object was transformed when it
+// was stored) or skip is set.
+func (f *fifo) push(t cache.DeltaType, skip bool, obj any) error {
+	if _, tomb := obj.(cache.DeletedFinalStateUnknown); f.transform != nil && !tomb && !skip {
+		var err error
+		if obj, err = f.transform(obj); err != nil {
+			return err
+		}
+	}
+	f.items = append(f.items, cache.Delta{Type: t, Object: obj})
+	f.cond.Broadcast()
+	return nil
+}
+
+func (f *fifo) event(t cache.DeltaType, obj any) error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.populated = true
+	f.checkSynced()
+	return f.push(t, false, obj)
+}
+
+func (f *fifo) Add(obj any) error    { return f.event(cache.Added, obj) }
+func (f *fifo) Update(obj any) error { return f.event(cache.Updated, obj) }
+func (f *fifo) Delete(obj any) error { return f.event(cache.Deleted, obj) }
+
+// Replace queues a list as RealFIFO does: a deletion (a tombstone) for every object queued or stored
+// that the list no longer holds, then the list's objects.
+func (f *fifo) Replace(list []any, _ string) error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	listed := make(map[string]struct{}, len(list))
+	for _, obj := range list {
+		listed[keyOf(obj)] = struct{}{}
+	}
+	// The last change queued for each key.
+	var queuedKeys []string
+	last := map[string]cache.Delta{}
+	for _, d := range f.items {
+		k := keyOf(d.Object)
+		if _, seen := last[k]; !seen {
+			queuedKeys = append(queuedKeys, k)
+		}
+		last[k] = d
+	}
+	for _, k := range queuedKeys {
+		if _, ok := listed[k]; ok || last[k].Type == cache.Deleted {
+			continue
+		}
+		if err := f.push(cache.Deleted, true, cache.DeletedFinalStateUnknown{Key: k, Obj: last[k].Object}); err != nil {
+			return err
+		}
+	}
+	for _, k := range f.known.ListKeys() {
+		if _, ok := listed[k]; ok {
+			continue
+		}
+		if _, queued := last[k]; queued {
+			continue
+		}
+		obj, exists, err := f.known.GetByKey(k)
+		if err != nil || !exists {
+			obj = nil
+		}
+		if err := f.push(cache.Deleted, true, cache.DeletedFinalStateUnknown{Key: k, Obj: obj}); err != nil {
+			return err
+		}
+	}
+	for _, obj := range list {
+		if err := f.push(cache.Replaced, false, obj); err != nil {
+			return err
+		}
+	}
+	if !f.populated {
+		f.populated = true
+		f.initial = len(f.items)
+		f.checkSynced()
+	}
+	return nil
+}
+
+// Resync queues a Sync of every stored object that has no change queued (the caches' informers have no
+// resync period: the reflector never calls it).
+func (f *fifo) Resync() error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	queued := map[string]struct{}{}
+	for _, d := range f.items {
+		queued[keyOf(d.Object)] = struct{}{}
+	}
+	for _, k := range f.known.ListKeys() {
+		if _, ok := queued[k]; ok {
+			continue
+		}
+		if obj, exists, err := f.known.GetByKey(k); err == nil && exists {
+			if err := f.push(cache.Sync, true, obj); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
+}
+
+// Pop waits for a change and processes it, under the queue's lock (as RealFIFO does without
+// UnlockWhileProcessing).
+func (f *fifo) Pop(process cache.PopProcessFunc) (any, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	for len(f.items) == 0 {
+		if f.closed {
+			return nil, cache.ErrFIFOClosed
+		}
+		f.cond.Wait()
+	}
+	initial := !f.syncedClosed
+	item := f.items[0]
+	f.items[0] = cache.Delta{}
+	f.items = f.items[1:]
+	if len(f.items) == 0 {
+		f.items = nil // what this is for
+	}
+	defer func() {
+		if f.initial > 0 {
+			f.initial--
+			f.checkSynced()
+		}
+	}()
+	err := process(cache.Deltas{item}, initial)
+	return cache.Deltas{item}, err
+}
+
+func (f *fifo) checkSynced() {
+	if f.populated && f.initial == 0 && !f.syncedClosed {
+		f.syncedClosed = true
+		close(f.synced)
+	}
+}
+
+func (f *fifo) HasSynced() bool {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.syncedClosed
+}
+
+func (f *fifo) HasSyncedChecker() cache.DoneChecker { return f }
+func (f *fifo) Name() string                        { return "caches fifo" }
+func (f *fifo) Done() <-chan struct{}               { return f.synced }
+
+func (f *fifo) Close() {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.closed = true
+	f.cond.Broadcast()
+}
+
+// Transformer makes the reflector transform the objects of a watch-list's first list as they stream
+// in, in the store it keeps them in until the list ends, and not only once queued.
+func (f *fifo) Transformer() cache.TransformFunc { return f.transform }
