@@ -52,7 +52,9 @@ func reduceObject(s *sharing, obj any, keepLabels bool) (*User, error) {
 	case *batchv1.CronJob:
 		return reduce(s, "batch/v1", CronJob, &o.ObjectMeta, refs.FromPodSpec(&o.Spec.JobTemplate.Spec.Template.Spec), keepLabels), nil
 	case *appsv1.Deployment:
-		return reduceWorkload(s, "apps/v1", Deployment, &o.ObjectMeta, &o.Spec.Template, o.Status.ObservedGeneration, keepLabels), nil
+		u := reduceWorkload(s, "apps/v1", Deployment, &o.ObjectMeta, &o.Spec.Template, o.Status.ObservedGeneration, keepLabels)
+		u.Status.Paused = o.Spec.Paused
+		return u, nil
 	case *appsv1.StatefulSet:
 		return reduceWorkload(s, "apps/v1", StatefulSet, &o.ObjectMeta, &o.Spec.Template, o.Status.ObservedGeneration, keepLabels), nil
 	case *appsv1.DaemonSet:

@@ -101,6 +101,8 @@ type WorkloadStatus struct {
 	// controller last resolved (status.workloadObservedGeneration).
 	TemplateRef         string
 	TemplateRefObserved int64
+	// Paused is a Deployment's spec.paused: its controller makes no new revision until it is resumed.
+	Paused bool
 }
 
 // Kind is the original object's kind.
