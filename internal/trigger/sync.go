@@ -12,6 +12,7 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/resourceversion"
 	"k8s.io/client-go/tools/cache"
 
 	"github.com/configmap-attacher/configmap-attacher/internal/api"
@@ -411,7 +412,9 @@ func (c *Controller) madeWith(ctx context.Context, from origin, l *look, seen ma
 // seenWhenAppeared is what the objects held when the newest revision appeared (facts.seen): each at
 // the version the cache showed then, by its hash if this process took it, unknownContent if the
 // object has changed since and it did not; what they hold now where the appearance did not reach
-// this process (it predates it) or the object was not followed then.
+// this process (it predates it) or the object was not followed then. A version written before the
+// revision was created is what it was made with though the cache showed it only after the revision
+// (two watches, no order between them): the resourceVersions of one etcd tell which came first.
 func (c *Controller) seenWhenAppeared(newest *caches.User, objs []followed, live map[string]string) map[string]string {
 	out := maps.Clone(live)
 	a, ok := c.appearanceOf(newest.UID)
@@ -421,7 +424,7 @@ func (c *Controller) seenWhenAppeared(newest *caches.User, objs []followed, live
 	for _, o := range objs {
 		rv, tracked := a.rvs[o.ref()]
 		switch {
-		case !tracked, rv == o.meta.ResourceVersion:
+		case !tracked, rv == o.meta.ResourceVersion, !o.absent && before(o.meta.ResourceVersion, a.revision):
 		case rv == "":
 			if o.optional {
 				out[o.key()] = absentContent // it did not exist then
@@ -435,6 +438,15 @@ func (c *Controller) seenWhenAppeared(newest *caches.User, objs []followed, live
 		}
 	}
 	return out
+}
+
+// before reports whether resourceVersion a was written before b. Kubernetes documents resourceVersions
+// as comparable within a resource (resourceversion.CompareResourceVersion); a ConfigMap's and a
+// ReplicaSet's are comparable where both are stored in one etcd, as they are unless
+// --etcd-servers-overrides splits them. Unparsable: not known to be before.
+func before(a, b string) bool {
+	n, err := resourceversion.CompareResourceVersion(a, b)
+	return err == nil && n < 0
 }
 
 // tellOptedOut tells the opt-in annotations that went with a change of the pod template, if any.

@@ -224,6 +224,8 @@ func (f *fixture) newRevision() *appsv1.ReplicaSet {
 	rs := testutil.ReplicaSet(f.deployment, workload.Deployment, fmt.Sprintf("h%d", len(f.revisions)+1), int(n), f.deployment.Spec.Template.Spec)
 	rs.Spec.Template.Annotations = maps.Clone(f.deployment.Spec.Template.Annotations)
 	rs.CreationTimestamp = metav1.NewTime(f.now)
+	f.rv++
+	rs.ResourceVersion = strconv.Itoa(f.rv) // one etcd: ordered with the config objects' versions
 	f.revisions = append(f.revisions, rs)
 	f.putRevision(rs, true)
 	if f.c != nil { // its watch event
@@ -336,13 +338,20 @@ func (f *fixture) edit(name, data string) {
 // sync syncs the Deployment, then lets the caches see the record it wrote.
 func (f *fixture) sync() time.Duration {
 	f.t.Helper()
-	res, err := f.c.sync(context.Background(), caches.Key(caches.Deployment, ns, "web"))
+	wait, err := f.try()
 	if err != nil {
 		f.t.Fatalf("sync: %v", err)
 	}
-	list, err := f.kube.CoreV1().ConfigMaps(ns).List(context.Background(), metav1.ListOptions{})
-	if err != nil {
-		f.t.Fatal(err)
+	return wait
+}
+
+// try is sync, returning the sync's error.
+func (f *fixture) try() (time.Duration, error) {
+	f.t.Helper()
+	res, err := f.c.sync(context.Background(), caches.Key(caches.Deployment, ns, "web"))
+	list, lerr := f.kube.CoreV1().ConfigMaps(ns).List(context.Background(), metav1.ListOptions{})
+	if lerr != nil {
+		f.t.Fatal(lerr)
 	}
 	for i := range list.Items {
 		if list.Items[i].Labels[api.RecordLabel] == api.RecordValue {
@@ -352,7 +361,7 @@ func (f *fixture) sync() time.Duration {
 			_ = f.cs.AllConfigs[refs.ConfigMap].Indexers()[0].Update(metaOf(&list.Items[i]))
 		}
 	}
-	return res.RequeueAfter
+	return res.RequeueAfter, err
 }
 
 func (f *fixture) tick(d time.Duration) { f.now = f.now.Add(d) }

@@ -131,10 +131,12 @@ type kept struct {
 }
 
 // appearance is what the objects a workload follows were at when one of its revisions appeared:
-// "Kind/name" -> resourceVersion ("" for an object that did not exist).
+// "Kind/name" -> resourceVersion ("" for an object that did not exist); and the revision's own
+// resourceVersion then.
 type appearance struct {
 	workload string
 	rvs      map[string]string
+	revision string
 }
 
 // New wires the trigger to the caches, which must hold every config object (caches.Options.AllConfigs).
@@ -514,7 +516,7 @@ func (c *Controller) noteRevision(u *caches.User) {
 	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	c.appeared[u.UID] = appearance{workload: key, rvs: rvs}
+	c.appeared[u.UID] = appearance{workload: key, rvs: rvs, revision: u.ResourceVersion}
 }
 
 // appearanceOf is what was noted when revision uid appeared.
