@@ -12,10 +12,17 @@ const (
 
 	// RecordLabel=RecordValue marks the record objects the controller keeps, one per workload that
 	// opted in: a ConfigMap owned by the workload holding, in RecordAnnotation, the content each of its
-	// revisions was created with (for the objects no snapshot pins) and the content last acknowledged.
+	// revisions was created with (for the objects no snapshot pins), the content last acknowledged and
+	// the config-hash values it wrote.
 	RecordLabel      = "configmap-attacher.io/record"
 	RecordValue      = "true"
 	RecordAnnotation = "configmap-attacher.io/record"
+
+	// KeyLabel=KeyValue marks the Secret, in the controller's namespace, holding the key of the hash
+	// the trigger keeps of what a workload reads of a Secret (in records and in ConfigHashAnnotation):
+	// keyed, those values tell nothing to whoever may read them but not the Secret.
+	KeyLabel = "configmap-attacher.io/config-hash-key"
+	KeyValue = "true"
 )
 
 // Reloader's annotations on a workload's metadata (or, where Reloader falls back to it, its pod

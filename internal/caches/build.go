@@ -13,7 +13,6 @@ import (
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/watch"
-	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/cache"
 
 	"github.com/configmap-attacher/configmap-attacher/internal/api"
@@ -67,7 +66,7 @@ const compressInitialLists = false
 
 // New builds the informers; nothing is watched until Start.
 func New(clients *kube.Clients, o Options) (*Caches, error) {
-	clients, err := informerClients(clients)
+	clients, err := clients.WithCompression(compressInitialLists)
 	if err != nil {
 		return nil, err
 	}
@@ -132,17 +131,6 @@ func build(src sources, o Options) (*Caches, error) {
 		c.widen()
 	}
 	return c, nil
-}
-
-// informerClients are the clients the informers list and watch with: those given, but accepting no
-// compression (compressInitialLists) when they are made from a config.
-func informerClients(clients *kube.Clients) (*kube.Clients, error) {
-	if clients.Config == nil || clients.Config.DisableCompression == !compressInitialLists {
-		return clients, nil
-	}
-	cfg := rest.CopyConfig(clients.Config)
-	cfg.DisableCompression = !compressInitialLists
-	return kube.NewClients(cfg)
 }
 
 // apiSources are the API server's informers, through clients.

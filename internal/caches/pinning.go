@@ -104,7 +104,7 @@ type Pinning struct {
 // NewPinning adds the pinning caches to c.
 func (c *Caches) NewPinning(clients *kube.Clients, o Options) error {
 	p := &Pinning{Pins: map[refs.Kind]*Informer[runtime.Object]{}, Snapshots: map[refs.Kind]*Informer[*metav1.PartialObjectMetadata]{}}
-	clients, err := informerClients(clients)
+	clients, err := clients.WithCompression(compressInitialLists)
 	if err != nil {
 		return err
 	}

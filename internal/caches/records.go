@@ -86,6 +86,8 @@ type more struct {
 	labels, annotations, templateAnnotations map[string]string
 	reads                                    []refs.Read
 	status                                   *WorkloadStatus
+	// resourceVersion is a revision's, in the config trigger's caches only (reducer.revisionVersion).
+	resourceVersion string
 }
 
 func (e *entry) GetObjectMeta() metav1.Object { return storeKey(e.id.key) }
@@ -99,7 +101,7 @@ func (e *entry) user() *User {
 		u.Owner = e.owner.reference()
 	}
 	if m := e.more; m != nil {
-		u.Labels, u.Annotations, u.TemplateAnnotations, u.Reads, u.Status = m.labels, m.annotations, m.templateAnnotations, m.reads, m.status
+		u.Labels, u.Annotations, u.TemplateAnnotations, u.Reads, u.Status, u.ResourceVersion = m.labels, m.annotations, m.templateAnnotations, m.reads, m.status, m.resourceVersion
 	}
 	return u
 }

@@ -74,6 +74,7 @@ func (r *reducer) user(obj any) (any, error) {
 		if h := configHash(o.Spec.Template.Annotations); h != nil {
 			e.with().templateAnnotations = h
 		}
+		r.revisionVersion(e, &o.ObjectMeta)
 		return e, nil
 	case *appsv1.ControllerRevision:
 		t, err := ControllerRevisionTemplate(o)
@@ -85,13 +86,16 @@ func (r *reducer) user(obj any) (any, error) {
 		if h := configHash(t.Annotations); h != nil {
 			e.with().templateAnnotations = h
 		}
+		r.revisionVersion(e, &o.ObjectMeta)
 		return e, nil
 	case *batchv1.Job:
 		return r.entry("batch/v1", Job, &o.ObjectMeta, makeRefList(refs.FromPodSpec(&o.Spec.Template.Spec).Sorted()), false), nil
 	case *batchv1.CronJob:
 		return r.entry("batch/v1", CronJob, &o.ObjectMeta, makeRefList(refs.FromPodSpec(&o.Spec.JobTemplate.Spec.Template.Spec).Sorted()), false), nil
 	case *appsv1.Deployment:
-		return r.workload("apps/v1", Deployment, &o.ObjectMeta, &o.Spec.Template, o.Status.ObservedGeneration), nil
+		e := r.workload("apps/v1", Deployment, &o.ObjectMeta, &o.Spec.Template, o.Status.ObservedGeneration)
+		e.more.status.Paused = o.Spec.Paused
+		return e, nil
 	case *appsv1.StatefulSet:
 		return r.workload("apps/v1", StatefulSet, &o.ObjectMeta, &o.Spec.Template, o.Status.ObservedGeneration), nil
 	case *appsv1.DaemonSet:
@@ -220,6 +224,15 @@ func (r *reducer) workload(apiVersion string, kind Kind, meta *metav1.ObjectMeta
 	}
 	m.status = &WorkloadStatus{Observed: observed >= meta.Generation}
 	return e
+}
+
+// revisionVersion keeps a revision's resourceVersion in the config trigger's caches: the trigger
+// orders the versions of the objects a revision reads against the revision's creation by it (a
+// ConfigMap written before the ReplicaSet was made, delivered after it). Other caches keep none.
+func (r *reducer) revisionVersion(e *entry, meta *metav1.ObjectMeta) {
+	if r.keepReads {
+		e.with().resourceVersion = meta.ResourceVersion
+	}
 }
 
 // configHash keeps our config-hash of a revision's template annotations, nil without it: the config

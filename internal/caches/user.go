@@ -49,7 +49,8 @@ type User struct {
 	metav1.TypeMeta
 	Namespace, Name string
 	UID             types.UID
-	// ResourceVersion is not kept (nothing reads it: writers read the object they write). Generation
+	// ResourceVersion is kept only for revisions in the config trigger's caches (which orders what a
+	// revision reads against its creation by it); writers read the object they write. Generation
 	// and CreationTimestamp are kept for workloads, revisions and bare pods; a Pod with a controller
 	// keeps neither, and of its deletion only whether it is being deleted (DeletionTimestamp then holds
 	// the zero time).
@@ -101,6 +102,8 @@ type WorkloadStatus struct {
 	// controller last resolved (status.workloadObservedGeneration).
 	TemplateRef         string
 	TemplateRefObserved int64
+	// Paused is a Deployment's spec.paused: its controller makes no new revision until it is resumed.
+	Paused bool
 }
 
 // Kind is the original object's kind.

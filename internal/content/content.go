@@ -5,6 +5,7 @@
 package content
 
 import (
+	"crypto/hmac"
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
@@ -80,16 +81,52 @@ func Of(obj runtime.Object) (string, error) {
 // only (a configMapKeyRef, a volume's items): the hash of the same canonical form over those keys,
 // a key the object lacks left out. Nil keys: the whole object, as Of.
 func OfKeys(obj runtime.Object, keys []string) (string, error) {
-	if keys == nil {
-		return Of(obj)
+	v, err := Read(obj, keys, false)
+	if err != nil {
+		return "", err
 	}
+	return hash(v)
+}
+
+// Read is what a pod reads of a live ConfigMap or Secret through keys (nil: all of it), in the
+// canonical form the hashes are taken over (HashJSON of it is OfKeys). dataOnly leaves a ConfigMap's
+// binaryData out: env and envFrom read .data only.
+func Read(obj runtime.Object, keys []string, dataOnly bool) (any, error) {
 	switch o := obj.(type) {
 	case *corev1.ConfigMap:
-		return ConfigMap{Data: only(o.Data, keys), BinaryData: only(o.BinaryData, keys)}.Hash()
+		c := ConfigMap{Data: o.Data, BinaryData: o.BinaryData}
+		if keys != nil {
+			c = ConfigMap{Data: only(o.Data, keys), BinaryData: only(o.BinaryData, keys)}
+		}
+		if dataOnly {
+			c.BinaryData = nil
+		}
+		c.BinaryData = nonNil(c.BinaryData)
+		return c, nil
 	case *corev1.Secret:
-		return Secret{Type: string(o.Type), Data: only(o.Data, keys)}.Hash()
+		s := Secret{Type: string(o.Type), Data: o.Data}
+		if keys != nil {
+			s.Data = only(o.Data, keys)
+		}
+		if s.Type == "" {
+			s.Type = "Opaque"
+		}
+		s.Data = nonNil(s.Data)
+		return s, nil
 	}
-	return "", fmt.Errorf("%T is not a ConfigMap or Secret", obj)
+	return nil, fmt.Errorf("%T is not a ConfigMap or Secret", obj)
+}
+
+// KeyedHash is HashJSON keyed: the first HashLength hex digits of the HMAC-SHA256 under key of v's
+// canonical JSON. Without the key nobody can check a guess of v against it.
+func KeyedHash(key []byte, v any) (string, error) {
+	b, err := json.Marshal(v)
+	if err != nil {
+		return "", err
+	}
+	m := hmac.New(sha256.New, key)
+	m.Write(b)
+	return hex.EncodeToString(m.Sum(nil))[:HashLength], nil
 }
 
 // only keeps the given keys of m (nil when none of them is there).

@@ -193,6 +193,17 @@ func NewClients(cfg *rest.Config) (*Clients, error) {
 	return &Clients{Config: cfg, Kube: kc, Dynamic: dc, Metadata: mc}, nil
 }
 
+// WithCompression returns clients of the same API server, identity and rate limiter that accept
+// gzipped responses or not: c itself when they already do as asked, or when they are fakes.
+func (c *Clients) WithCompression(accept bool) (*Clients, error) {
+	if c.fake || c.Config == nil || c.Config.DisableCompression == !accept {
+		return c, nil
+	}
+	cfg := rest.CopyConfig(c.Config)
+	cfg.DisableCompression = !accept
+	return NewClients(cfg)
+}
+
 // Separate returns clients of the same API server and identity with rate limiters of their own: a path
 // that must answer in time (the pinning webhook's) does not queue behind the controllers' writes.
 func (c *Clients) Separate() (*Clients, error) {

@@ -59,6 +59,9 @@ type TriggerOptions struct {
 	ReloaderAnnotations bool
 	// Settle is how long content must stay unchanged before a revision is started for it.
 	Settle time.Duration
+	// KeySecret names the Secret, in the leader election namespace, holding the key of the hash the
+	// trigger keeps of Secret contents (created by the controller if missing).
+	KeySecret string
 }
 
 // TriggerEnabled reports whether the config trigger runs: -reloader-annotations, pinning or not.
@@ -171,7 +174,7 @@ func NewOptions(lookup func(string) (string, bool)) *Options {
 		Client: kube.ClientOptions{QPS: 100, Burst: 200},
 		Pinning: PinningOptions{BindAddress: ":9443", Configuration: "configmap-attacher", FailurePolicy: "Fail",
 			TimeoutSeconds: pinning.DefaultTimeoutSeconds, CertValidity: DefaultCertValidity, ShutdownDelay: -1, MaxInFlight: 32},
-		Trigger: TriggerOptions{Settle: trigger.DefaultSettle},
+		Trigger: TriggerOptions{Settle: trigger.DefaultSettle, KeySecret: trigger.DefaultKeySecret.Name},
 	}
 }
 
@@ -233,6 +236,8 @@ func (o *Options) AddFlags(fs *flag.FlagSet) {
 	fs.BoolVar(&o.Trigger.ReloaderAnnotations, "reloader-annotations", o.Trigger.ReloaderAnnotations, "honour Reloader's annotations on workloads, with or without -pinning: a change of the config they select starts a new revision "+
 		"by writing one annotation on the pod template (docs/config-starts.md); off while the cluster still runs Reloader")
 	fs.DurationVar(&o.Trigger.Settle, "config-settle", o.Trigger.Settle, "how long a config object must stay unchanged before a revision is started for its change: a burst of edits within it starts one")
+	fs.StringVar(&o.Trigger.KeySecret, "config-hash-key-secret", o.Trigger.KeySecret, "Secret (in the leader election namespace) holding the key of the hash the config trigger keeps of Secret contents "+
+		"in its records and in config-hash; the controller creates it if missing")
 	o.Client.AddRateFlags(fs)
 	o.Client.AddFlags(fs)
 }
@@ -261,6 +266,9 @@ func (o *Options) Validate() error {
 	}
 	if o.Trigger.Settle < 0 {
 		errs = append(errs, "-config-settle must not be negative")
+	}
+	if o.TriggerEnabled() && o.Secrets && len(validation.IsDNS1123Subdomain(o.Trigger.KeySecret)) > 0 {
+		errs = append(errs, fmt.Sprintf("-config-hash-key-secret %q is not a valid Secret name: give e.g. configmap-attacher-config-hash-key", o.Trigger.KeySecret))
 	}
 	if o.Profiling && o.MetricsAddr == "" {
 		errs = append(errs, "-profiling serves on the metrics address: set -metrics-bind-address")

@@ -14,6 +14,7 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/uuid"
 	"k8s.io/client-go/tools/leaderelection"
 	"k8s.io/client-go/tools/leaderelection/resourcelock"
@@ -203,7 +204,8 @@ func controllers(cs *caches.Caches, writer *attach.Writer, m *metrics.Metrics, e
 		loops = append(loops, pinner.Loop())
 	}
 	if o.TriggerEnabled() {
-		t, err := trigger.New(cs, clients.Kube, clients.Dynamic, events.Recorder, m, trigger.Options{Settle: o.Trigger.Settle})
+		t, err := trigger.New(cs, clients.Kube, clients.Dynamic, events.Recorder, m, trigger.Options{Settle: o.Trigger.Settle,
+			KeySecret: types.NamespacedName{Namespace: o.LeaderElection.Namespace, Name: o.Trigger.KeySecret}})
 		if err != nil {
 			return nil, err
 		}

@@ -86,9 +86,14 @@ func TestRunReturnsOnceTheLeaseIsLostWithPinningOn(t *testing.T) {
 			break
 		}
 		if time.Now().After(deadline) {
+			_ = pprof.Lookup("goroutine").WriteTo(os.Stderr, 1)
 			t.Fatal("Run never took the Lease")
 		}
-		time.Sleep(50 * time.Millisecond)
+		select {
+		case err := <-done:
+			t.Fatalf("Run returned %v before it took the Lease", err)
+		case <-time.After(50 * time.Millisecond):
+		}
 	}
 	// Another replica holds the Lease now, renewed for far longer than our deadlines: the API server
 	// shows it so, and refuses our renewals as it would (a conflict: the Lease changed since we read it).

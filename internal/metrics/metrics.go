@@ -39,6 +39,7 @@ type Metrics struct {
 	apiCalls  *prometheus.CounterVec
 	started   *prometheus.CounterVec
 	overruled *prometheus.CounterVec
+	notKept   *prometheus.CounterVec
 	queueWait *prometheus.HistogramVec
 	longest   *prometheus.GaugeVec
 	retries   *prometheus.CounterVec
@@ -82,6 +83,10 @@ func New() *Metrics {
 			Name: "configmap_attacher_config_overruled_total",
 			Help: "Times someone else changed a triggered workload's template back (a tool or user reverting the config-hash annotation, a rollback) or owned the annotation, by workload kind: the trigger then waits for the next content change.",
 		}, []string{"kind"}),
+		notKept: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "configmap_attacher_config_record_not_kept_total",
+			Help: "Times the config trigger could not write a workload's record (a quota, an admission policy, RBAC, a foreign object at its name), by workload kind: it decides from what it holds in memory, and a restart loses that.",
+		}, []string{"kind"}),
 		queueWait: prometheus.NewHistogramVec(prometheus.HistogramOpts{
 			Name: "configmap_attacher_queue_wait_seconds", Help: "Time a key waited in a controller's queue before a worker took it, by controller.",
 			Buckets: prometheus.ExponentialBuckets(0.001, 4, 10),
@@ -93,7 +98,7 @@ func New() *Metrics {
 			Name: "configmap_attacher_queue_retries_total", Help: "Keys put back into a controller's queue to be retried with backoff, by controller.",
 		}, []string{"controller"}),
 	}
-	reg.MustRegister(m.attaches, m.errors, m.reconcile, m.attachAge, m.isLeader, m.admission, m.apiCalls, m.started, m.overruled,
+	reg.MustRegister(m.attaches, m.errors, m.reconcile, m.attachAge, m.isLeader, m.admission, m.apiCalls, m.started, m.overruled, m.notKept,
 		m.queueWait, m.longest, m.retries,
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	// Series an alert divides or compares exist from the start, at zero: a rate over a series that
@@ -207,3 +212,6 @@ func (m *Metrics) RevisionStarted(kind string, back bool) {
 // Overruled records that someone else changed a triggered workload's template back, or owns the
 // annotation.
 func (m *Metrics) Overruled(kind string) { m.overruled.WithLabelValues(kind).Inc() }
+
+// RecordNotKept records that a triggered workload's record could not be written.
+func (m *Metrics) RecordNotKept(kind string) { m.notKept.WithLabelValues(kind).Inc() }

@@ -90,6 +90,22 @@ func (p Path) InVolumesOrEnv() bool {
 	return false
 }
 
+// InEnv reports whether a path from a pod spec lies in a container's (or init container's) env or
+// envFrom.
+func (p Path) InEnv() bool {
+	return len(p) >= 4 && (p[0] == "containers" || p[0] == "initContainers") && (p[2] == "env" || p[2] == "envFrom")
+}
+
+// InConfigVolume reports whether a path from a pod spec names the object of a configMap, secret or
+// projected volume (not a volume plugin's credentials).
+func (p Path) InConfigVolume() bool {
+	if len(p) < 3 || p[0] != "volumes" {
+		return false
+	}
+	_, ok := p[1].(int)
+	return ok && (p[2] == "configMap" || p[2] == "secret" || p[2] == "projected")
+}
+
 func (p Path) String() string {
 	var b strings.Builder
 	for _, s := range p {
@@ -122,6 +138,9 @@ type Use struct {
 	// (envFrom, a volume or projected source without items, a volume plugin's credentials) or reads
 	// none of it (an image pull Secret).
 	Keys []string
+	// Optional is true where the pod starts without the object (optional: true on the volume, the
+	// projected source, the envFrom source or the key reference).
+	Optional bool
 }
 
 // Uses lists every place the pod spec names a ConfigMap or Secret, in spec order: volumes (configMap,
@@ -134,26 +153,27 @@ func Uses(spec *corev1.PodSpec) []Use {
 		return nil
 	}
 	var out []Use
-	addKeys := func(kind Kind, name string, keys []string, path ...any) {
+	addOptional := func(kind Kind, name string, keys []string, optional *bool, path ...any) {
 		if name != "" {
-			out = append(out, Use{Ref: Ref{Kind: kind, Name: name}, Path: path, Keys: keys})
+			out = append(out, Use{Ref: Ref{Kind: kind, Name: name}, Path: path, Keys: keys, Optional: optional != nil && *optional})
 		}
 	}
+	addKeys := func(kind Kind, name string, keys []string, path ...any) { addOptional(kind, name, keys, nil, path...) }
 	add := func(kind Kind, name string, path ...any) { addKeys(kind, name, nil, path...) }
 	for i, v := range spec.Volumes {
 		if v.ConfigMap != nil {
-			addKeys(ConfigMap, v.ConfigMap.Name, itemKeys(v.ConfigMap.Items), "volumes", i, "configMap", "name")
+			addOptional(ConfigMap, v.ConfigMap.Name, itemKeys(v.ConfigMap.Items), v.ConfigMap.Optional, "volumes", i, "configMap", "name")
 		}
 		if v.Secret != nil {
-			addKeys(Secret, v.Secret.SecretName, itemKeys(v.Secret.Items), "volumes", i, "secret", "secretName")
+			addOptional(Secret, v.Secret.SecretName, itemKeys(v.Secret.Items), v.Secret.Optional, "volumes", i, "secret", "secretName")
 		}
 		if v.Projected != nil {
 			for j, s := range v.Projected.Sources {
 				if s.ConfigMap != nil {
-					addKeys(ConfigMap, s.ConfigMap.Name, itemKeys(s.ConfigMap.Items), "volumes", i, "projected", "sources", j, "configMap", "name")
+					addOptional(ConfigMap, s.ConfigMap.Name, itemKeys(s.ConfigMap.Items), s.ConfigMap.Optional, "volumes", i, "projected", "sources", j, "configMap", "name")
 				}
 				if s.Secret != nil {
-					addKeys(Secret, s.Secret.Name, itemKeys(s.Secret.Items), "volumes", i, "projected", "sources", j, "secret", "name")
+					addOptional(Secret, s.Secret.Name, itemKeys(s.Secret.Items), s.Secret.Optional, "volumes", i, "projected", "sources", j, "secret", "name")
 				}
 			}
 		}
@@ -191,10 +211,10 @@ func Uses(spec *corev1.PodSpec) []Use {
 		for i, c := range cs {
 			for j, e := range c.EnvFrom {
 				if e.ConfigMapRef != nil {
-					add(ConfigMap, e.ConfigMapRef.Name, field, i, "envFrom", j, "configMapRef", "name")
+					addOptional(ConfigMap, e.ConfigMapRef.Name, nil, e.ConfigMapRef.Optional, field, i, "envFrom", j, "configMapRef", "name")
 				}
 				if e.SecretRef != nil {
-					add(Secret, e.SecretRef.Name, field, i, "envFrom", j, "secretRef", "name")
+					addOptional(Secret, e.SecretRef.Name, nil, e.SecretRef.Optional, field, i, "envFrom", j, "secretRef", "name")
 				}
 			}
 			for j, e := range c.Env {
@@ -202,10 +222,10 @@ func Uses(spec *corev1.PodSpec) []Use {
 					continue
 				}
 				if r := e.ValueFrom.ConfigMapKeyRef; r != nil {
-					addKeys(ConfigMap, r.Name, []string{r.Key}, field, i, "env", j, "valueFrom", "configMapKeyRef", "name")
+					addOptional(ConfigMap, r.Name, []string{r.Key}, r.Optional, field, i, "env", j, "valueFrom", "configMapKeyRef", "name")
 				}
 				if r := e.ValueFrom.SecretKeyRef; r != nil {
-					addKeys(Secret, r.Name, []string{r.Key}, field, i, "env", j, "valueFrom", "secretKeyRef", "name")
+					addOptional(Secret, r.Name, []string{r.Key}, r.Optional, field, i, "env", j, "valueFrom", "secretKeyRef", "name")
 				}
 			}
 		}
@@ -232,6 +252,12 @@ func itemKeys(items []corev1.KeyToPath) []string {
 type Read struct {
 	Ref
 	Keys []string
+	// Optional is true when every use is optional: the pods start without the object, so whether it
+	// exists is part of what they read.
+	Optional bool
+	// DataOnly is true when the containers read it through env and envFrom only: of a ConfigMap the
+	// kubelet puts .data in the environment, never .binaryData.
+	DataOnly bool
 }
 
 // Whole reports whether the whole object is read.
@@ -246,38 +272,56 @@ func (r Read) String() string {
 
 // Reads lists what the pod spec's containers read, one Read per object, ordered like Set.Sorted: an
 // object some use reads whole is read whole, otherwise the union of the keys its uses read, sorted.
-// Only the uses in volumes and env count (Path.InVolumesOrEnv): an image pull Secret is the kubelet's
-// registry credential, which no container reads.
+// Only what reaches a container counts: its env and envFrom, and the configMap, secret and projected
+// volumes some container (or init container) mounts. An image pull Secret is the kubelet's registry
+// credential and a volume plugin's Secret (a CSI driver's nodePublishSecretRef, cephfs's secretRef,
+// ...) the plugin's: no container reads them; nor does one read a volume no container mounts.
 func Reads(spec *corev1.PodSpec) []Read {
-	keys := map[Ref]map[string]bool{} // nil: read whole
+	mounted := map[string]bool{}
+	for _, cs := range [][]corev1.Container{spec.InitContainers, spec.Containers} {
+		for _, c := range cs {
+			for _, m := range c.VolumeMounts {
+				mounted[m.Name] = true
+			}
+		}
+	}
+	type read struct {
+		keys               map[string]bool // nil: read whole
+		optional, dataOnly bool
+	}
+	reads := map[Ref]*read{}
 	for _, u := range Uses(spec) {
-		if !u.Path.InVolumesOrEnv() {
+		env := u.Path.InEnv()
+		if !env && !(u.Path.InConfigVolume() && mounted[spec.Volumes[u.Path[1].(int)].Name]) {
 			continue
 		}
-		got, seen := keys[u.Ref]
+		r, seen := reads[u.Ref]
+		if !seen {
+			r = &read{keys: map[string]bool{}, optional: true, dataOnly: true}
+			reads[u.Ref] = r
+		}
+		r.optional = r.optional && u.Optional
+		r.dataOnly = r.dataOnly && env
 		switch {
 		case u.Keys == nil:
-			keys[u.Ref] = nil
-		case !seen:
-			keys[u.Ref] = map[string]bool{}
-			got = keys[u.Ref]
-			fallthrough
-		case got != nil:
+			r.keys = nil
+		case r.keys != nil:
 			for _, k := range u.Keys {
-				got[k] = true
+				r.keys[k] = true
 			}
 		}
 	}
 	set := Set{}
-	for r := range keys {
+	for r := range reads {
 		set[r] = struct{}{}
 	}
-	out := make([]Read, 0, len(keys))
-	for _, r := range set.Sorted() {
-		rd := Read{Ref: r}
-		if ks := keys[r]; ks != nil {
-			rd.Keys = make([]string, 0, len(ks))
-			for k := range ks {
+	out := make([]Read, 0, len(reads))
+	for _, ref := range set.Sorted() {
+		r := reads[ref]
+		rd := Read{Ref: ref, Optional: r.optional, DataOnly: r.dataOnly}
+		if r.keys != nil {
+			rd.Keys = make([]string, 0, len(r.keys))
+			for k := range r.keys {
 				rd.Keys = append(rd.Keys, k)
 			}
 			sort.Strings(rd.Keys)

@@ -117,7 +117,8 @@ func TestFromPodSpecDeduplicates(t *testing.T) {
 }
 
 // What containers read, per object: keys where every use names keys, whole where one use reads it
-// whole; an image pull Secret is read by no container.
+// whole; an image pull Secret, a volume plugin's Secret and a volume no container mounts are read by
+// no container. Optional where every use is; data only where every use is env or envFrom.
 func TestReads(t *testing.T) {
 	items := func(keys ...string) []corev1.KeyToPath {
 		var out []corev1.KeyToPath
@@ -137,29 +138,53 @@ func TestReads(t *testing.T) {
 		e.ValueFrom.ConfigMapKeyRef.Key = key
 		return e
 	}
+	yes := true
+	optional := cmVolume("opt-volume")
+	optional.ConfigMap.Optional = &yes
+	optionalEnv := corev1.EnvFromSource{ConfigMapRef: &corev1.ConfigMapEnvSource{LocalObjectReference: corev1.LocalObjectReference{Name: "opt-env"}, Optional: &yes}}
+	csi := corev1.Volume{Name: "store", VolumeSource: corev1.VolumeSource{CSI: &corev1.CSIVolumeSource{Driver: "secrets-store.csi.k8s.io",
+		NodePublishSecretRef: &corev1.LocalObjectReference{Name: "csi-creds"}}}}
+	mounts := func(volumes ...string) []corev1.VolumeMount {
+		var out []corev1.VolumeMount
+		for _, v := range volumes {
+			out = append(out, corev1.VolumeMount{Name: v, MountPath: "/" + v})
+		}
+		return out
+	}
 	spec := &corev1.PodSpec{
-		Volumes:          []corev1.Volume{cmItems, secretItems, projected(projItems, projCM("proj-whole")), cmVolume("mixed")},
+		Volumes: []corev1.Volume{cmItems, secretItems, projected(projItems, projCM("proj-whole")), cmVolume("mixed"), cmVolume("unmounted"),
+			optional, csi},
 		ImagePullSecrets: []corev1.LocalObjectReference{{Name: "registry"}},
-		InitContainers:   []corev1.Container{{Name: "i", Env: []corev1.EnvVar{keyed("env-keys", "z")}}},
-		Containers: []corev1.Container{{Name: "c", EnvFrom: []corev1.EnvFromSource{envFromSecret("env-whole")},
-			Env: []corev1.EnvVar{keyed("env-keys", "y"), keyed("env-keys", "z"), keyed("mixed", "k"), envSecretKey("sk")}}},
+		InitContainers:   []corev1.Container{{Name: "i", Env: []corev1.EnvVar{keyed("env-keys", "z")}, VolumeMounts: mounts("v-opt-volume")}},
+		Containers: []corev1.Container{{Name: "c", EnvFrom: []corev1.EnvFromSource{envFromSecret("env-whole"), optionalEnv},
+			Env:          []corev1.EnvVar{keyed("env-keys", "y"), keyed("env-keys", "z"), keyed("mixed", "k"), envSecretKey("sk")},
+			VolumeMounts: mounts("v-vol-items", "v-tls", "projected", "v-mixed", "store")}},
 	}
 	var got []string
 	for _, r := range Reads(spec) {
-		got = append(got, r.String())
+		s := r.String()
+		if r.Optional {
+			s += " optional"
+		}
+		if r.DataOnly {
+			s += " data only"
+		}
+		got = append(got, s)
 	}
 	want := []string{
-		"ConfigMap/env-keys[y,z]", // two containers' keyRefs, one key twice
-		"ConfigMap/mixed",         // a keyRef, and a volume without items: whole
-		"ConfigMap/proj-items[x]", // a projected source with items
-		"ConfigMap/proj-whole",    // a projected source without
+		"ConfigMap/env-keys[y,z] data only", // two containers' keyRefs, one key twice
+		"ConfigMap/mixed",                   // a keyRef, and a volume without items: whole
+		"ConfigMap/opt-env optional data only",
+		"ConfigMap/opt-volume optional", // mounted by the init container
+		"ConfigMap/proj-items[x]",       // a projected source with items
+		"ConfigMap/proj-whole",          // a projected source without
 		"ConfigMap/vol-items[a.conf,b.conf]",
-		"Secret/env-whole",    // envFrom
-		"Secret/sk[k]",        // secretKeyRef
-		"Secret/tls[tls.crt]", // a Secret volume with items
+		"Secret/env-whole data only", // envFrom
+		"Secret/sk[k] data only",     // secretKeyRef
+		"Secret/tls[tls.crt]",        // a Secret volume with items
 	}
 	if !reflect.DeepEqual(got, want) {
-		t.Errorf("Reads() =\n%q\nwant\n%q (no registry: an image pull Secret is read by no container)", got, want)
+		t.Errorf("Reads() =\n%q\nwant\n%q (no registry, csi-creds or unmounted: read by no container)", got, want)
 	}
 	if !FromPodSpec(spec).Has(Ref{Secret, "registry"}) {
 		t.Error("FromPodSpec must still list the image pull Secret: attach and in-use protection keep it")

@@ -37,6 +37,7 @@ func PodSpec(configMaps []string, secrets ...string) corev1.PodSpec {
 	if len(sources) > 0 {
 		spec.Volumes = []corev1.Volume{{Name: "configmaps-volume", VolumeSource: corev1.VolumeSource{
 			Projected: &corev1.ProjectedVolumeSource{Sources: sources}}}}
+		spec.Containers[0].VolumeMounts = []corev1.VolumeMount{{Name: "configmaps-volume", MountPath: "/etc/config"}}
 	}
 	return spec
 }

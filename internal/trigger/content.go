@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 	"sync"
 
@@ -16,33 +17,52 @@ import (
 	"github.com/configmap-attacher/configmap-attacher/internal/refs"
 )
 
+// Content values besides hashes. Neither is ten hex digits, so neither is ever taken for a hash.
+const (
+	// absentContent is the content of an object the template reads as optional that does not exist:
+	// its pods start without it, so its appearing (or going) is a change of what they read.
+	absentContent = "absent"
+	// unknownContent is what a revision was made with when all that is known is that it was not what
+	// the object holds now (an edit reached us after the revision appeared, before we read the version
+	// it was made with; a record made with another hash key): never equal to a live content, so the
+	// decision errs toward a new revision.
+	unknownContent = "?"
+)
+
 // contents are the content hashes of what workloads read of the config objects they follow. The
 // caches hold config objects as metadata only, so an object's data is read from the API server, and
 // only when its resourceVersion changed since the last read and a workload follows it; a pinned
-// object's data is already in the pinning cache and is hashed from there.
+// object's data is already in the pinning cache and is hashed from there. What a workload reads of a
+// Secret is hashed with the controller's key (hashKey).
 type contents struct {
 	kube kubernetes.Interface
 	pins *caches.Pinning // may be nil
+	key  *hashKey
 
-	mu   sync.Mutex
-	memo map[string]memo // memoKey -> hashes of that version
-	// snaps are the hashes of keys of snapshots (read from the API server: the snapshot cache is
-	// metadata only), by namespace/objectKey of the snapshot; a snapshot's content never changes.
+	mu sync.Mutex
+	// memo holds, per object (memoKey), the hashes of its last few versions, oldest first: the
+	// version a revision appeared with is looked up there once the object has changed since.
+	memo map[string][]memo
+	// snaps are the hashes of what is read of snapshots (read from the API server: the snapshot cache
+	// is metadata only), by namespace/objectKey of the snapshot; a snapshot's content never changes.
 	snaps map[string]string
 }
 
 type memo struct {
 	rv     string            // the resourceVersion the hashes were taken at
-	hashes map[string]string // by the keys read (keysKey); not the data: the memory it takes is ours
+	hashes map[string]string // by what is read (readKey); not the data: the memory it takes is ours
 }
 
-func newContents(kube kubernetes.Interface, pins *caches.Pinning) *contents {
-	return &contents{kube: kube, pins: pins, memo: map[string]memo{}, snaps: map[string]string{}}
+// versionsKept is how many versions of an object the memo keeps hashes of.
+const versionsKept = 4
+
+func newContents(kube kubernetes.Interface, pins *caches.Pinning, key *hashKey) *contents {
+	return &contents{kube: kube, pins: pins, key: key, memo: map[string][]memo{}, snaps: map[string]string{}}
 }
 
 // errCacheBehind: the API server holds a newer version of a config object than the cache shows; its
-// event is on the way. Deciding from the newer content before that event would misplace the change
-// in the order of events (seen), so the sync waits for it.
+// event is on the way. Deciding from the newer content before that event would take the version a
+// revision appeared with for another, so the sync waits for it.
 var errCacheBehind = errors.New("the config cache is behind the API server")
 
 // objectKey names what a workload reads of a config object in records and messages:
@@ -53,60 +73,125 @@ func objectKey(kind refs.Kind, name string, keys []string) string {
 
 func memoKey(kind refs.Kind, ns, name string) string { return ns + "/" + string(kind) + "/" + name }
 
-func keysKey(keys []string) string {
-	if keys == nil {
-		return "*"
+// readKey names what is read of an object for the memo: the keys ("*": all), and whether the
+// environment alone reads it (a ConfigMap's binaryData then is not read).
+func readKey(keys []string, dataOnly bool) string {
+	k := "*"
+	if keys != nil {
+		k = strings.Join(keys, ",")
 	}
-	return strings.Join(keys, ",")
+	if dataOnly {
+		k = "env:" + k
+	}
+	return k
 }
 
-// hash returns the content hash of keys (nil: all) of the object the cache shows as m.
-func (c *contents) hash(ctx context.Context, kind refs.Kind, m *metav1.PartialObjectMetadata, keys []string) (string, error) {
-	key, kk := memoKey(kind, m.Namespace, m.Name), keysKey(keys)
-	c.mu.Lock()
-	got, ok := c.memo[key]
-	if ok && got.rv == m.ResourceVersion {
-		if h, ok := got.hashes[kk]; ok {
-			c.mu.Unlock()
-			return h, nil
-		}
+// hash returns the content hash of what the workload reads of o, as the cache shows it.
+func (c *contents) hash(ctx context.Context, o followed) (string, error) {
+	if o.absent {
+		return absentContent, nil
 	}
-	c.mu.Unlock()
-	obj, rv, err := c.read(ctx, kind, m)
+	m := o.meta
+	key, rk := memoKey(o.kind, m.Namespace, m.Name), readKey(o.keys, o.dataOnly)
+	if h, ok := c.at(key, m.ResourceVersion, rk); ok {
+		return h, nil
+	}
+	obj, rv, err := c.read(ctx, o.kind, m)
 	if err != nil {
 		return "", err
 	}
 	if rv != m.ResourceVersion {
-		return "", fmt.Errorf("%w: %s %s/%s is at resourceVersion %s, the cache at %s", errCacheBehind, kind, m.Namespace, m.Name, rv, m.ResourceVersion)
+		return "", fmt.Errorf("%w: %s %s/%s is at resourceVersion %s, the cache at %s", errCacheBehind, o.kind, m.Namespace, m.Name, rv, m.ResourceVersion)
 	}
-	h, err := content.OfKeys(obj, keys)
+	h, err := c.of(ctx, o.kind, obj, o.keys, o.dataOnly)
 	if err != nil {
 		return "", err
 	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	if got, ok = c.memo[key]; !ok || got.rv != rv {
-		got = memo{rv: rv, hashes: map[string]string{}}
+	versions := c.memo[key]
+	i := slices.IndexFunc(versions, func(v memo) bool { return v.rv == rv })
+	if i < 0 {
+		versions = append(versions, memo{rv: rv, hashes: map[string]string{}})
+		if len(versions) > versionsKept {
+			versions = slices.Delete(versions, 0, len(versions)-versionsKept)
+		}
+		i = len(versions) - 1
 	}
-	got.hashes[kk] = h
-	c.memo[key] = got
+	versions[i].hashes[rk] = h
+	c.memo[key] = versions
 	return h, nil
 }
 
-// snapshotKeys returns the content hash of keys of snapshot name (a ConfigMap or Secret of ours).
-func (c *contents) snapshotKeys(ctx context.Context, kind refs.Kind, ns, name string, keys []string) (string, error) {
-	key := ns + "/" + objectKey(kind, name, keys)
+// at returns the hash, taken earlier, of what rk reads of version rv of the object memoKey names.
+func (c *contents) at(key, rv, rk string) (string, bool) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	for _, v := range c.memo[key] {
+		if v.rv == rv {
+			h, ok := v.hashes[rk]
+			return h, ok
+		}
+	}
+	return "", false
+}
+
+// earlier is the hash of what o reads of the object's version rv, if this process took it.
+func (c *contents) earlier(o followed, rv string) (string, bool) {
+	return c.at(memoKey(o.kind, o.meta.Namespace, o.meta.Name), rv, readKey(o.keys, o.dataOnly))
+}
+
+// of is the content hash of what keys (nil: all) of obj a pod reads: the plain content hash for a
+// ConfigMap, keyed for a Secret.
+func (c *contents) of(ctx context.Context, kind refs.Kind, obj runtime.Object, keys []string, dataOnly bool) (string, error) {
+	read, err := content.Read(obj, keys, dataOnly)
+	if err != nil {
+		return "", err
+	}
+	if kind != refs.Secret {
+		return content.HashJSON(read)
+	}
+	key, _, err := c.key.get(ctx)
+	if err != nil {
+		return "", err
+	}
+	return content.KeyedHash(key, read)
+}
+
+// legacy is the hash the records before issue 37 kept of what o reads now: plain, binaryData
+// included. A record of then is carried over by it (record.migrate).
+func (c *contents) legacy(ctx context.Context, o followed) (string, error) {
+	if o.absent {
+		return absentContent, nil
+	}
+	obj, _, err := c.read(ctx, o.kind, o.meta)
+	if err != nil {
+		return "", err
+	}
+	return content.OfKeys(obj, o.keys)
+}
+
+// snapshot returns the content hash of what o reads of snapshot name (a ConfigMap or Secret of ours).
+// A ConfigMap read whole is known by the name (<name>-<content hash>); anything else is read, once: a
+// snapshot never changes.
+func (c *contents) snapshot(ctx context.Context, o followed, ns, name string) (string, error) {
+	if o.kind == refs.ConfigMap && o.keys == nil && !o.dataOnly {
+		if h, ok := content.HashOfName(name, o.meta.Name); ok {
+			return h, nil
+		}
+	}
+	key := ns + "/" + readKey(o.keys, o.dataOnly) + "/" + objectKey(o.kind, name, nil)
 	c.mu.Lock()
 	h, ok := c.snaps[key]
 	c.mu.Unlock()
 	if ok {
 		return h, nil
 	}
-	obj, _, err := c.read(ctx, kind, &metav1.PartialObjectMetadata{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name}})
+	obj, _, err := c.read(ctx, o.kind, &metav1.PartialObjectMetadata{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name}})
 	if err != nil {
 		return "", err
 	}
-	if h, err = content.OfKeys(obj, keys); err != nil {
+	if h, err = c.of(ctx, o.kind, obj, o.keys, o.dataOnly); err != nil {
 		return "", err
 	}
 	c.mu.Lock()
@@ -117,11 +202,11 @@ func (c *contents) snapshotKeys(ctx context.Context, kind refs.Kind, ns, name st
 
 // forgetSnapshot drops what is known of a deleted snapshot.
 func (c *contents) forgetSnapshot(kind refs.Kind, ns, name string) {
-	prefix := ns + "/" + string(kind) + "/" + name + "["
+	suffix := "/" + objectKey(kind, name, nil)
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	for k := range c.snaps {
-		if strings.HasPrefix(k, prefix) {
+		if strings.HasPrefix(k, ns+"/") && strings.HasSuffix(k, suffix) {
 			delete(c.snaps, k)
 		}
 	}

@@ -1,32 +1,15 @@
 package trigger
 
 import (
-	"context"
-	"fmt"
 	"maps"
 	"sort"
-	"strings"
 	"time"
 
 	"github.com/configmap-attacher/configmap-attacher/internal/api"
 	"github.com/configmap-attacher/configmap-attacher/internal/caches"
-	"github.com/configmap-attacher/configmap-attacher/internal/logging"
-	"github.com/configmap-attacher/configmap-attacher/internal/reconcile"
 )
 
-// look is what one sync read of a workload: decide's input.
-type look struct {
-	w      *caches.User
-	tmpl   *caches.User   // the workload holding the pod template, as cached
-	revs   []*caches.User // its revisions, newest first
-	objs   []followed
-	pinned map[string]bool
-	live   map[string]string // what the objects hold now: objectKey -> content hash
-	rec    *record
-}
-
-// origin is where the newest revision comes from, as far as the record and the events that reached
-// us tell.
+// origin is where the newest revision comes from, as far as the record tells.
 type origin string
 
 const (
@@ -38,139 +21,169 @@ const (
 	older      origin = "an older again" // an older revision is the newest again: a rollback, the template changed back
 )
 
-// decide is one decision over three things: what changed (the live content against the content
-// acknowledged), what the newest revision was made with, and what we wrote. The same table is in
-// docs/config-starts.md (Never a swallowed edit, never a fight).
+// facts are what one decision reads. Contents are maps from what is read of an object (objectKey) to
+// its content hash (absentContent, unknownContent).
+type facts struct {
+	origin origin
+	// live is what the objects the workload follows hold now (L).
+	live map[string]string
+	// made is what the newest revision was made with, as far as known (M): a pinned object's snapshot
+	// (unless the record knew the revision's content of it before it was pinned: a snapshot taken
+	// later holds what the object held then); our write's content; the record's; else what the
+	// objects held when it appeared (seen), else what they hold now.
+	made map[string]string
+	// seen is what the objects held when the newest revision appeared, in the order this process's
+	// watches delivered the revision and the objects' versions (S); what the live content is where
+	// that did not reach us.
+	seen map[string]string
+	// acked is the content acknowledged with the newest revision (A: acknowledged, our write, pending).
+	acked map[string]string
+	// edited: first sight of a workload an object of which changed while this process watched it.
+	edited bool
+	// quiet is how long the content has not changed (a long time when unknown).
+	quiet, settle time.Duration
+	// paused: the workload's controller makes no revision until it is resumed (a paused Deployment).
+	paused bool
+}
+
+// verdict is what a decision calls for.
+type verdict int
+
+const (
+	nothing   verdict = iota
+	wait              // look again after step.after
+	start             // write config-hash for the live content
+	overruled         // the template changed back to a revision made with other content: tell, write nothing
+)
+
+// step is one decision: the content acknowledged from now on, and what to do.
+type step struct {
+	verdict verdict
+	after   time.Duration
+	// acked is the content acknowledged with the newest revision from now on.
+	acked map[string]string
+	// changed are the objects whose content changed since (start); differ, those the newest revision
+	// was made with other content of (overruled).
+	changed, differ []string
+}
+
+// decide is the trigger's one decision: facts in, one step out; sync gathers the facts and carries
+// the step out. The same table is in docs/config-starts.md (Never a swallowed edit, never a fight).
+// A change is a change of the content the newest revision reads, never the arrival of an event.
 //
-//	| newest revision (origin)      | made with                                   | acknowledged content A becomes             |
-//	|-------------------------------|---------------------------------------------|--------------------------------------------|
-//	| pending: our write, not made  | -                                           | - (wait for its revision)                  |
-//	| first sight                   | its snapshots, else what the objects hold   | what they hold (opting in starts nothing); |
-//	|                               |                                             | an edit seen since: what it was made with  |
-//	| acknowledged                  | its snapshots, else the record              | unchanged                                  |
-//	| our write                     | what we wrote it for (record: Written)      | unchanged: what we wrote it for            |
-//	| made since (a deploy)         | its snapshots, else what the objects held   | what it was made with                      |
-//	|                               | when it appeared (an edit that reached us   |                                            |
-//	|                               | after it counts as a change since)          |                                            |
-//	| an older again (a rollback)   | its snapshots, else the record              | what the objects hold, Warning             |
-//	|                               |                                             | ConfigTriggerOverruled when that is not    |
-//	|                               |                                             | what it was made with; unless an edit      |
-//	|                               |                                             | reached us after it came back: unchanged   |
+//	| newest revision (origin)      | acknowledged content A becomes                                  |
+//	|-------------------------------|-----------------------------------------------------------------|
+//	| pending: our write, not made  | unchanged; wait for its revision (paused: look on, below)       |
+//	| first sight                   | L (opting in starts nothing); M where an edit reached us        |
+//	|                               | while the workload followed it                                  |
+//	| acknowledged                  | unchanged                                                       |
+//	| our write                     | unchanged: what we wrote it for                                 |
+//	| made since (a deploy)         | M                                                               |
+//	| an older again (a rollback)   | S; when L = S and L ≠ M: Warning ConfigTriggerOverruled         |
 //
-// Then, for every origin but pending, with L what the objects hold now:
+// where M is what the newest revision was made with (facts.made: snapshots, the record, our write, or
+// S) and S what the objects held when it appeared (facts.seen). An object A does not know yet (newly
+// followed) starts from L. Then, with L what the objects hold now:
 //
 //	| L against A and the newest                  | then                                                   |
 //	|---------------------------------------------|--------------------------------------------------------|
 //	| L = A                                       | nothing                                                |
-//	| L ≠ A, the last edit less than Settle ago   | wait                                                   |
+//	| L ≠ A, the content changed less than Settle | wait                                                   |
+//	| ago                                         |                                                        |
 //	| L ≠ A, the newest was made with L           | A = L (a deploy of config and template together)       |
-//	| L ≠ A, otherwise                            | write config-hash (back to a revision made with L, or  |
-//	|                                             | a new value); record what it was written for; A = L.   |
-//	|                                             | Another field manager owns the annotation: its value   |
-//	|                                             | one we wrote (a rollback copied it), take it back      |
-//	|                                             | (forced, conditional on the resourceVersion read);     |
-//	|                                             | else Warning ConfigTriggerOverruled, A = L, no write   |
-func (c *Controller) decide(ctx context.Context, l *look) (reconcile.Result, error) {
-	log := logging.FromContext(ctx)
-	w, rec, live, newest := l.w, l.rec, l.live, l.revs[0]
-	for _, o := range l.objs {
-		if _, ok := c.snapshotContent(ctx, newest, o); l.pinned[o.key()] && !ok {
-			return reconcile.Result{RequeueAfter: waitAgain}, nil // the pinning controller is taking it
-		}
-	}
-	from := c.origin(ctx, l)
-	c.notePending(w.Key(), from == pending)
-	madeWith := c.revisionContent(ctx, newest, l.objs, l.pinned, rec)
-	ack := &rec.Acknowledged
-	switch from {
+//	| L ≠ A, otherwise                            | start: write config-hash (back to a revision made with |
+//	|                                             | L, or a new value); A = L                              |
+func decide(f facts) step {
+	var a map[string]string
+	switch f.origin {
 	case pending:
-		return reconcile.Result{RequeueAfter: waitAgain}, nil
+		if !f.paused {
+			return step{verdict: wait, after: waitAgain, acked: f.acked}
+		}
+		a = f.acked // paused: no revision comes until it is resumed; a change meanwhile rewrites ours
 	case firstSight:
-		for k, v := range live {
-			if _, ok := madeWith[k]; !ok {
-				madeWith[k] = v // what the objects hold now: nothing better is known
+		a = maps.Clone(f.live)
+		if f.edited {
+			for k, v := range f.made {
+				if _, ok := a[k]; ok {
+					a[k] = v
+				}
 			}
 		}
-		base := maps.Clone(live)
-		if c.sawChange(w.Key()) {
-			maps.Copy(base, madeWith) // followed while an edit came: it counts
-		}
-		rec.Revisions[newest.UID] = unpinned(madeWith, l.pinned)
-		*ack = acknowledged{Revision: newest.UID, Content: base}
-	case byUs:
-		for k, v := range ack.Content {
-			if _, pinnedKnown := madeWith[k]; !l.pinned[k] || !pinnedKnown {
-				madeWith[k] = v // what we wrote it for; a pinned object's snapshot is what its pods read
-			}
-		}
+	case acked, byUs:
+		a = f.acked
 	case madeSince:
-		after := c.changedAfter(w.Key(), newest.UID)
-		for k, v := range live {
-			if _, ok := madeWith[k]; ok {
-				continue
-			}
-			if was, known := ack.Content[k]; after && known {
-				madeWith[k] = was // an edit reached us after the revision appeared: it was made without it
-			} else {
-				madeWith[k] = v
-			}
-		}
-		rec.Revisions[newest.UID] = unpinned(madeWith, l.pinned)
-		*ack = acknowledged{Revision: newest.UID, Content: maps.Clone(madeWith)}
+		a = f.made
 	case older:
-		if _, known := rec.Revisions[newest.UID]; !known {
-			rec.Revisions[newest.UID] = unpinned(madeWith, l.pinned)
-		}
-		if c.changedAfter(w.Key(), newest.UID) {
-			ack.Revision, ack.Wrote = newest.UID, nil // edited after it came back: that edit is a change
-			break
-		}
-		c.overruled(w, newest, live, madeWith)
-		*ack = acknowledged{Revision: newest.UID, Content: maps.Clone(live)}
-		log.Debug("an older revision is the newest again", "revision", newest.Name, "content", live)
-		return reconcile.Result{}, nil
+		a = f.seen
 	}
-	log.Debug("newest revision", "revision", newest.Name, "origin", string(from), "made with", madeWith)
-
-	var changed []string
-	for k, v := range live {
-		was, known := ack.Content[k]
-		if !known {
-			ack.Content[k] = v // newly followed: its content is where we start from
-			continue
+	a = maps.Clone(a)
+	for k, v := range f.live {
+		if _, known := a[k]; !known {
+			a[k] = v // newly followed: its content is where we start from
 		}
-		if was != v {
+	}
+	var changed []string
+	for k, v := range f.live {
+		if a[k] != v {
 			changed = append(changed, k)
 		}
 	}
-	if len(changed) == 0 {
-		return reconcile.Result{}, nil
-	}
 	sort.Strings(changed)
-	if s := c.since(w.Key()); s < c.opts.Settle {
-		log.Debug("changed, settling", "changed", changed, "wait", c.opts.Settle-s)
-		return reconcile.Result{RequeueAfter: c.opts.Settle - s}, nil
+	if len(changed) == 0 {
+		if f.origin == older {
+			if differ := differs(f.live, f.made); len(differ) > 0 {
+				return step{verdict: overruled, acked: a, differ: differ}
+			}
+		}
+		return step{verdict: nothing, acked: a} // paused and pending: its resume brings it back
 	}
-	if sameContent(madeWith, live) {
-		log.Debug("changed, and the newest revision was made with it", "changed", changed, "revision", newest.Name)
-		ack.Content = maps.Clone(live) // a deploy of config and template together
-		return reconcile.Result{}, nil
+	if f.quiet < f.settle {
+		return step{verdict: wait, after: f.settle - f.quiet, acked: a, changed: changed}
 	}
-	return c.start(ctx, l, changed, madeWith)
+	if f.origin != pending && sameContent(f.made, f.live) {
+		return step{verdict: nothing, acked: maps.Clone(f.live)} // a deploy of config and template together
+	}
+	return step{verdict: start, acked: maps.Clone(f.live), changed: changed}
 }
 
-// origin classifies the newest revision (see decide). Our last write, once its revision is known and
-// a newer one came, is recorded as made with what we wrote it for.
-func (c *Controller) origin(ctx context.Context, l *look) origin {
-	rec, newest := l.rec, l.revs[0]
+// differs are the objects whose live content is known to differ from what a revision was made with.
+func differs(live, made map[string]string) []string {
+	var out []string
+	for k, v := range live {
+		if m, ok := made[k]; ok && m != v {
+			out = append(out, k)
+		}
+	}
+	sort.Strings(out)
+	return out
+}
+
+// sameContent reports whether a revision was created with exactly the live content of every
+// followed object.
+func sameContent(rev, live map[string]string) bool {
+	for k, v := range live {
+		if rev[k] != v {
+			return false
+		}
+	}
+	return true
+}
+
+// classify tells where the newest revision comes from (see decide), from the record and the
+// revisions. Our last write, once its revision is known and a newer one came, is recorded as made
+// with what we wrote it for. waited is how long our last write has waited for its revision; paused,
+// whether the workload's controller makes none meanwhile.
+func classify(rec *record, revs []*caches.User, tmpl *caches.User, waited time.Duration, paused bool, pinned map[string]bool) origin {
+	newest := revs[0]
 	ack := &rec.Acknowledged
 	if wr := ack.Wrote; wr != nil {
-		switch r := wr.made(l.revs); {
+		switch r := wr.made(revs); {
 		case r != nil && r.UID == newest.UID:
 			return byUs
 		case r != nil:
-			rec.resolveWrote(l.revs) // a newer one since: classified below
-		case newest.UID == ack.Revision && templateCarries(l.tmpl, wr) && c.pendingFor(l.w.Key()) < pendingPatience:
+			rec.resolveWrote(revs, pinned) // a newer one since: classified below
+		case newest.UID == ack.Revision && templateCarries(tmpl, wr) && (paused || waited < pendingPatience):
 			return pending
 		case newest.UID == ack.Revision:
 			// Undone before its revision was made (the template changed back), or its revision never
@@ -190,7 +203,7 @@ func (c *Controller) origin(ctx context.Context, l *look) origin {
 	if _, known := rec.Revisions[newest.UID]; known {
 		return older
 	}
-	for _, r := range l.revs {
+	for _, r := range revs {
 		if r.UID == ack.Revision {
 			if newest.CreationTimestamp.Before(&r.CreationTimestamp) {
 				return older
@@ -198,20 +211,12 @@ func (c *Controller) origin(ctx context.Context, l *look) origin {
 			return madeSince
 		}
 	}
-	// The acknowledged revision is gone (pruned): made since, unless made with other content than
-	// acknowledged then (an older revision, not known to the record).
-	made := c.revisionContent(ctx, newest, l.objs, l.pinned, rec)
-	for k, v := range made {
-		if was, ok := ack.Content[k]; ok && was != v {
-			return older
-		}
-	}
-	return madeSince
+	return madeSince // the acknowledged revision is gone (pruned); sync tells an older one by its snapshots
 }
 
 // pendingPatience is how long a write of ours may wait for the revision it makes to become the newest
 // (a cache behind, a controller slow to catch up) before it counts as undone: the trigger must never
-// stop looking at a workload for good.
+// stop looking at a workload for good. A paused workload waits as long as it stays paused.
 const pendingPatience = time.Minute
 
 // templateCarries reports whether the pod template still carries what our write put there.
@@ -221,144 +226,4 @@ func templateCarries(tmpl *caches.User, wr *wrote) bool {
 	}
 	_, has := tmpl.TemplateAnnotations[api.ConfigHashAnnotation]
 	return !has
-}
-
-// start writes config-hash for the live content: back to a revision made with it, or a new value.
-func (c *Controller) start(ctx context.Context, l *look, changed []string, madeWith map[string]string) (reconcile.Result, error) {
-	log := logging.FromContext(ctx)
-	w, rec, live, newest := l.w, l.rec, l.live, l.revs[0]
-	contentOf := func(r *caches.User) map[string]string {
-		if r.UID == newest.UID {
-			return madeWith
-		}
-		return c.revisionContent(ctx, r, l.objs, l.pinned, rec)
-	}
-	p, cur, err := planFor(ctx, c.kube, c.dynamic, w, l.revs, live, contentOf)
-	if err != nil {
-		return reconcile.Result{}, err
-	}
-	h := holderOf(w)
-	what := strings.Join(changed, ", ")
-	var takenFrom []string
-	if len(cur.owners) > 0 {
-		if _, wroteIt := rec.Written[cur.value]; !cur.has || !wroteIt {
-			c.tell(w, ReasonOverruled, "%s changed, but %s=%q on the pod template of %s was set by %s, not by configmap-attacher: "+
-				"not written, so no revision starts; the next change of the config tries again. To hand it back, remove the annotation "+
-				"from the template (or let a deploy of your manifests remove it)",
-				what, api.ConfigHashAnnotation, cur.value, h, strings.Join(cur.owners, ", "))
-			c.countOverruled(w)
-			rec.Acknowledged.Content = maps.Clone(live)
-			return reconcile.Result{}, nil
-		}
-		takenFrom = cur.owners
-	}
-	if err := c.write(ctx, h, p, cur, takenFrom != nil); err != nil {
-		return reconcile.Result{}, err
-	}
-	if takenFrom != nil {
-		c.event(w, ReasonTakenBack, "%s on the pod template of %s held %s, a value configmap-attacher wrote, under %s (a rollback copies it): "+
-			"taken back (resourceVersion %s) to start the revision for %s", api.ConfigHashAnnotation, h, cur.value, strings.Join(takenFrom, ", "), cur.rv, what)
-	}
-	c.untell(w, ReasonOverruled, "")
-	rec.resolveWrote(l.revs)
-	if _, ok := rec.Revisions[newest.UID]; !ok {
-		rec.Revisions[newest.UID] = unpinned(madeWith, l.pinned)
-	}
-	wr := &wrote{Value: p.value, Set: p.set, After: newest.Number}
-	if p.back != nil {
-		wr.Back = p.back.UID
-	}
-	if p.set {
-		rec.Written[p.value] = maps.Clone(live)
-	}
-	rec.Acknowledged = acknowledged{Revision: newest.UID, Wrote: wr, Content: maps.Clone(live)}
-	note := c.unpinnedNote(w, l, changed)
-	if p.back != nil {
-		log.Info("config reverted: back to an existing revision", "changed", changed, "revision", p.back.Name)
-		c.event(w, ReasonBack, "%s changed back: %s set to %s on the pod template of %s, which goes back to %s (revision %d), created with this content%s",
-			what, api.ConfigHashAnnotation, valueOrRemoved(p), h, p.back.Name, p.back.Number, note)
-	} else {
-		log.Info("config changed: a new revision starts", "changed", changed, api.ConfigHashAnnotation, p.value)
-		c.event(w, ReasonStarted, "%s changed: %s=%s written on the pod template of %s; a new revision starts%s",
-			what, api.ConfigHashAnnotation, p.value, h, note)
-	}
-	if c.metrics != nil {
-		c.metrics.RevisionStarted(string(w.Kind()), p.back != nil)
-	}
-	return reconcile.Result{}, nil
-}
-
-// unpinnedNote is what a change's Event adds for the changed objects no snapshot pins (the standing
-// Warning ConfigNotPinned names the fix).
-func (c *Controller) unpinnedNote(w *caches.User, l *look, changed []string) string {
-	var names []string
-	for _, o := range l.objs {
-		if o.read && !l.pinned[o.key()] && containsString(changed, o.key()) {
-			names = append(names, objectKey(o.kind, o.meta.Name, nil))
-		}
-	}
-	if len(names) == 0 {
-		return ""
-	}
-	return fmt.Sprintf(" (not pinned: %s; pods of older revisions that start from now on read the new content, see %s)", strings.Join(names, ", "), ReasonUnpinned)
-}
-
-func containsString(s []string, v string) bool {
-	for _, x := range s {
-		if x == v {
-			return true
-		}
-	}
-	return false
-}
-
-// resolveWrote records the revision our last write made, once it appeared, as made with what we
-// wrote it for, and acknowledges it.
-func (r *record) resolveWrote(revs []*caches.User) {
-	wr := r.Acknowledged.Wrote
-	if wr == nil {
-		return
-	}
-	made := wr.made(revs)
-	if made == nil {
-		return
-	}
-	if _, known := r.Revisions[made.UID]; !known && wr.Back == "" {
-		r.Revisions[made.UID] = maps.Clone(r.Written[wr.Value])
-	}
-	r.Acknowledged.Revision, r.Acknowledged.Wrote = made.UID, nil
-}
-
-func valueOrRemoved(p plan) string {
-	if p.set {
-		return p.value
-	}
-	return "removed"
-}
-
-// overruled reports that the newest revision does not run the live content though no content changed
-// since we last looked: the template was changed back (a tool reverting our annotation, `kubectl
-// apply` of an older manifest, a rollback). We do not write it again: the next change of the config does.
-func (c *Controller) overruled(w *caches.User, newest *caches.User, live, made map[string]string) {
-	var differ []string
-	for k, v := range live {
-		if m, ok := made[k]; ok && m != v {
-			differ = append(differ, k)
-		}
-	}
-	if len(differ) == 0 {
-		return // made with what the objects hold (as far as known): nothing was undone
-	}
-	sort.Strings(differ)
-	if c.tell(w, ReasonOverruled, "the pod template changed to revision %s (%d), created with other content of %s than it holds now: "+
-		"someone changed the template back (a rollback, or a tool reverting %s). Not written again, so no revision starts; "+
-		"the next change of the config starts one", newest.Name, newest.Number, strings.Join(differ, ", "), api.ConfigHashAnnotation) {
-		c.countOverruled(w)
-	}
-}
-
-func (c *Controller) countOverruled(w *caches.User) {
-	if c.metrics != nil {
-		c.metrics.Overruled(string(w.Kind()))
-	}
 }

@@ -29,6 +29,12 @@ const (
 	ReasonInvalid = "ConfigTriggerInvalid"
 	// ReasonNotHonoured (Warning): a Reloader annotation we do not honour, and what happens instead.
 	ReasonNotHonoured = "ReloaderAnnotationNotHonoured"
+	// ReasonRecordNotKept (Warning): the workload's record cannot be written (a quota, an admission
+	// policy, RBAC, a foreign object at its name): revisions still start, decided from memory.
+	ReasonRecordNotKept = "ConfigRecordNotKept"
+	// ReasonOptedOut (Warning): the opt-in annotations went with a change of the pod template (kubectl
+	// rollout undo to a revision made before the workload opted in); names them.
+	ReasonOptedOut = "ConfigTriggerOptedOut"
 )
 
 // involved is the Event reference of a workload.

@@ -79,7 +79,9 @@ func planFor(ctx context.Context, kube kubernetes.Interface, dyn dynamic.Interfa
 		return plan{}, current{}, err
 	}
 	base := withoutOurs(all[0].tmpl)
-	for _, r := range all[1:] {
+	// The newest itself is one to go back to only while our write waits on a paused workload: the
+	// decision otherwise never starts for content the newest was made with.
+	for _, r := range all {
 		if sameContent(contentOf(r.u), live) && apiequality.Semantic.DeepEqual(withoutOurs(r.tmpl), base) {
 			v, set := r.tmpl.Annotations[api.ConfigHashAnnotation]
 			return plan{value: v, set: set, back: r.u}, cur, nil
@@ -102,17 +104,6 @@ func planFor(ctx context.Context, kube kubernetes.Interface, dyn dynamic.Interfa
 			return plan{value: v, set: true}, cur, nil
 		}
 	}
-}
-
-// sameContent reports whether a revision was created with exactly the live content of every
-// followed object.
-func sameContent(rev, live map[string]string) bool {
-	for k, v := range live {
-		if rev[k] != v {
-			return false
-		}
-	}
-	return true
 }
 
 // withoutOurs is a template as its workload's controller compares it, less our annotation: the hash

@@ -89,8 +89,9 @@ func TestOnlyTheKeysReadCount(t *testing.T) {
 	f.setSpec(corev1.PodSpec{
 		Volumes: []corev1.Volume{{Name: "files", VolumeSource: corev1.VolumeSource{ConfigMap: &corev1.ConfigMapVolumeSource{
 			LocalObjectReference: corev1.LocalObjectReference{Name: "files"}, Items: []corev1.KeyToPath{{Key: "a.conf", Path: "a.conf"}}}}}},
-		Containers: []corev1.Container{{Name: "app", Image: "nginx", Env: []corev1.EnvVar{{Name: "PORT", ValueFrom: &corev1.EnvVarSource{
-			ConfigMapKeyRef: &corev1.ConfigMapKeySelector{LocalObjectReference: corev1.LocalObjectReference{Name: "app-config"}, Key: "port"}}}}}},
+		Containers: []corev1.Container{{Name: "app", Image: "nginx", VolumeMounts: []corev1.VolumeMount{{Name: "files", MountPath: "/etc/files"}},
+			Env: []corev1.EnvVar{{Name: "PORT", ValueFrom: &corev1.EnvVarSource{
+				ConfigMapKeyRef: &corev1.ConfigMapKeySelector{LocalObjectReference: corev1.LocalObjectReference{Name: "app-config"}, Key: "port"}}}}}},
 	})
 	f.sync()
 	if n := f.editThenSettle(refs.ConfigMap, "app-config", map[string]string{"port": "80", "debug": "true"}); n != 0 {
@@ -138,10 +139,12 @@ func TestAPullSecretIsFollowedOnlyWhenAReloadListNamesIt(t *testing.T) {
 			if tc.want == 0 {
 				return
 			}
-			// By hand: '{"type":"kubernetes.io/dockerconfigjson","data":{".dockerconfigjson":"eyJhdXRocyI6e319"}}'
-			// → cc56969798; '{"Secret/registry":"cc56969798"}' → 2dbeb07536.
-			if v, _ := f.templateHash(); v != "2dbeb07536" {
-				t.Errorf("config-hash %q, want 2dbeb07536", v)
+			// By hand, keyed with the fixture's key (testKey): printf '%s'
+			// '{"type":"kubernetes.io/dockerconfigjson","data":{".dockerconfigjson":"eyJhdXRocyI6e319"}}' |
+			// openssl dgst -sha256 -hmac 0123456789abcdef0123456789abcdef → b0cf914aeb;
+			// '{"Secret/registry":"b0cf914aeb"}' | sha256sum → a5fe5df273.
+			if v, _ := f.templateHash(); v != "a5fe5df273" {
+				t.Errorf("config-hash %q, want a5fe5df273", v)
 			}
 		})
 	}

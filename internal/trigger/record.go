@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"maps"
 	"slices"
+	"strconv"
 	"strings"
 
 	corev1 "k8s.io/api/core/v1"
@@ -27,22 +28,34 @@ import (
 // removes it with the workload. Not an annotation on a ReplicaSet (the Deployment controller copies a
 // Deployment's annotations onto its ReplicaSets and `kubectl rollout undo` copies a ReplicaSet's back
 // onto the Deployment) and not another field of the user's workload. It lives in an annotation of the
-// ConfigMap, so the metadata-only config cache holds it and reading it costs no request.
+// ConfigMap, so the metadata-only config cache holds it and reading it costs no request. The process
+// keeps the record it decided last too (Controller.state): a record that cannot be written (a quota,
+// an admission policy, a foreign object at its name) or that a user deletes is decided on from there,
+// and written again when it can be.
+//
+// Nothing in it tells a Secret to whoever may read ConfigMaps: what a workload reads of a Secret is
+// hashed with a key only the controller reads (hashKey), and the record names that key by id.
 type record struct {
-	// Written is, per config-hash value we wrote (set, or set back), the content it was written for:
-	// the content hash of what the workload reads of each followed object (objectKey). A revision our
-	// write makes is known by it, not by a later look; a value on a template that is in here is ours
-	// to take back.
-	Written map[string]map[string]string `json:"written,omitempty"`
+	// Values are the config-hash values we wrote (set, or set back) that a revision or the template
+	// may still carry: a value on a template that is in here is ours to take back.
+	Values map[string]bool
 	// Revisions is, per revision uid, what the revision was made with, for the objects no snapshot
 	// pins (a pinned revision's snapshot names carry its content already): an entry for every
-	// revision the trigger has acknowledged as the newest.
-	Revisions map[types.UID]map[string]string `json:"revisions,omitempty"`
+	// revision the trigger has acknowledged as the newest. One content map per revision, no more.
+	Revisions map[types.UID]map[string]string
 	// Acknowledged is the newest revision as last decided and the content then: a revision is started
 	// only for a change since.
-	Acknowledged acknowledged `json:"acknowledged"`
+	Acknowledged acknowledged
 	// Unpinned are the objects its pods read that no snapshot pins, as last told (ConfigNotPinned).
-	Unpinned []string `json:"unpinned,omitempty"`
+	Unpinned []string
+	// Key is the id of the hash key its Secret contents were taken with ("" when it holds none).
+	Key string
+
+	// legacy: decoded from a record written before issue 37, whose Secret contents (and those of
+	// objects read through the environment alone) were hashed plain: migrate carries them over.
+	legacy bool
+	// learnt are the values a legacy record proves ours by their content (learnWritten).
+	learnt map[string]map[string]string
 }
 
 type acknowledged struct {
@@ -89,66 +102,62 @@ func carries(u *caches.User, v string) bool {
 	return ok && got == v
 }
 
+func newRecord() *record {
+	return &record{Values: map[string]bool{}, Revisions: map[types.UID]map[string]string{},
+		Acknowledged: acknowledged{Content: map[string]string{}}}
+}
+
 func (r *record) clone() *record {
-	out := &record{Written: map[string]map[string]string{}, Revisions: map[types.UID]map[string]string{},
-		Acknowledged: acknowledged{Revision: r.Acknowledged.Revision, Content: maps.Clone(r.Acknowledged.Content)},
-		Unpinned:     slices.Clone(r.Unpinned)}
-	for v, c := range r.Written {
-		out.Written[v] = maps.Clone(c)
-	}
+	out := newRecord()
+	maps.Copy(out.Values, r.Values)
 	for uid, c := range r.Revisions {
 		out.Revisions[uid] = maps.Clone(c)
+	}
+	out.Acknowledged = acknowledged{Revision: r.Acknowledged.Revision, Content: maps.Clone(r.Acknowledged.Content)}
+	if out.Acknowledged.Content == nil {
+		out.Acknowledged.Content = map[string]string{}
 	}
 	if w := r.Acknowledged.Wrote; w != nil {
 		cp := *w
 		out.Acknowledged.Wrote = &cp
 	}
-	if out.Acknowledged.Content == nil {
-		out.Acknowledged.Content = map[string]string{}
-	}
+	out.Unpinned = slices.Clone(r.Unpinned)
+	out.Key, out.legacy, out.learnt = r.Key, r.legacy, r.learnt
 	return out
 }
 
-func (r *record) equal(o *record) bool {
-	a, b := r.Acknowledged, o.Acknowledged
-	if a.Revision != b.Revision || !maps.Equal(a.Content, b.Content) || (a.Wrote == nil) != (b.Wrote == nil) ||
-		(a.Wrote != nil && *a.Wrote != *b.Wrote) || len(r.Revisions) != len(o.Revisions) || len(r.Written) != len(o.Written) ||
-		!slices.Equal(r.Unpinned, o.Unpinned) {
-		return false
+// resolveWrote records the revision our last write made, once it appeared, as made with what we
+// wrote it for (the acknowledged content), and acknowledges it.
+func (r *record) resolveWrote(revs []*caches.User, pinned map[string]bool) {
+	wr := r.Acknowledged.Wrote
+	if wr == nil {
+		return
 	}
-	for uid, c := range r.Revisions {
-		if oc, ok := o.Revisions[uid]; !ok || !maps.Equal(c, oc) {
-			return false
-		}
+	made := wr.made(revs)
+	if made == nil {
+		return
 	}
-	for v, c := range r.Written {
-		if oc, ok := o.Written[v]; !ok || !maps.Equal(c, oc) {
-			return false
-		}
+	if _, known := r.Revisions[made.UID]; !known && wr.Back == "" {
+		r.Revisions[made.UID] = unpinned(r.Acknowledged.Content, pinned)
 	}
-	return true
+	r.Acknowledged.Revision, r.Acknowledged.Wrote = made.UID, nil
 }
 
 // tidy readies the record for a write: the revision our last write made, if it appeared, is recorded
 // as made with what we wrote it for; revisions that are gone are dropped, and values no revision and
 // no template carries any more.
 func (r *record) tidy(revs []*caches.User, pinned map[string]bool, template *caches.User) {
-	if w := r.Acknowledged.Wrote; w != nil {
-		if made := w.made(revs); made != nil {
-			r.Revisions[made.UID] = unpinned(r.Acknowledged.Content, pinned)
-			r.Acknowledged.Revision, r.Acknowledged.Wrote = made.UID, nil
-		}
-	}
+	r.resolveWrote(revs, pinned)
 	for uid := range r.Revisions {
 		if !slices.ContainsFunc(revs, func(u *caches.User) bool { return u.UID == uid }) {
 			delete(r.Revisions, uid)
 		}
 	}
-	for v := range r.Written {
+	for v := range r.Values {
 		inUse := slices.ContainsFunc(revs, func(u *caches.User) bool { return carries(u, v) }) ||
 			(template != nil && carries(template, v)) || (r.Acknowledged.Wrote != nil && r.Acknowledged.Wrote.Value == v)
 		if !inUse {
-			delete(r.Written, v)
+			delete(r.Values, v)
 		}
 	}
 }
@@ -164,6 +173,271 @@ func unpinned(content map[string]string, pinned map[string]bool) map[string]stri
 	return out
 }
 
+// stored is the record as its annotation holds it. Each object key (with the keys read, which a
+// template reading hundreds of keys makes long) is written once, in Reads; each distinct content of
+// it once, in Contents; a revision's content is one index per read into those (Made), so the record
+// grows by a few bytes per object and revision, not by a copy of every key and hash.
+type stored struct {
+	V        int                  `json:"v"`
+	Key      string               `json:"key,omitempty"`
+	Reads    []string             `json:"reads,omitempty"`
+	Contents [][]string           `json:"contents,omitempty"`
+	Made     map[types.UID]string `json:"made,omitempty"`
+	Values   []string             `json:"values,omitempty"`
+	Ack      storedAck            `json:"ack"`
+	Unpinned []string             `json:"unpinned,omitempty"`
+}
+
+type storedAck struct {
+	Revision types.UID `json:"revision,omitempty"`
+	// Content, when it is not what Made says of Revision (after a rollback, while our write waits).
+	Content *string `json:"content,omitempty"`
+	Wrote   *wrote  `json:"wrote,omitempty"`
+}
+
+// recordVersion is the version of the stored form.
+const recordVersion = 2
+
+// encode writes the record in its stored form.
+func (r *record) encode() (string, error) {
+	contents := map[string]map[string]bool{}
+	note := func(c map[string]string) {
+		for k, v := range c {
+			if contents[k] == nil {
+				contents[k] = map[string]bool{}
+			}
+			contents[k][v] = true
+		}
+	}
+	for _, c := range r.Revisions {
+		note(c)
+	}
+	ackSame := r.Acknowledged.Revision != "" && r.Acknowledged.Wrote == nil && maps.Equal(r.Revisions[r.Acknowledged.Revision], r.Acknowledged.Content) &&
+		r.Revisions[r.Acknowledged.Revision] != nil
+	if !ackSame {
+		note(r.Acknowledged.Content)
+	}
+	s := stored{V: recordVersion, Key: r.Key, Unpinned: r.Unpinned, Ack: storedAck{Revision: r.Acknowledged.Revision, Wrote: r.Acknowledged.Wrote}}
+	s.Reads = slices.Sorted(maps.Keys(contents))
+	index := make([]map[string]int, len(s.Reads))
+	for i, k := range s.Reads {
+		s.Contents = append(s.Contents, slices.Sorted(maps.Keys(contents[k])))
+		index[i] = map[string]int{}
+		for j, v := range s.Contents[i] {
+			index[i][v] = j
+		}
+	}
+	row := func(c map[string]string) string {
+		var b strings.Builder
+		for i, k := range s.Reads {
+			if i > 0 {
+				b.WriteByte(',')
+			}
+			if v, ok := c[k]; ok {
+				b.WriteString(strconv.Itoa(index[i][v]))
+			}
+		}
+		return b.String()
+	}
+	if len(r.Revisions) > 0 {
+		s.Made = map[types.UID]string{}
+		for uid, c := range r.Revisions {
+			s.Made[uid] = row(c)
+		}
+	}
+	if !ackSame {
+		c := row(r.Acknowledged.Content)
+		s.Ack.Content = &c
+	}
+	s.Values = slices.Sorted(maps.Keys(r.Values))
+	b, err := json.Marshal(s)
+	return string(b), err
+}
+
+// decode reads a record from its annotation: the stored form, or the form before issue 37 (marked
+// legacy). Anything else (someone edited it) starts over, as on first sight.
+func decode(text string) *record {
+	var probe struct {
+		V int `json:"v"`
+	}
+	if text == "" || json.Unmarshal([]byte(text), &probe) != nil {
+		return newRecord()
+	}
+	if probe.V == 0 {
+		return decodeLegacy(text)
+	}
+	var s stored
+	if err := json.Unmarshal([]byte(text), &s); err != nil || s.V != recordVersion || len(s.Contents) != len(s.Reads) {
+		return newRecord()
+	}
+	r := newRecord()
+	r.Key, r.Unpinned = s.Key, s.Unpinned
+	expand := func(row string) (map[string]string, bool) {
+		out := map[string]string{}
+		if len(s.Reads) == 0 {
+			return out, row == ""
+		}
+		cells := strings.Split(row, ",")
+		if len(cells) != len(s.Reads) {
+			return nil, false
+		}
+		for i, cell := range cells {
+			if cell == "" {
+				continue
+			}
+			j, err := strconv.Atoi(cell)
+			if err != nil || j < 0 || j >= len(s.Contents[i]) {
+				return nil, false
+			}
+			out[s.Reads[i]] = s.Contents[i][j]
+		}
+		return out, true
+	}
+	for uid, row := range s.Made {
+		c, ok := expand(row)
+		if !ok {
+			return newRecord()
+		}
+		r.Revisions[uid] = c
+	}
+	for _, v := range s.Values {
+		r.Values[v] = true
+	}
+	r.Acknowledged.Revision, r.Acknowledged.Wrote = s.Ack.Revision, s.Ack.Wrote
+	if s.Ack.Content != nil {
+		c, ok := expand(*s.Ack.Content)
+		if !ok {
+			return newRecord()
+		}
+		r.Acknowledged.Content = c
+	} else {
+		r.Acknowledged.Content = maps.Clone(r.Revisions[s.Ack.Revision])
+		if r.Acknowledged.Content == nil {
+			r.Acknowledged.Content = map[string]string{}
+		}
+	}
+	return r
+}
+
+// decodeLegacy reads a record of before issue 37: a content map per value written and per revision,
+// each key with the keys read.
+func decodeLegacy(text string) *record {
+	var old struct {
+		Written      map[string]map[string]string    `json:"written"`
+		Revisions    map[types.UID]map[string]string `json:"revisions"`
+		Acknowledged acknowledged                    `json:"acknowledged"`
+		Unpinned     []string                        `json:"unpinned"`
+	}
+	if err := json.Unmarshal([]byte(text), &old); err != nil {
+		return newRecord()
+	}
+	r := newRecord()
+	r.legacy, r.learnt = true, old.Written
+	for v := range old.Written {
+		r.Values[v] = true
+	}
+	for uid, c := range old.Revisions {
+		r.Revisions[uid] = maps.Clone(c)
+	}
+	r.Acknowledged = old.Acknowledged
+	if r.Acknowledged.Content == nil {
+		r.Acknowledged.Content = map[string]string{}
+	}
+	r.Unpinned = old.Unpinned
+	return r
+}
+
+// learnWritten adds to a legacy record written before it kept the values we wrote the values it can
+// prove ours: a revision's config-hash that is the hash of what the revision was made with, as only
+// our write computes it. Done before migrate, whose contents are hashed anew.
+func (r *record) learnWritten(revs []*caches.User) {
+	for _, rev := range revs {
+		made, ok := r.Revisions[rev.UID]
+		v, has := rev.TemplateAnnotations[api.ConfigHashAnnotation]
+		if !ok || !has || len(made) == 0 || r.Values[v] {
+			continue
+		}
+		if h, err := content.HashJSON(made); err == nil && h == v {
+			r.Values[v] = true
+		}
+	}
+}
+
+// migrate carries a legacy record over to today's hashes: where what an object reads is hashed
+// otherwise now (a Secret, keyed; a ConfigMap read through the environment alone, without its
+// binaryData), a content equal to what the object hashed the old way holds now becomes its hash now,
+// and any other one unknownContent (other than now, not known: a plain Secret hash must not stay).
+// now and then are today's and the old hash of each followed object.
+func (r *record) migrate(now, then map[string]string, isSecret func(string) bool) {
+	carry := func(c map[string]string) {
+		for k, v := range c {
+			h, followed := now[k]
+			switch {
+			case followed && then[k] == v:
+				c[k] = h
+			case followed && h != then[k]:
+				c[k] = unknownContent
+			case !followed && isSecret(k):
+				delete(c, k) // not followed now: what the record held of it goes
+			}
+		}
+	}
+	for _, c := range r.Revisions {
+		carry(c)
+	}
+	carry(r.Acknowledged.Content)
+	r.legacy, r.learnt = false, nil
+}
+
+// rekey makes the Secret contents of a record taken with another hash key unknown: they cannot be
+// compared with what the Secrets hold, and the decision errs toward a new revision.
+func (r *record) rekey(id string, isSecret func(string) bool) {
+	if r.Key == id {
+		return
+	}
+	if r.Key != "" {
+		unknown := func(c map[string]string) {
+			for k := range c {
+				if isSecret(k) {
+					c[k] = unknownContent
+				}
+			}
+		}
+		for _, c := range r.Revisions {
+			unknown(c)
+		}
+		unknown(r.Acknowledged.Content)
+	}
+	r.Key = id
+}
+
+// maxRecordBytes bounds the record's annotation, under the API server's 256 KiB for all of an
+// object's annotations: past it, the oldest revisions' contents go (fit).
+const maxRecordBytes = 200 << 10
+
+// fit encodes the record within maxRecordBytes, dropping what the oldest revisions were made with
+// while it does not fit (never the newest's, nor the acknowledged one's): a revert to those then
+// starts a new revision instead of going back, the error erring toward a new revision.
+func (r *record) fit(revs []*caches.User) (string, error) {
+	for {
+		text, err := r.encode()
+		if err != nil || len(text) <= maxRecordBytes {
+			return text, err
+		}
+		var oldest *caches.User
+		for _, rev := range revs {
+			if _, ok := r.Revisions[rev.UID]; ok && rev.UID != revs[0].UID && rev.UID != r.Acknowledged.Revision &&
+				(oldest == nil || rev.Number < oldest.Number) {
+				oldest = rev
+			}
+		}
+		if oldest == nil {
+			return text, nil // the newest alone is too large: the write says so
+		}
+		delete(r.Revisions, oldest.UID)
+	}
+}
+
 func recordName(w *caches.User) string { return RecordName(string(w.Kind()), w.Name) }
 
 // RecordName is the name of the record of a workload of kind: configmap-attacher.<kind>.<workload>,
@@ -177,101 +451,88 @@ func RecordName(kind, workload string) string {
 	return content.Name(name, h)
 }
 
+// onServer is the workload's record as the cache shows it.
+type onServer struct {
+	exists bool
+	rv     string
+	text   string
+	// previous: ours, owned by an earlier workload of this kind and name (deleted and created again,
+	// as Flux and Argo CD force-replace): taken over by the next write.
+	previous bool
+	// foreign says why the object at the record's name is not the workload's record ("": it is).
+	foreign string
+}
+
 // records reads and writes records.
 type records struct {
 	kube    kubernetes.Interface
 	configs *caches.Informer[*metav1.PartialObjectMetadata] // the widened ConfigMap informer
 }
 
-// load returns the workload's record from the cache: an empty one if there is none yet, and
-// errForeign if a ConfigMap of that name exists that is not the workload's record.
-func (rs records) load(w *caches.User) (*record, bool, error) {
+// lookup returns the workload's record as the cache shows it.
+func (rs records) lookup(w *caches.User) (onServer, error) {
 	m, exists, err := rs.configs.Get(w.Namespace, recordName(w))
 	if err != nil || !exists {
-		return (&record{}).clone(), false, err
+		return onServer{}, err
 	}
-	if !isRecordOf(m, w) {
-		return nil, true, fmt.Errorf("%w: ConfigMap %s/%s exists and is not %s's record (label %s=%s, owned by it): rename it",
-			errForeign, w.Namespace, m.Name, describe(w), api.RecordLabel, api.RecordValue)
+	s := onServer{exists: true, rv: m.ResourceVersion, text: m.Annotations[api.RecordAnnotation]}
+	ours := m.Labels[api.RecordLabel] == api.RecordValue
+	switch {
+	case ours && ownedBy(m, func(o metav1.OwnerReference) bool { return o.UID == w.UID }):
+	case ours && ownedBy(m, func(o metav1.OwnerReference) bool {
+		return o.Kind == w.TypeMeta.Kind && o.Name == w.Name && o.APIVersion == w.APIVersion
+	}):
+		s.previous = true
+	default:
+		s.foreign = fmt.Sprintf("ConfigMap %s/%s exists and is not %s's record (label %s=%s, owned by it): rename it",
+			w.Namespace, m.Name, describe(w), api.RecordLabel, api.RecordValue)
 	}
-	r := &record{}
-	if v := m.Annotations[api.RecordAnnotation]; v != "" {
-		if err := json.Unmarshal([]byte(v), r); err != nil {
-			// Someone edited it: start over, as on first sight.
-			r = &record{}
-		}
-	}
-	return r.clone(), true, nil
+	return s, nil
 }
 
-// learnWritten adds to a record written before it kept the values we wrote (Written) the values it
-// can prove ours: a revision's config-hash that is the hash of what the revision was made with, as
-// only our write computes it.
-func (r *record) learnWritten(revs []*caches.User) {
-	for _, rev := range revs {
-		made, ok := r.Revisions[rev.UID]
-		v, has := rev.TemplateAnnotations[api.ConfigHashAnnotation]
-		if !ok || !has || len(made) == 0 {
-			continue
-		}
-		if _, known := r.Written[v]; known {
-			continue
-		}
-		if h, err := content.HashJSON(made); err == nil && h == v {
-			r.Written[v] = maps.Clone(made)
-		}
-	}
+func ownedBy(m *metav1.PartialObjectMetadata, match func(metav1.OwnerReference) bool) bool {
+	return slices.ContainsFunc(m.OwnerReferences, match)
 }
 
-func isRecordOf(m *metav1.PartialObjectMetadata, w *caches.User) bool {
-	if m.Labels[api.RecordLabel] != api.RecordValue {
-		return false
-	}
-	for _, o := range m.OwnerReferences {
-		if o.UID == w.UID {
-			return true
-		}
-	}
-	return false
-}
-
-// save writes the record: created with its ownerReference, or applied over the version the cache
-// shows (a conflict means the cache is behind: the sync is retried). Server-side apply under our
+// save writes the record's text: created with its ownerReference, or applied over the version the
+// cache shows (a conflict means the cache is behind: the sync is retried). Server-side apply under our
 // field manager lists only our label, our annotation and our ownerReference, so nothing another
-// writer put on it is touched.
-func (rs records) save(ctx context.Context, w *caches.User, r *record, exists bool) error {
-	b, err := json.Marshal(r)
-	if err != nil {
-		return err
-	}
+// writer put on it is touched; a record of an earlier workload of the name is taken over (its
+// ownerReference, ours, replaced). It returns the written version's resourceVersion.
+func (rs records) save(ctx context.Context, w *caches.User, text string, s onServer) (string, error) {
 	name := recordName(w)
 	owner := ownerOf(w)
-	if !exists {
+	if !s.exists {
 		cm := &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: w.Namespace,
 			Labels:          map[string]string{api.RecordLabel: api.RecordValue},
-			Annotations:     map[string]string{api.RecordAnnotation: string(b)},
+			Annotations:     map[string]string{api.RecordAnnotation: text},
 			OwnerReferences: []metav1.OwnerReference{owner}}}
-		_, err := rs.kube.CoreV1().ConfigMaps(w.Namespace).Create(ctx, cm, metav1.CreateOptions{FieldManager: api.FieldManager})
-		if apierrors.IsAlreadyExists(err) {
-			return fmt.Errorf("creating the record %s/%s: the cache is behind: %w", w.Namespace, name, err)
+		got, err := rs.kube.CoreV1().ConfigMaps(w.Namespace).Create(ctx, cm, metav1.CreateOptions{FieldManager: api.FieldManager})
+		if err != nil {
+			return "", fmt.Errorf("creating the record %s/%s: %w", w.Namespace, name, err)
 		}
-		return err
-	}
-	m, _, err := rs.configs.Get(w.Namespace, name)
-	if err != nil {
-		return err
+		return got.ResourceVersion, nil
 	}
 	ac := corev1ac.ConfigMap(name, w.Namespace).
-		WithResourceVersion(m.ResourceVersion).
+		WithResourceVersion(s.rv).
 		WithLabels(map[string]string{api.RecordLabel: api.RecordValue}).
-		WithAnnotations(map[string]string{api.RecordAnnotation: string(b)}).
+		WithAnnotations(map[string]string{api.RecordAnnotation: text}).
 		WithOwnerReferences(metav1ac.OwnerReference().WithAPIVersion(owner.APIVersion).WithKind(owner.Kind).
 			WithName(owner.Name).WithUID(owner.UID).WithController(false))
-	_, err = rs.kube.CoreV1().ConfigMaps(w.Namespace).Apply(ctx, ac, metav1.ApplyOptions{FieldManager: api.FieldManager, Force: true})
+	got, err := rs.kube.CoreV1().ConfigMaps(w.Namespace).Apply(ctx, ac, metav1.ApplyOptions{FieldManager: api.FieldManager, Force: true})
 	if err != nil {
-		return fmt.Errorf("writing the record %s/%s: %w", w.Namespace, name, err)
+		return "", fmt.Errorf("writing the record %s/%s: %w", w.Namespace, name, err)
 	}
-	return nil
+	return got.ResourceVersion, nil
+}
+
+// retried reports whether a failed write of the record is the cache being behind (a conflict, an
+// object created or deleted meanwhile), which a retry with a fresh look resolves; any other refusal
+// (a quota, an admission policy, RBAC, too large) means the record cannot be kept for now.
+func retried(err error) bool {
+	return apierrors.IsConflict(err) || apierrors.IsAlreadyExists(err) || apierrors.IsNotFound(err) ||
+		apierrors.IsServerTimeout(err) || apierrors.IsTimeout(err) || apierrors.IsTooManyRequests(err) ||
+		apierrors.IsInternalError(err) || apierrors.IsServiceUnavailable(err) || apierrors.IsUnexpectedServerError(err)
 }
 
 // ownerOf is the ownerReference the record carries: the workload, controller false, no

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"slices"
 	"sort"
 	"strings"
@@ -11,11 +12,11 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/resourceversion"
 	"k8s.io/client-go/tools/cache"
 
 	"github.com/configmap-attacher/configmap-attacher/internal/api"
 	"github.com/configmap-attacher/configmap-attacher/internal/caches"
-	"github.com/configmap-attacher/configmap-attacher/internal/content"
 	"github.com/configmap-attacher/configmap-attacher/internal/logging"
 	"github.com/configmap-attacher/configmap-attacher/internal/reconcile"
 	"github.com/configmap-attacher/configmap-attacher/internal/refs"
@@ -25,18 +26,41 @@ import (
 // newest revision, or the config cache catches up.
 const waitAgain = time.Second
 
+// recordRetry is how soon a record that could not be written is tried again (the quota lifted, the
+// policy changed) when nothing else brings its workload back.
+const recordRetry = time.Minute
+
 // followed is one config object a workload follows, as the cache shows it, and what it reads of it.
 type followed struct {
 	kind refs.Kind
 	meta *metav1.PartialObjectMetadata
 	read bool     // the pod template reads it (pinning snapshots only what pods read)
 	keys []string // the keys the template reads, nil: the whole object (or not read: a reload list names it)
+	// dataOnly: the template reads it through the environment alone (a ConfigMap's binaryData is not
+	// read); optional: through optional references alone.
+	dataOnly, optional bool
+	// absent: an object the template reads as optional that does not exist (meta holds its name).
+	absent bool
 }
 
 func (f followed) key() string { return objectKey(f.kind, f.meta.Name, f.keys) }
 
+// ref names the object itself, whatever is read of it: "Kind/name".
+func (f followed) ref() string { return refs.Ref{Kind: f.kind, Name: f.meta.Name}.String() }
+
+// look is what one sync read of a workload.
+type look struct {
+	w      *caches.User
+	tmpl   *caches.User   // the workload holding the pod template, as cached
+	revs   []*caches.User // its revisions, newest first
+	objs   []followed
+	pinned map[string]bool
+	live   map[string]string // what the objects hold now: objectKey -> content hash
+	rec    *record
+}
+
 // sync looks at one workload: what it follows, what that holds now, what its newest revision was
-// made with; decide does the rest.
+// made with; decide says what to do, and sync does it.
 func (c *Controller) sync(ctx context.Context, key string) (reconcile.Result, error) {
 	k, ns, name, err := reconcile.SplitKey(key)
 	if err != nil {
@@ -66,6 +90,7 @@ func (c *Controller) sync(ctx context.Context, key string) (reconcile.Result, er
 		c.tellAbout(w, ReasonNotHonoured, strings.SplitN(msg, " ", 2)[0], "%s", msg)
 	}
 	if !sel.OptedIn() || w.DeletionTimestamp != nil {
+		c.tellOptedOut(w)
 		c.forget(key) // opted out: nothing is triggered any more
 		return reconcile.Result{}, nil
 	}
@@ -96,7 +121,7 @@ func (c *Controller) sync(ctx context.Context, key string) (reconcile.Result, er
 	objs := c.followed(w, sel, tmpl.Reads)
 	live := map[string]string{}
 	for _, o := range objs {
-		h, err := c.content.hash(ctx, o.kind, o.meta, o.keys)
+		h, err := c.content.hash(ctx, o)
 		if errors.Is(err, errCacheBehind) {
 			logging.FromContext(ctx).Debug("waiting for the config cache", "err", err)
 			return reconcile.Result{RequeueAfter: waitAgain}, nil
@@ -106,32 +131,344 @@ func (c *Controller) sync(ctx context.Context, key string) (reconcile.Result, er
 		}
 		live[o.key()] = h
 	}
-	rec, exists, err := c.records.load(w)
-	if errors.Is(err, errForeign) {
-		c.tell(w, ReasonInvalid, "not followed, nothing is written: %v", err)
-		return reconcile.Result{}, nil
-	}
+	st := c.stateFor(w)
+	rec, srv, err := c.load(w, st)
 	if err != nil {
 		return reconcile.Result{}, err
 	}
-	rec.learnWritten(revs)
-	pinned := c.pinnedOf(w.Namespace, objs)
-	before := rec.clone()
-	c.warnUnpinned(w, objs, pinned, rec)
-	res, err := c.decide(ctx, &look{w: w, tmpl: tmpl, revs: revs, objs: objs, pinned: pinned, live: live, rec: rec})
+	if err := c.carryOver(ctx, rec, revs, objs, live); err != nil {
+		return reconcile.Result{}, err
+	}
+	before, err := rec.encode()
+	if err != nil {
+		return reconcile.Result{}, err
+	}
+	l := &look{w: w, tmpl: tmpl, revs: revs, objs: objs, pinned: c.pinnedOf(w.Namespace, objs), live: live, rec: rec}
+	c.warnUnpinned(w, objs, l.pinned, rec)
+	res, err := c.decideAndAct(ctx, l, st)
 	if err != nil {
 		return res, err
 	}
-	if !exists && len(live) == 0 && len(rec.Revisions) == 0 {
+	after, err := rec.encode()
+	if err != nil {
+		return reconcile.Result{}, err
+	}
+	if !srv.exists && len(live) == 0 && len(rec.Revisions) == 0 {
 		return res, nil // follows nothing yet: no record needed
 	}
-	if !exists || !rec.equal(before) {
-		rec.tidy(revs, pinned, tmpl)
-		if err := c.records.save(ctx, w, rec, exists); err != nil {
-			return reconcile.Result{}, err
-		}
+	if after == before && srv.holds(before) {
+		c.keep(st, rec, before, srv.rv)
+		return res, nil
+	}
+	rec.tidy(revs, l.pinned, tmpl)
+	text, err := rec.fit(revs)
+	if err != nil {
+		return reconcile.Result{}, err
+	}
+	c.keep(st, rec, text, srv.rv) // decided: what the next sync starts from, written or not
+	if srv.holds(text) {
+		return res, nil
+	}
+	if srv.foreign != "" {
+		c.notKept(w, srv.foreign)
+		return requeueWithin(res, recordRetry), nil
+	}
+	rv, err := c.records.save(ctx, w, text, srv)
+	switch {
+	case err == nil:
+		c.keep(st, rec, text, rv)
+		c.untell(w, ReasonRecordNotKept, "")
+	case retried(err):
+		return reconcile.Result{}, err
+	default:
+		c.notKept(w, err.Error())
+		return requeueWithin(res, recordRetry), nil
 	}
 	return res, nil
+}
+
+// holds reports whether the record on the API server holds text (and is the workload's own).
+func (s onServer) holds(text string) bool {
+	return s.exists && !s.previous && s.foreign == "" && s.text == text
+}
+
+func requeueWithin(res reconcile.Result, d time.Duration) reconcile.Result {
+	if res.RequeueAfter == 0 || res.RequeueAfter > d {
+		res.RequeueAfter = d
+	}
+	return res
+}
+
+// decideAndAct gathers the facts of the decision, takes it, and carries its step out: the record,
+// the Events, the write.
+func (c *Controller) decideAndAct(ctx context.Context, l *look, st *workloadState) (reconcile.Result, error) {
+	log := logging.FromContext(ctx)
+	w, rec, newest := l.w, l.rec, l.revs[0]
+	quiet := c.quiet(st, l.live)
+	for _, o := range l.objs {
+		if _, ok := c.snapshotContent(ctx, newest, o); l.pinned[o.key()] && !ok {
+			return reconcile.Result{RequeueAfter: waitAgain}, nil // the pinning controller is taking it
+		}
+	}
+	paused := w.Status != nil && w.Status.Paused
+	from := classify(rec, l.revs, l.tmpl, c.waited(st), paused, l.pinned)
+	if from == madeSince && !slices.ContainsFunc(l.revs, func(r *caches.User) bool { return r.UID == rec.Acknowledged.Revision }) {
+		// The acknowledged revision is gone (pruned): made since, unless its snapshots say it was
+		// made with other content than acknowledged then (an older revision the record does not know).
+		if len(differs(rec.Acknowledged.Content, c.revisionContent(ctx, newest, l.objs, l.pinned, rec))) > 0 {
+			from = older
+		}
+	}
+	c.notePending(st, from == pending)
+	seen := c.seenWhenAppeared(newest, l.objs, l.live)
+	made := c.madeWith(ctx, from, l, seen)
+	c.mu.Lock()
+	edited := st.edited
+	c.mu.Unlock()
+	s := decide(facts{origin: from, live: l.live, made: made, seen: seen, acked: rec.Acknowledged.Content,
+		edited: edited, quiet: quiet, settle: c.opts.Settle, paused: paused})
+	log.Debug("decided", "revision", newest.Name, "origin", string(from), "made with", made, "step", s.verdict, "changed", s.changed)
+
+	if from != pending {
+		c.forgetAppearance(newest.UID) // what it was made with is in the record now
+	}
+	switch from {
+	case firstSight, madeSince:
+		rec.Revisions[newest.UID] = unpinned(made, l.pinned)
+	case older:
+		if _, known := rec.Revisions[newest.UID]; !known {
+			rec.Revisions[newest.UID] = unpinned(made, l.pinned)
+		}
+	}
+	if s.verdict == start {
+		return c.start(ctx, l, from, s, made)
+	}
+	acknowledge(rec, from, newest, s.acked)
+	switch s.verdict {
+	case wait:
+		return reconcile.Result{RequeueAfter: s.after}, nil
+	case overruled:
+		c.overruled(w, newest, s.differ)
+	}
+	return reconcile.Result{}, nil
+}
+
+// acknowledge records the newest revision, and the content it is compared with from now on. Our
+// write's revision, made or pending, stays acknowledged as our write until the record is next
+// written for a change (resolveWrote): a change costs one write of the record.
+func acknowledge(rec *record, from origin, newest *caches.User, content map[string]string) {
+	if from != pending && from != byUs {
+		rec.Acknowledged.Revision, rec.Acknowledged.Wrote = newest.UID, nil
+	}
+	rec.Acknowledged.Content = content
+}
+
+// stateFor is the workload's state in this process.
+func (c *Controller) stateFor(w *caches.User) *workloadState {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.stateOf(w.Key(), w.UID)
+}
+
+// load returns the record to decide from: the one the API server holds when this process did not
+// decide on that version (another replica wrote it, or it is the first look since the start), else
+// the one this process kept (the same, or newer: written or not). A record of an earlier workload of
+// the name, or a foreign object at its name, is not read.
+func (c *Controller) load(w *caches.User, st *workloadState) (*record, onServer, error) {
+	srv, err := c.records.lookup(w)
+	if err != nil {
+		return nil, onServer{}, err
+	}
+	c.mu.Lock()
+	k := st.kept
+	c.mu.Unlock()
+	switch {
+	case srv.exists && !srv.previous && srv.foreign == "" && (k == nil || k.rv != srv.rv):
+		return decode(srv.text), srv, nil
+	case k != nil:
+		return k.rec.clone(), srv, nil
+	}
+	return newRecord(), srv, nil
+}
+
+// keep notes the record as decided, its text, and the version of the record on the API server that
+// holds what this process decided before ("" none).
+func (c *Controller) keep(st *workloadState, rec *record, text, rv string) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	st.kept = &kept{rec: rec.clone(), text: text, rv: rv}
+}
+
+// notKept tells that the record cannot be written, and counts it: the decisions go on from what this
+// process holds, and a restart would lose that.
+func (c *Controller) notKept(w *caches.User, why string) {
+	c.tell(w, ReasonRecordNotKept, "the record of what each revision of %s was made with cannot be written: %s. "+
+		"Config changes still start revisions, decided from what the controller holds in memory; a restart of the controller "+
+		"before the record is written loses it. Fix the cause (e.g. room in a count/configmaps quota for ConfigMap %s)",
+		describe(w), why, recordName(w))
+	if c.metrics != nil {
+		c.metrics.RecordNotKept(string(w.Kind()))
+	}
+}
+
+// carryOver readies a record read from the API server for today's hashes: a record of before issue
+// 37 (its values proven, its plain hashes of Secrets and of objects the environment alone reads made
+// today's, or unknown), and a record made with another hash key (its Secret contents unknown).
+func (c *Controller) carryOver(ctx context.Context, rec *record, revs []*caches.User, objs []followed, live map[string]string) error {
+	isSecret := func(k string) bool { return strings.HasPrefix(k, string(refs.Secret)+"/") }
+	if rec.legacy {
+		rec.learnWritten(revs)
+		then := map[string]string{}
+		for _, o := range objs {
+			if o.kind != refs.Secret && !o.dataOnly {
+				then[o.key()] = live[o.key()]
+				continue
+			}
+			h, err := c.content.legacy(ctx, o)
+			if err != nil {
+				return err
+			}
+			then[o.key()] = h
+		}
+		rec.migrate(live, then, isSecret)
+	}
+	if slices.ContainsFunc(objs, func(o followed) bool { return o.kind == refs.Secret }) {
+		_, id, err := c.content.key.get(ctx)
+		if err != nil {
+			return err
+		}
+		rec.rekey(id, isSecret)
+	}
+	return nil
+}
+
+// quiet is how long the content the workload reads has not changed: since the event that brought the
+// change its syncs last saw, a long time when none reached this process.
+func (c *Controller) quiet(st *workloadState, live map[string]string) time.Duration {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if st.live == nil || !maps.Equal(st.live, live) {
+		if st.live != nil || st.edited {
+			st.quietSince = st.changedAt
+		}
+		st.live = maps.Clone(live)
+	}
+	if st.quietSince.IsZero() {
+		return huge
+	}
+	return c.now().Sub(st.quietSince)
+}
+
+// waited is how long our last write on the workload has waited for its revision (0: not waiting).
+func (c *Controller) waited(st *workloadState) time.Duration {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if st.pending.IsZero() {
+		return 0
+	}
+	return c.now().Sub(st.pending)
+}
+
+// notePending notes whether our last write on the workload waits for its revision.
+func (c *Controller) notePending(st *workloadState, waiting bool) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	switch {
+	case !waiting:
+		st.pending = time.Time{}
+	case st.pending.IsZero():
+		st.pending = c.now()
+	}
+}
+
+// madeWith is what the newest revision was made with, per followed object, as far as known (see
+// facts.made).
+func (c *Controller) madeWith(ctx context.Context, from origin, l *look, seen map[string]string) map[string]string {
+	newest, rec := l.revs[0], l.rec
+	out := map[string]string{}
+	for _, o := range l.objs {
+		k := o.key()
+		if h, ok := rec.Revisions[newest.UID][k]; ok {
+			out[k] = h // known before any snapshot taken since (a pin label added with an edit)
+			continue
+		}
+		snap, pinnedKnown := c.snapshotContent(ctx, newest, o)
+		if from == byUs && (!l.pinned[k] || !pinnedKnown) {
+			if h, ok := rec.Acknowledged.Content[k]; ok {
+				out[k] = h // what we wrote it for
+			}
+			continue
+		}
+		switch {
+		case pinnedKnown:
+			out[k] = snap
+		case from == firstSight || from == madeSince || from == older:
+			out[k] = seen[k]
+		}
+	}
+	return out
+}
+
+// seenWhenAppeared is what the objects held when the newest revision appeared (facts.seen): each at
+// the version the cache showed then, by its hash if this process took it, unknownContent if the
+// object has changed since and it did not; what they hold now where the appearance did not reach
+// this process (it predates it) or the object was not followed then. A version written before the
+// revision was created is what it was made with though the cache showed it only after the revision
+// (two watches, no order between them): the resourceVersions of one etcd tell which came first.
+func (c *Controller) seenWhenAppeared(newest *caches.User, objs []followed, live map[string]string) map[string]string {
+	out := maps.Clone(live)
+	a, ok := c.appearanceOf(newest.UID)
+	if !ok {
+		return out
+	}
+	for _, o := range objs {
+		rv, tracked := a.rvs[o.ref()]
+		switch {
+		case !tracked, rv == o.meta.ResourceVersion, !o.absent && before(o.meta.ResourceVersion, a.revision):
+		case rv == "":
+			if o.optional {
+				out[o.key()] = absentContent // it did not exist then
+			}
+		default:
+			if h, ok := c.content.earlier(o, rv); ok {
+				out[o.key()] = h
+			} else {
+				out[o.key()] = unknownContent
+			}
+		}
+	}
+	return out
+}
+
+// before reports whether resourceVersion a was written before b. Kubernetes documents resourceVersions
+// as comparable within a resource (resourceversion.CompareResourceVersion); a ConfigMap's and a
+// ReplicaSet's are comparable where both are stored in one etcd, as they are unless
+// --etcd-servers-overrides splits them. Unparsable: not known to be before.
+func before(a, b string) bool {
+	n, err := resourceversion.CompareResourceVersion(a, b)
+	return err == nil && n < 0
+}
+
+// tellOptedOut tells the opt-in annotations that went with a change of the pod template, if any.
+func (c *Controller) tellOptedOut(w *caches.User) {
+	c.mu.Lock()
+	s, ok := c.state[w.Key()]
+	var went []string
+	if ok {
+		went, s.optedOut = s.optedOut, nil
+	}
+	c.mu.Unlock()
+	if len(went) == 0 || c.events == nil {
+		return
+	}
+	var fix []string
+	for _, a := range went {
+		fix = append(fix, a+"=true")
+	}
+	c.events.Eventf(involved(w), corev1.EventTypeWarning, ReasonOptedOut, "%s went with a change of the pod template of %s "+
+		"(kubectl rollout undo to a revision made before the workload opted in copies that revision's annotations): config changes "+
+		"no longer start revisions of it. To opt in again: kubectl annotate -n %s %s %s (the value it had, for a reload list)",
+		strings.Join(went, ", "), describe(w), w.Namespace, describe(w), strings.Join(fix, " "))
 }
 
 // warnUnpinned tells which objects the workload's pods read that no snapshot pins: after a change of
@@ -161,7 +498,7 @@ func (c *Controller) warnUnpinned(w *caches.User, objs []followed, pinned map[st
 // unpinnedRead are the objects the workload's pods read that no snapshot pins, and the label for each.
 func unpinnedRead(w *caches.User, objs []followed, pinned map[string]bool) (names, fix []string) {
 	for _, o := range objs {
-		if pinned[o.key()] || !o.read {
+		if pinned[o.key()] || !o.read || o.absent {
 			continue
 		}
 		names = append(names, objectKey(o.kind, o.meta.Name, nil))
@@ -226,11 +563,23 @@ func (c *Controller) revisions(w *caches.User) []*caches.User {
 	return out
 }
 
-// followed lists the config objects the workload follows, with what its template reads of them, and
-// tells about named ones that are missing.
+// followed lists the config objects the workload follows (follows), and tells about named ones that
+// are missing.
 func (c *Controller) followed(w *caches.User, sel Selection, reads []refs.Read) []followed {
-	var out []followed
-	var missing []string
+	out, missing := c.follows(w, sel, reads)
+	if len(missing) > 0 {
+		c.tellAbout(w, ReasonInvalid, "missing", "the reload list names %s, which does not exist in namespace %s: its changes cannot start a revision "+
+			"until it exists; create it or remove the name from the annotation", strings.Join(missing, ", "), w.Namespace)
+	} else {
+		c.untell(w, ReasonInvalid, "missing")
+	}
+	return out
+}
+
+// follows lists the config objects the workload follows, with what its template reads of them
+// (optional objects the template reads that do not exist included, absent), and the names its
+// reload lists give that do not exist. It reads the caches only.
+func (c *Controller) follows(w *caches.User, sel Selection, reads []refs.Read) (out []followed, missing []string) {
 	for _, kind := range refs.Kinds() {
 		inf, ok := c.caches.AllConfigs[kind]
 		if !ok {
@@ -241,8 +590,13 @@ func (c *Controller) followed(w *caches.User, sel Selection, reads []refs.Read) 
 			if r.Kind != kind {
 				continue
 			}
-			if m, exists, _ := inf.Get(w.Namespace, r.Name); exists && sel.Follows(kind, m, true) {
-				out = append(out, followed{kind: kind, meta: m, read: true, keys: r.Keys})
+			m, exists, _ := inf.Get(w.Namespace, r.Name)
+			absent := !exists && r.Optional
+			if absent {
+				m = &metav1.PartialObjectMetadata{ObjectMeta: metav1.ObjectMeta{Namespace: w.Namespace, Name: r.Name}}
+			}
+			if (exists || absent) && sel.Follows(kind, m, true) {
+				out = append(out, followed{kind: kind, meta: m, read: true, keys: r.Keys, dataOnly: r.DataOnly, optional: r.Optional, absent: absent})
 				seen[r.Name] = true
 			}
 		}
@@ -262,14 +616,8 @@ func (c *Controller) followed(w *caches.User, sel Selection, reads []refs.Read) 
 			}
 		}
 	}
-	if len(missing) > 0 {
-		c.tellAbout(w, ReasonInvalid, "missing", "the reload list names %s, which does not exist in namespace %s: its changes cannot start a revision "+
-			"until it exists; create it or remove the name from the annotation", strings.Join(missing, ", "), w.Namespace)
-	} else {
-		c.untell(w, ReasonInvalid, "missing")
-	}
 	sort.Slice(out, func(i, j int) bool { return out[i].key() < out[j].key() })
-	return out
+	return out, missing
 }
 
 // pinnedOf says which followed objects each revision's snapshots pin: labelled for pinning, in a
@@ -280,14 +628,15 @@ func (c *Controller) pinnedOf(ns string, objs []followed) map[string]bool {
 		return out
 	}
 	for _, o := range objs {
-		out[o.key()] = o.read && api.Pinned(o.meta.Labels)
+		out[o.key()] = o.read && !o.absent && api.Pinned(o.meta.Labels)
 	}
 	return out
 }
 
-// revisionContent is what a revision was made with, per followed object: its snapshot's content for a
-// pinned object (what its pods read); for the others the record's, else the snapshot's the revision
-// owns from when the object was pinned; objects it does not know are absent.
+// revisionContent is what a revision's pods read, per followed object: its snapshot's content for a
+// pinned object; for the others the record's, else the snapshot's the revision owns from when the
+// object was pinned; objects it does not know are absent. (Going back to a revision is about what its
+// pods would read; madeWith, about what the newest was made with.)
 func (c *Controller) revisionContent(ctx context.Context, r *caches.User, objs []followed, pinned map[string]bool, rec *record) map[string]string {
 	out := map[string]string{}
 	for _, o := range objs {
@@ -307,22 +656,18 @@ func (c *Controller) revisionContent(ctx context.Context, r *caches.User, objs [
 
 // snapshotContent is the content hash of what the workload reads of the snapshot of o that revision r
 // owns (its pin), if any: whether the object is pinned now or not, the snapshot holds what r was
-// pinned with. A snapshot is the whole object; where the template reads some keys only, their hash
-// is read from the snapshot's data (once: a snapshot never changes).
+// pinned with.
 func (c *Controller) snapshotContent(ctx context.Context, r *caches.User, o followed) (string, bool) {
-	if c.caches.Pinning == nil {
+	if c.caches.Pinning == nil || o.absent {
 		return "", false
 	}
 	snap, ok := c.caches.Pinning.Snapshot(r.Namespace, string(r.UID), refs.Ref{Kind: o.kind, Name: o.meta.Name})
 	if !ok {
 		return "", false
 	}
-	if o.keys == nil {
-		return content.HashOfName(snap, o.meta.Name)
-	}
-	h, err := c.content.snapshotKeys(ctx, o.kind, r.Namespace, snap, o.keys)
+	h, err := c.content.snapshot(ctx, o, r.Namespace, snap)
 	if err != nil {
-		logging.FromContext(ctx).Debug("reading a snapshot's keys", "snapshot", snap, "err", err)
+		logging.FromContext(ctx).Debug("reading a snapshot", "snapshot", snap, "err", err)
 		return "", false
 	}
 	return h, true

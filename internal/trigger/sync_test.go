@@ -80,6 +80,11 @@ func newFixture(t *testing.T, annotations map[string]string, objs ...*corev1.Con
 	}
 	f.deployment = testutil.Deployment("web", "uid-web", testutil.PodSpec([]string{"app-config"}))
 	f.deployment.Annotations = annotations
+	key := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: DefaultKeySecret.Name, Namespace: DefaultKeySecret.Namespace},
+		Data: map[string][]byte{keyData: []byte(testKey)}}
+	if _, err := f.kube.CoreV1().Secrets(key.Namespace).Create(context.Background(), key, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
 	f.cs = caches.NewForTest(nil, metas)
 	f.cs.Pinning = caches.NewPinningForTest(nil, nil)
 	f.putDeployment()
@@ -92,6 +97,10 @@ func newFixture(t *testing.T, annotations map[string]string, objs ...*corev1.Con
 	f.c = c
 	return f
 }
+
+// testKey is the key of the hash of Secret contents in every fixture: the hashes tests compute by
+// hand use it (openssl dgst -sha256 -hmac 0123456789abcdef0123456789abcdef).
+const testKey = "0123456789abcdef0123456789abcdef"
 
 func configMap(name string, data string, annotations map[string]string) *corev1.ConfigMap {
 	return &corev1.ConfigMap{TypeMeta: metav1.TypeMeta{APIVersion: "v1", Kind: "ConfigMap"},
@@ -215,6 +224,8 @@ func (f *fixture) newRevision() *appsv1.ReplicaSet {
 	rs := testutil.ReplicaSet(f.deployment, workload.Deployment, fmt.Sprintf("h%d", len(f.revisions)+1), int(n), f.deployment.Spec.Template.Spec)
 	rs.Spec.Template.Annotations = maps.Clone(f.deployment.Spec.Template.Annotations)
 	rs.CreationTimestamp = metav1.NewTime(f.now)
+	f.rv++
+	rs.ResourceVersion = strconv.Itoa(f.rv) // one etcd: ordered with the config objects' versions
 	f.revisions = append(f.revisions, rs)
 	f.putRevision(rs, true)
 	if f.c != nil { // its watch event
@@ -327,13 +338,20 @@ func (f *fixture) edit(name, data string) {
 // sync syncs the Deployment, then lets the caches see the record it wrote.
 func (f *fixture) sync() time.Duration {
 	f.t.Helper()
-	res, err := f.c.sync(context.Background(), caches.Key(caches.Deployment, ns, "web"))
+	wait, err := f.try()
 	if err != nil {
 		f.t.Fatalf("sync: %v", err)
 	}
-	list, err := f.kube.CoreV1().ConfigMaps(ns).List(context.Background(), metav1.ListOptions{})
-	if err != nil {
-		f.t.Fatal(err)
+	return wait
+}
+
+// try is sync, returning the sync's error.
+func (f *fixture) try() (time.Duration, error) {
+	f.t.Helper()
+	res, err := f.c.sync(context.Background(), caches.Key(caches.Deployment, ns, "web"))
+	list, lerr := f.kube.CoreV1().ConfigMaps(ns).List(context.Background(), metav1.ListOptions{})
+	if lerr != nil {
+		f.t.Fatal(lerr)
 	}
 	for i := range list.Items {
 		if list.Items[i].Labels[api.RecordLabel] == api.RecordValue {
@@ -343,7 +361,7 @@ func (f *fixture) sync() time.Duration {
 			_ = f.cs.AllConfigs[refs.ConfigMap].Indexers()[0].Update(metaOf(&list.Items[i]))
 		}
 	}
-	return res.RequeueAfter
+	return res.RequeueAfter, err
 }
 
 func (f *fixture) tick(d time.Duration) { f.now = f.now.Add(d) }
@@ -823,10 +841,7 @@ func TestPinnedRevisionsAreKnownByTheirSnapshots(t *testing.T) {
 	rs2 := f.observe()
 	f.snapshot(rs2, "v2")
 	f.sync()
-	rec, _, err := f.c.records.load(mustUser(t, f.store(caches.Deployment), "web"))
-	if err != nil {
-		t.Fatal(err)
-	}
+	rec := decode(f.recordText())
 	for uid, c := range rec.Revisions {
 		if len(c) > 0 {
 			t.Errorf("the record holds %v for %s: a pinned object's content is in the snapshots", c, uid)

@@ -7,22 +7,24 @@
 //
 // Deterministic: the same content gives the same template, so a revert of the config makes the
 // workload go back to the revision that had it (plan.go), and the revision made before it opted in
-// carries no annotation of ours, which a revert to its content removes again. What each value of
-// config-hash we wrote was written for, and what each other revision was made with, is remembered in
-// a record of ours owned by the workload (record.go), or, for pinned objects, in the revision's
-// snapshots. Only what the pod template's containers read counts: the keys a configMapKeyRef or a
-// volume's items name, the whole object otherwise; never an image pull Secret the template merely
-// names (refs.Reads).
+// carries no annotation of ours, which a revert to its content removes again. What each revision was
+// made with is known from our own write, its snapshots (pinned objects), or what the objects held when
+// it appeared, and kept in a record of ours owned by the workload (record.go) and in this process's
+// memory, which survives a record that cannot be written. Only what the pod template's containers read
+// counts: the keys a configMapKeyRef or a volume's items name, the whole object otherwise; the data
+// alone of what the environment reads; an optional object's absence; never an image pull Secret, a
+// volume plugin's credential or a volume no container mounts (refs.Reads). What is kept of a Secret is
+// hashed with a key only the controller reads (key.go).
 //
 // Exactly one revision per change: a change is acted on only once the content has settled
 // (Options.Settle) and only when the newest revision was not made with it, so a deploy that changes
-// config and template together (Helm's checksum annotation) gets no second revision. Never a fight,
-// never a swallowed edit: a revision is started for a change of the content since the newest
-// revision was made (known from our own write, or, for a revision someone else made, from the order
-// in which its appearance and the config's changes reached us), so a template changed back by
-// someone else (a tool reverting our annotation, a rollback) is reported once and left alone until
-// the content changes again; then our annotation is taken back from whoever copied a value of ours
-// (a rollback), never from a value we did not write (sync.go, decide: the decision table).
+// config and template together (Helm's checksum annotation) gets no second revision, whatever else
+// moves in the namespace meanwhile. Never a fight, never a swallowed edit: a revision is started for a
+// change of the content the newest revision reads, so a template changed back by someone else (a tool
+// reverting our annotation, a rollback) is reported once and left alone until the content changes
+// again; then our annotation is taken back from whoever copied a value of ours (a rollback), never
+// from a value we did not write. The decision is one pure function with its table (decide.go); sync.go
+// gathers its facts and carries its step out.
 //
 // Like the other controllers it reads the shared caches only (the workloads, their revisions, the
 // widened config informer) and queues workload keys (caches.Key).
@@ -30,6 +32,7 @@ package trigger
 
 import (
 	"errors"
+	"slices"
 	"sync"
 	"time"
 
@@ -41,6 +44,7 @@ import (
 	"k8s.io/client-go/tools/cache"
 	toolsrecord "k8s.io/client-go/tools/record"
 
+	"github.com/configmap-attacher/configmap-attacher/internal/api"
 	"github.com/configmap-attacher/configmap-attacher/internal/caches"
 	"github.com/configmap-attacher/configmap-attacher/internal/metrics"
 	"github.com/configmap-attacher/configmap-attacher/internal/reconcile"
@@ -51,21 +55,21 @@ import (
 const Name = "trigger"
 
 // DefaultSettle is the default settle window. A deploy tool writes a release's objects one after the
-// other, config objects first (Helm, Argo CD and kubectl order them by kind), within milliseconds of
-// each other in one sync (a second or so for a large release on a loaded API server): 2 s covers that
-// and a burst of hand edits, and keeps a config edit as quick to start its canary as Reloader at its
-// defaults (docs/benchmarks.md). Argo CD's sync waves are 2 s apart: config and workload in different
-// waves need a longer window (-config-settle).
+// other within milliseconds of each other in one sync (a second or so for a large release on a loaded
+// API server); Helm and Argo CD (within a wave) write config objects before workloads, kubectl apply
+// in the order of its files: 2 s covers that and a burst of hand edits, and keeps a config edit as
+// quick to start its canary as Reloader at its defaults (docs/benchmarks.md). Argo CD's sync waves are
+// 2 s apart: config and workload in different waves need a longer window (-config-settle).
 const DefaultSettle = 2 * time.Second
 
 // Options tune the trigger.
 type Options struct {
 	// Settle is how long the content must stay unchanged before a revision is started for it.
 	Settle time.Duration
+	// KeySecret is the Secret holding the key of the hash of Secret contents (DefaultKeySecret when
+	// empty); the controller creates it if it is missing.
+	KeySecret types.NamespacedName
 }
-
-// errForeign: an object we would write exists and is not ours.
-var errForeign = errors.New("not ours")
 
 // workloadKinds are the kinds whose revisions a config change starts.
 func workloadKinds() []caches.Kind {
@@ -86,15 +90,53 @@ type Controller struct {
 	now     func() time.Time
 
 	mu sync.Mutex
-	// seen is what reached this process of each workload, by workload key: when an object it follows
-	// last changed (the settle window runs from there) and, in the order events arrived, whether that
-	// was before or after its newest revision appeared.
-	seen map[string]*seen
+	// state is what this process holds of each workload, by workload key (workloadState).
+	state map[string]*workloadState
+	// appeared is, per revision uid, what the objects its workload follows were at (their
+	// resourceVersions in the cache) when the revision appeared or became the newest again, as the
+	// watch delivered it: what it was made with is known from there once the objects have moved on.
+	appeared map[types.UID]appearance
 	// told is the last message of each Warning reason recorded per workload key, so a condition that
 	// lasts is reported once, not at every sync.
 	told map[string]string
-	// order counts the events noted in seen.
-	order uint64
+}
+
+// workloadState is what this process holds of a workload: what reached it, and the record as last
+// decided, which is what a record that cannot be written (or was deleted) is decided from.
+type workloadState struct {
+	uid types.UID
+	// changedAt is when an object it follows last changed (any change: a label too); edited, whether
+	// one did while this process watched it.
+	changedAt time.Time
+	edited    bool
+	// live is the content its last sync saw, and quietSince when that content was first seen changed
+	// (the event that brought it): the settle window runs from there, not from the last event, so
+	// labels and annotations changing in a loop do not hold a change back.
+	live       map[string]string
+	quietSince time.Time
+	// pending: since when our last write waits for its revision (decide: pending).
+	pending time.Time
+	// kept is the record as last decided: its text, and the resourceVersion of the record on the API
+	// server that holds that text ("" when none does: not written).
+	kept *kept
+	// optedOut are the opt-in annotations that went with a change of the pod template (a rollback to
+	// a revision made before it opted in): told once, then forgotten with the workload.
+	optedOut []string
+}
+
+type kept struct {
+	rec  *record
+	text string
+	rv   string
+}
+
+// appearance is what the objects a workload follows were at when one of its revisions appeared:
+// "Kind/name" -> resourceVersion ("" for an object that did not exist); and the revision's own
+// resourceVersion then.
+type appearance struct {
+	workload string
+	rvs      map[string]string
+	revision string
 }
 
 // New wires the trigger to the caches, which must hold every config object (caches.Options.AllConfigs).
@@ -102,9 +144,13 @@ func New(c *caches.Caches, kube kubernetes.Interface, dyn dynamic.Interface, eve
 	if c.AllConfigs == nil {
 		return nil, errors.New("the config trigger needs the widened config informers (caches.Options.AllConfigs)")
 	}
+	if o.KeySecret.Name == "" {
+		o.KeySecret = DefaultKeySecret
+	}
 	ctl := &Controller{caches: c, kube: kube, dynamic: dyn, events: events, metrics: m, opts: o,
-		content: newContents(kube, c.Pinning), records: records{kube: kube, configs: c.AllConfigs[refs.ConfigMap]},
-		now: time.Now, seen: map[string]*seen{}, told: map[string]string{}}
+		content: newContents(kube, c.Pinning, &hashKey{kube: kube, ref: o.KeySecret}),
+		records: records{kube: kube, configs: c.AllConfigs[refs.ConfigMap]},
+		now:     time.Now, state: map[string]*workloadState{}, appeared: map[types.UID]appearance{}, told: map[string]string{}}
 	// A sync is a chain of requests (the content, the templates, the workload, the write, the record)
 	// with little to compute: twice the workers keep a burst of changes (a deploy of many workloads'
 	// config at once) from queueing behind them (docs/benchmarks.md: -workers=16 took the p50 of 100
@@ -148,7 +194,9 @@ func (c *Controller) Loop() *reconcile.Loop { return c.loop }
 func (c *Controller) enqueue(u *caches.User) { c.loop.Queue.Add(u.Key()) }
 
 // workloadHandler: a workload opting in or out, changing what it follows, or its controller catching
-// up with its spec. A Deployment holding Rollouts' templates brings those Rollouts.
+// up with its spec. A Deployment holding Rollouts' templates brings those Rollouts. An opt-in that
+// goes with a change of the pod template (a rollback to a revision made before the workload opted in)
+// is noted, to be told.
 func (c *Controller) workloadHandler() cache.ResourceEventHandler {
 	return cache.ResourceEventHandlerFuncs{
 		AddFunc: func(obj any) {
@@ -159,9 +207,14 @@ func (c *Controller) workloadHandler() cache.ResourceEventHandler {
 		UpdateFunc: func(old, cur any) {
 			o, okO := caches.UserOf(old)
 			n, okN := caches.UserOf(cur)
-			if okO && okN && relevantChange(o, n) {
-				c.enqueueWorkload(n)
+			if !okO || !okN || !relevantChange(o, n) {
+				return
 			}
+			if went := optInWent(o, n); len(went) > 0 {
+				c.noteOptOut(n.Key(), went)
+				c.enqueue(n)
+			}
+			c.enqueueWorkload(n)
 		},
 		DeleteFunc: func(obj any) {
 			if u, ok := caches.UserOf(obj); ok {
@@ -170,6 +223,26 @@ func (c *Controller) workloadHandler() cache.ResourceEventHandler {
 			}
 		},
 	}
+}
+
+// optInWent lists the opt-in annotations a workload lost in an update that also changed its pod
+// template (its generation): `kubectl rollout undo` copies the revision's annotations onto the
+// Deployment and its template back, so an undo to a revision made before the workload opted in takes
+// the opt-in away. A removal of the annotations alone (an opt-out) is not listed.
+func optInWent(o, n *caches.User) []string {
+	if o.UID != n.UID || o.Generation == n.Generation || !Select(o).OptedIn() || Select(n).OptedIn() {
+		return nil
+	}
+	var went []string
+	for _, k := range []string{api.ReloaderAuto, api.ReloaderConfigMapAuto, api.ReloaderSecretAuto,
+		api.ReloaderConfigMapReload, api.ReloaderSecretReload, api.ReloaderSearch} {
+		had := o.Annotations[k] != "" || o.TemplateAnnotations[k] != ""
+		has := n.Annotations[k] != "" || n.TemplateAnnotations[k] != ""
+		if had && !has {
+			went = append(went, k)
+		}
+	}
+	return went
 }
 
 func (c *Controller) enqueueWorkload(u *caches.User) {
@@ -184,14 +257,8 @@ func (c *Controller) enqueueTemplateUsers(u *caches.User) {
 	if u.Kind() != caches.Deployment {
 		return
 	}
-	if inf, ok := c.caches.Users[caches.Rollout]; ok {
-		ros, err := inf.ByIndex(caches.ByTemplateRef, u.Namespace+"/"+u.Name)
-		if err != nil {
-			utilruntime.HandleError(err)
-		}
-		for _, ro := range ros {
-			c.enqueue(ro)
-		}
+	for _, ro := range c.templateUsers(u) {
+		c.enqueue(ro)
 	}
 }
 
@@ -215,9 +282,8 @@ func equalStrings(a, b map[string]string) bool {
 }
 
 // revisionHandler: a revision appearing, going, or renumbered (a rollback reuses an old one) changes
-// which is the newest. A revision appearing or renumbered after the initial list is noted, in the
-// order events arrive, for the workloads that opted in: an edit that arrives after it was not what
-// the revision was made with.
+// which is the newest. A revision appearing or renumbered after the initial list is noted with what
+// the objects its workload follows are at (noteRevision): what it was made with.
 func (c *Controller) revisionHandler() cache.ResourceEventHandler {
 	owner := func(obj any) {
 		if u, ok := caches.UserOf(obj); ok {
@@ -249,7 +315,14 @@ func (c *Controller) revisionHandler() cache.ResourceEventHandler {
 				owner(cur)
 			}
 		},
-		DeleteFunc: owner,
+		DeleteFunc: func(obj any) {
+			if u, ok := caches.UserOf(obj); ok {
+				c.mu.Lock()
+				delete(c.appeared, u.UID)
+				c.mu.Unlock()
+			}
+			owner(obj)
+		},
 	}
 }
 
@@ -272,9 +345,14 @@ func (c *Controller) enqueueController(u *caches.User) {
 	}
 }
 
-// enqueueWorkloadOf enqueues the workload of the revision an ownerReference names.
-func (c *Controller) enqueueWorkloadOf(ns string, o metav1.OwnerReference) {
+// enqueueOwnerOf enqueues the workload an ownerReference of one of our objects names: a revision's
+// (a snapshot's owner), or the workload itself (a record's owner).
+func (c *Controller) enqueueOwnerOf(ns string, o metav1.OwnerReference) {
 	kind := caches.Kind(o.Kind)
+	if slices.Contains(workloadKinds(), kind) {
+		c.loop.Queue.Add(caches.Key(kind, ns, o.Name))
+		return
+	}
 	if kind != caches.ReplicaSet && kind != caches.ControllerRevision {
 		return
 	}
@@ -286,7 +364,9 @@ func (c *Controller) enqueueWorkloadOf(ns string, o metav1.OwnerReference) {
 }
 
 // configHandler: a config object changed (or appeared, or went): the workloads following it look
-// again once the content has settled.
+// again once the content has settled. Our own objects bring their owner's workload: a snapshot taken
+// (its revision's workload may be waiting for it), a record gone (deleted by hand, or by the garbage
+// collector after the workload was replaced under its name: it is written again).
 func (c *Controller) configHandler(kind refs.Kind) cache.ResourceEventHandler {
 	changed := func(obj any, gone, initial bool) {
 		m, ok := caches.MetaOf(obj)
@@ -297,16 +377,17 @@ func (c *Controller) configHandler(kind refs.Kind) cache.ResourceEventHandler {
 			if gone {
 				c.content.forgetSnapshot(kind, m.Namespace, m.Name)
 			}
-			// A snapshot taken: the workload of its revision may be waiting for it.
-			for _, o := range m.OwnerReferences {
-				c.enqueueWorkloadOf(m.Namespace, o)
+			if gone || m.Labels[api.SnapshotLabel] == api.SnapshotValue {
+				for _, o := range m.OwnerReferences {
+					c.enqueueOwnerOf(m.Namespace, o)
+				}
 			}
 			return
 		}
 		if gone {
 			c.content.forget(kind, m.Namespace, m.Name)
 		}
-		for _, u := range c.followers(kind, m.Namespace, m.Name) {
+		for _, u := range c.followers(kind, m) {
 			if !initial {
 				c.noteChange(u.Key())
 			}
@@ -327,28 +408,33 @@ func (c *Controller) configHandler(kind refs.Kind) cache.ResourceEventHandler {
 	}
 }
 
-// followers are the workloads that may follow a config object: those whose template reads it (auto,
-// search; a Rollout through the Deployment holding its template) and those with a reload list of its
-// kind. Which of them do is for their sync to say.
-func (c *Controller) followers(kind refs.Kind, ns, name string) []*caches.User {
+// followers are the workloads that follow config object m: those whose selection (Reloader's
+// annotations) follows it, the template reading it or not (a reload list naming it). A workload
+// with a reload list follows the objects it names, not every object of the kind.
+func (c *Controller) followers(kind refs.Kind, m *metav1.PartialObjectMetadata) []*caches.User {
 	var out []*caches.User
+	seen := map[string]bool{}
+	consider := func(u *caches.User, reads []refs.Read) {
+		if seen[u.Key()] || (len(u.Annotations) == 0 && len(u.TemplateAnnotations) == 0) {
+			return
+		}
+		read := slices.ContainsFunc(reads, func(r refs.Read) bool { return r.Kind == kind && r.Name == m.Name })
+		if Select(u).Follows(kind, m, read) {
+			seen[u.Key()] = true
+			out = append(out, u)
+		}
+	}
 	add := func(us []*caches.User, err error) {
 		if err != nil {
 			utilruntime.HandleError(err)
 		}
 		for _, u := range us {
 			if u.Kind() == caches.Deployment {
-				if ros, ok := c.caches.Users[caches.Rollout]; ok {
-					refd, err := ros.ByIndex(caches.ByTemplateRef, u.Namespace+"/"+u.Name)
-					if err != nil {
-						utilruntime.HandleError(err)
-					}
-					out = append(out, refd...)
+				for _, ro := range c.templateUsers(u) {
+					consider(ro, u.Reads)
 				}
 			}
-			if len(u.Annotations) > 0 || len(u.TemplateAnnotations) > 0 {
-				out = append(out, u)
-			}
+			consider(u, u.Reads)
 		}
 	}
 	for _, k := range workloadKinds() {
@@ -356,8 +442,8 @@ func (c *Controller) followers(kind refs.Kind, ns, name string) []*caches.User {
 		if !ok {
 			continue
 		}
-		add(inf.InNamespace(ns, caches.Using(refs.Ref{Kind: kind, Name: name})))
-		add(inf.ByIndex(caches.ByReloadList, caches.ReloadListKey(ns, kind)))
+		add(inf.InNamespace(m.Namespace, caches.Using(refs.Ref{Kind: kind, Name: m.Name})))
+		add(inf.ByIndex(caches.ByReloadList, caches.ReloadListKey(m.Namespace, kind)))
 	}
 	return out
 }
@@ -371,27 +457,37 @@ func (c *Controller) enqueueUnsupported(obj any) {
 	}
 }
 
-// seen is what reached this process of a workload since it started: events in arrival order, counted
-// by Controller.order.
-type seen struct {
-	changedAt  time.Time // an object it follows last changed
-	changedSeq uint64    // ... as the changedSeq-th event
-	newest     types.UID // the revision that last appeared or was renumbered
-	newestSeq  uint64
-	pending    time.Time // since when our last write waits for its revision (decide: pending)
+// stateOf is the workload's state, made on first use and made anew when the workload is another
+// one under the same name; c.mu held.
+func (c *Controller) stateOf(key string, uid types.UID) *workloadState {
+	s, ok := c.state[key]
+	if !ok || (uid != "" && s.uid != "" && s.uid != uid) {
+		s = &workloadState{}
+		c.state[key] = s
+	}
+	if s.uid == "" {
+		s.uid = uid
+	}
+	return s
 }
 
 // noteChange notes that an object the workload follows changed, now.
 func (c *Controller) noteChange(key string) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	s := c.seenOf(key)
-	c.order++
-	s.changedAt, s.changedSeq = c.now(), c.order
+	s := c.stateOf(key, "")
+	s.changedAt, s.edited = c.now(), true
 }
 
-// noteRevision notes that revision u appeared (or was renumbered: it is the newest again), for a
-// workload that opted in (the others' revisions are not held).
+// noteOptOut notes the opt-in annotations that went with a change of the workload's template.
+func (c *Controller) noteOptOut(key string, went []string) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.stateOf(key, "").optedOut = went
+}
+
+// noteRevision notes what the objects an opted-in workload follows are at as its revision u appears
+// (or becomes the newest again).
 func (c *Controller) noteRevision(u *caches.User) {
 	key := controllerKey(u)
 	if key == "" {
@@ -401,55 +497,55 @@ func (c *Controller) noteRevision(u *caches.User) {
 	if !ok {
 		return
 	}
-	if w, exists, _ := inf.Get(u.Namespace, u.Owner.Name); !exists || (len(w.Annotations) == 0 && len(w.TemplateAnnotations) == 0) {
+	w, exists, _ := inf.Get(u.Namespace, u.Owner.Name)
+	if !exists {
 		return
 	}
+	sel := Select(w)
+	if !sel.OptedIn() || len(sel.Invalid) > 0 {
+		return
+	}
+	tmpl, _, err := c.template(w)
+	if err != nil {
+		return
+	}
+	objs, _ := c.follows(w, sel, tmpl.Reads)
+	rvs := make(map[string]string, len(objs))
+	for _, o := range objs {
+		rvs[o.ref()] = o.meta.ResourceVersion // "" for an optional object that does not exist
+	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	s := c.seenOf(key)
-	c.order++
-	s.newest, s.newestSeq = u.UID, c.order
+	c.appeared[u.UID] = appearance{workload: key, rvs: rvs, revision: u.ResourceVersion}
 }
 
-// notePending notes whether our last write on the workload still waits for its revision.
-func (c *Controller) notePending(key string, waiting bool) {
+// appearanceOf is what was noted when revision uid appeared.
+func (c *Controller) appearanceOf(uid types.UID) (appearance, bool) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	s := c.seenOf(key)
-	switch {
-	case !waiting:
-		s.pending = time.Time{}
-	case s.pending.IsZero():
-		s.pending = c.now()
-	}
+	a, ok := c.appeared[uid]
+	return a, ok
 }
 
-// pendingFor is how long our last write on the workload has waited for its revision (0: not waiting).
-func (c *Controller) pendingFor(key string) time.Duration {
+// forgetAppearance drops what was noted when revision uid appeared, once its first look is taken: a
+// revision that is the newest again later (a rollback) appears anew, and one that merely stayed the
+// newest (our write undone before its revision was made) did not appear again.
+func (c *Controller) forgetAppearance(uid types.UID) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	s, ok := c.seen[key]
-	if !ok || s.pending.IsZero() {
-		return 0
-	}
-	return c.now().Sub(s.pending)
-}
-
-// seenOf is the workload's entry, made on first use; c.mu held.
-func (c *Controller) seenOf(key string) *seen {
-	s, ok := c.seen[key]
-	if !ok {
-		s = &seen{}
-		c.seen[key] = s
-	}
-	return s
+	delete(c.appeared, uid)
 }
 
 // forget drops what is held in memory of a workload.
 func (c *Controller) forget(key string) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	delete(c.seen, key)
+	delete(c.state, key)
+	for uid, a := range c.appeared {
+		if a.workload == key {
+			delete(c.appeared, uid)
+		}
+	}
 	for k := range c.told {
 		if len(k) > len(key) && k[:len(key)+1] == key+"#" {
 			delete(c.told, k)
@@ -457,32 +553,6 @@ func (c *Controller) forget(key string) {
 	}
 }
 
-// sawChange reports whether an object the workload follows changed while this process watched it.
-func (c *Controller) sawChange(key string) bool {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	s, ok := c.seen[key]
-	return ok && s.changedSeq > 0
-}
-
-// changedAfter reports whether an object the workload follows changed after revision uid appeared,
-// in the order the events reached this process. False when its appearance did not reach us (it
-// predates this process): then nothing is known to have come after it.
-func (c *Controller) changedAfter(key string, uid types.UID) bool {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	s, ok := c.seen[key]
-	return ok && s.newest == uid && s.changedSeq > s.newestSeq
-}
-
-// since is how long ago an object the workload follows last changed (a long time when unknown, e.g.
-// after a restart: the change happened while we were away).
-func (c *Controller) since(key string) time.Duration {
-	c.mu.Lock()
-	s, ok := c.seen[key]
-	c.mu.Unlock()
-	if !ok || s.changedSeq == 0 {
-		return time.Duration(1<<62 - 1)
-	}
-	return c.now().Sub(s.changedAt)
-}
+// huge stands for "a long time" where no change is known (after a restart: it happened while we were
+// away).
+const huge = time.Duration(1<<62 - 1)

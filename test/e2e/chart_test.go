@@ -23,6 +23,7 @@ import (
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/clientcmd"
 
+	"github.com/configmap-attacher/configmap-attacher/internal/api"
 	"github.com/configmap-attacher/configmap-attacher/internal/pinning"
 	"github.com/configmap-attacher/configmap-attacher/internal/refs"
 	"github.com/configmap-attacher/configmap-attacher/test/framework"
@@ -609,4 +610,21 @@ func TestChartPinningRBACSuffices(t *testing.T) {
 	must(t, e2e.cluster.EditConfigMap(ctx, appNS, "app-config", pinV2))
 	next := triggered{t: t, ns: appNS}.waitDeployment("web", pinV2, func(n *appsv1.ReplicaSet) bool { return n.UID != rs.UID && hashOf(n) != "" })
 	t.Logf("then: as the chart's ServiceAccount the controller started revision %s (the chart grants patch on workloads)", framework.RevisionOf(next))
+
+	t.Log("when: the Deployment follows Secret db-creds too (a reload list) and db-creds is edited")
+	_, err = e2e.cluster.Kube.CoreV1().Secrets(appNS).Create(ctx, &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: "db-creds", Namespace: appNS},
+		StringData: map[string]string{"password": "p1"}}, metav1.CreateOptions{})
+	must(t, err)
+	must(t, e2e.cluster.Annotate(ctx, framework.DeploymentGVR, appNS, "web", map[string]string{api.ReloaderSecretReload: "db-creds"}))
+	must(t, framework.Eventually(ctx, time.Minute, "the hash key Secret", func(ctx context.Context) (bool, string, error) {
+		key, err := e2e.cluster.Kube.CoreV1().Secrets(ns).Get(ctx, r.fullname()+"-config-hash-key", metav1.GetOptions{})
+		if apierrors.IsNotFound(err) {
+			return false, "not yet", nil
+		}
+		return err == nil && key.Labels[api.KeyLabel] == api.KeyValue, fmt.Sprint(err), err
+	}))
+	_, err = e2e.cluster.Kube.CoreV1().Secrets(appNS).Patch(ctx, "db-creds", types.MergePatchType, []byte(`{"stringData":{"password":"p2"}}`), metav1.PatchOptions{})
+	must(t, err)
+	last := triggered{t: t, ns: appNS}.waitDeployment("web", pinV2, func(n *appsv1.ReplicaSet) bool { return n.UID != rs.UID && n.UID != next.UID && hashOf(n) != "" })
+	t.Logf("then: as the chart's ServiceAccount the controller made its hash key in %s and started revision %s for the Secret", ns, framework.RevisionOf(last))
 }

@@ -139,7 +139,7 @@ func TestConfigStartsANewCanaryAfterKubectlArgoRolloutsUndo(t *testing.T) {
 	w.put(pinV1)
 	must(t, e2e.cluster.CreateRollout(ctx, ns, "demo", framework.RolloutSpec{Replicas: 3, ConfigMaps: []string{"app-config"}, Annotations: framework.ReloaderAuto}))
 	rs1 := w.waitCurrent(workload.Rollout, "demo", 3, pinV1, func(*appsv1.ReplicaSet) bool { return true })
-	waitRecord(t, ns, "Rollout", "demo")
+	waitRecord(t, ns, "Rollout", "demo", time.Minute)
 	promoted := func(data map[string]string, before ...*appsv1.ReplicaSet) *appsv1.ReplicaSet {
 		t.Helper()
 		w.put(data)
@@ -164,10 +164,10 @@ func TestConfigStartsANewCanaryAfterKubectlArgoRolloutsUndo(t *testing.T) {
 }
 
 // waitRecord waits for the controller's first look at a workload (its record).
-func waitRecord(t *testing.T, ns, kind, name string) {
+func waitRecord(t *testing.T, ns, kind, name string, timeout time.Duration) {
 	t.Helper()
 	record := trigger.RecordName(kind, name)
-	must(t, framework.Eventually(context.Background(), time.Minute, "the controller's record "+record, func(ctx context.Context) (bool, string, error) {
+	must(t, framework.Eventually(context.Background(), timeout, "the controller's record "+record, func(ctx context.Context) (bool, string, error) {
 		_, err := e2e.cluster.Kube.CoreV1().ConfigMaps(ns).Get(ctx, record, metav1.GetOptions{})
 		return err == nil, fmt.Sprint(err), nil
 	}))

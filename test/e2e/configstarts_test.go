@@ -143,11 +143,7 @@ func (w triggered) optIn(gvr schema.GroupVersionResource, kind, name string) {
 	w.t.Helper()
 	ctx := context.Background()
 	must(w.t, e2e.cluster.Annotate(ctx, gvr, w.ns, name, framework.ReloaderAuto))
-	record := trigger.RecordName(kind, name)
-	must(w.t, framework.Eventually(ctx, time.Minute, "the controller's record "+record, func(ctx context.Context) (bool, string, error) {
-		_, err := e2e.cluster.Kube.CoreV1().ConfigMaps(w.ns).Get(ctx, record, metav1.GetOptions{})
-		return err == nil, fmt.Sprint(err), nil
-	}))
+	waitRecord(w.t, w.ns, kind, name, time.Minute)
 }
 
 // A Deployment: opting in starts nothing; a burst of two edits is one revision; the revert to the
@@ -493,6 +489,7 @@ func TestConfigStartsChartGrantsPatchOnWorkloadsOnlyWhileOn(t *testing.T) {
 		{[]string{"pinning.enabled=true", "watchNamespaces={a}", "reloaderAnnotations=true"}, true, "-reloader-annotations=true"},
 		{[]string{"pinning.enabled=true", "pinning.reloaderAnnotations=true"}, true, "-reloader-annotations=true"}, // deprecated, honoured
 		{[]string{"pinning.enabled=true", "pinning.reloaderAnnotations=false"}, false, "-reloader-annotations=false"},
+		{[]string{"reloaderAnnotations=true", "secrets=false"}, true, "-reloader-annotations=true"},
 	} {
 		args := []string{"template", "cma", chartPath("configmap-attacher"), "-n", "cma"}
 		for _, s := range tc.sets {
@@ -500,8 +497,8 @@ func TestConfigStartsChartGrantsPatchOnWorkloadsOnlyWhileOn(t *testing.T) {
 		}
 		objs, err := framework.ParseManifests(helmRun(t, h, args...))
 		must(t, err)
-		var patched, created []string
-		flag := ""
+		var patched, created, keyRules []string
+		flag, keyFlag := "", ""
 		for _, o := range objs {
 			if o.GetKind() == "Deployment" {
 				c, _, _ := unstructured.NestedSlice(o.Object, "spec", "template", "spec", "containers")
@@ -509,6 +506,15 @@ func TestConfigStartsChartGrantsPatchOnWorkloadsOnlyWhileOn(t *testing.T) {
 					if strings.HasPrefix(a.(string), "-reloader-annotations") {
 						flag = a.(string)
 					}
+					if strings.HasPrefix(a.(string), "-config-hash-key-secret=") {
+						keyFlag = a.(string)
+					}
+				}
+			}
+			if o.GetKind() == "Role" && o.GetName() == "cma-configmap-attacher-config-hash-key" {
+				rules, _, _ := unstructured.NestedSlice(o.Object, "rules")
+				for _, r := range rules {
+					keyRules = append(keyRules, fmt.Sprint(r))
 				}
 			}
 			if o.GetKind() != "ClusterRole" && o.GetKind() != "Role" {
@@ -539,6 +545,20 @@ func TestConfigStartsChartGrantsPatchOnWorkloadsOnlyWhileOn(t *testing.T) {
 		}
 		if tc.patch && len(created) == 0 {
 			t.Errorf("--set %v: the trigger is on but no rule lets it create its records (ConfigMaps)", tc.sets)
+		}
+		// The hash key of Secret contents: create, and get by name, in the release namespace only, while
+		// the trigger follows Secrets (docs/rbac.md).
+		secrets := !slices.Contains(tc.sets, "secrets=false")
+		wantKey := []string{"map[apiGroups:[] resources:[secrets] verbs:[create]]",
+			"map[apiGroups:[] resourceNames:[cma-configmap-attacher-config-hash-key] resources:[secrets] verbs:[get]]"}
+		if !tc.patch || !secrets {
+			wantKey = nil
+		}
+		if !slices.Equal(keyRules, wantKey) {
+			t.Errorf("--set %v: the hash key Role's rules %q, want %q", tc.sets, keyRules, wantKey)
+		}
+		if want := "-config-hash-key-secret=cma-configmap-attacher-config-hash-key"; tc.patch && secrets && keyFlag != want {
+			t.Errorf("--set %v: controller flag %q, want %q", tc.sets, keyFlag, want)
 		}
 		t.Logf("--set %v: patch on workloads: %v %s", tc.sets, patched, flag)
 	}

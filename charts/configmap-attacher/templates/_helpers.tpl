@@ -128,6 +128,11 @@ true
 {{- end -}}
 {{- end }}
 
+{{/* The Secret holding the config trigger's hash key (trigger-rbac.yaml), in the release namespace. */}}
+{{- define "configmap-attacher.configHashKey" -}}
+{{ include "configmap-attacher.fullname" . }}-config-hash-key
+{{- end }}
+
 {{/* Namespaces: in-use protection releases at once in a namespace being deleted. Cluster-wide only; a
 namespaced install cannot read namespaces and releases as the namespace's workloads go. */}}
 {{- define "configmap-attacher.namespaceRules" -}}
