@@ -88,6 +88,8 @@ type PinningOptions struct {
 	// kube-apiserver does not retry a webhook call it could not connect for. Negative: the default for
 	// the mode (5 s behind a Service, 0 at a URL).
 	ShutdownDelay time.Duration
+	// Admission says who pins pods: the API server (policy) or the webhook (admission.go).
+	Admission AdmissionOptions
 }
 
 // DefaultCertValidity is a serving certificate's lifetime by default: a year.
@@ -166,7 +168,8 @@ func NewOptions(lookup func(string) (string, bool)) *Options {
 		// Each attach is one PATCH; client-go's default 5 QPS would queue a 500-Rollout deploy for minutes.
 		Client: kube.ClientOptions{QPS: 100, Burst: 200},
 		Pinning: PinningOptions{BindAddress: ":9443", Configuration: "configmap-attacher", FailurePolicy: "Fail",
-			TimeoutSeconds: pinning.DefaultTimeoutSeconds, CertValidity: DefaultCertValidity, ShutdownDelay: -1},
+			TimeoutSeconds: pinning.DefaultTimeoutSeconds, CertValidity: DefaultCertValidity, ShutdownDelay: -1,
+			Admission: defaultAdmissionOptions()},
 		Trigger: TriggerOptions{Settle: trigger.DefaultSettle},
 	}
 }
@@ -223,6 +226,7 @@ func (o *Options) AddFlags(fs *flag.FlagSet) {
 		"it is replaced when two thirds have passed, under a CA that lives ten times as long")
 	fs.DurationVar(&o.Pinning.ShutdownDelay, "webhook-shutdown-delay", o.Pinning.ShutdownDelay, "how long the webhook keeps answering after a stop signal, not ready meanwhile, "+
 		"while the Service's endpoints drop this replica (default: 5s with -webhook-service, 0 with -webhook-url)")
+	o.Pinning.Admission.addFlags(fs)
 	fs.BoolVar(&o.Trigger.ReloaderAnnotations, "reloader-annotations", o.Trigger.ReloaderAnnotations, "honour Reloader's annotations on workloads, with or without -pinning: a change of the config they select starts a new revision "+
 		"by writing one annotation on the pod template (docs/config-starts.md); off while the cluster still runs Reloader")
 	fs.DurationVar(&o.Trigger.Settle, "config-settle", o.Trigger.Settle, "how long a config object must stay unchanged before a revision is started for its change: a burst of edits within it starts one")
@@ -290,11 +294,12 @@ func (p *PinningOptions) validate() []string {
 		errs = append(errs, "-webhook-url and -webhook-service serve the pinning webhook: add -pinning")
 	case !p.Enabled:
 		return nil
-	case p.URL == "" && p.Service == "":
+	case p.URL == "" && p.Service == "" && p.Admission.needsWebhookAddress():
 		errs = append(errs, "-pinning needs -webhook-url=https://127.0.0.1:PORT (local) or -webhook-service=NAMESPACE/NAME (in a cluster)")
 	case p.URL != "" && p.Service != "":
 		errs = append(errs, "-webhook-url and -webhook-service are exclusive")
 	}
+	errs = append(errs, p.Admission.validate()...)
 	if p.URL != "" {
 		if _, _, err := p.urlHostPort(); err != nil {
 			errs = append(errs, err.Error())

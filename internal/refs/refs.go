@@ -122,6 +122,10 @@ type Use struct {
 	// (envFrom, a volume or projected source without items, a volume plugin's credentials) or reads
 	// none of it (an image pull Secret).
 	Keys []string
+	// Optional is true for a use marked optional (a configMap or secret volume or projected source,
+	// envFrom, a key reference): the pod starts without the object. Volume plugins' credentials and
+	// image pull Secrets are never optional.
+	Optional bool
 }
 
 // Uses lists every place the pod spec names a ConfigMap or Secret, in spec order: volumes (configMap,
@@ -134,26 +138,27 @@ func Uses(spec *corev1.PodSpec) []Use {
 		return nil
 	}
 	var out []Use
-	addKeys := func(kind Kind, name string, keys []string, path ...any) {
+	addOpt := func(kind Kind, name string, keys []string, optional *bool, path ...any) {
 		if name != "" {
-			out = append(out, Use{Ref: Ref{Kind: kind, Name: name}, Path: path, Keys: keys})
+			out = append(out, Use{Ref: Ref{Kind: kind, Name: name}, Path: path, Keys: keys, Optional: optional != nil && *optional})
 		}
 	}
+	addKeys := func(kind Kind, name string, keys []string, path ...any) { addOpt(kind, name, keys, nil, path...) }
 	add := func(kind Kind, name string, path ...any) { addKeys(kind, name, nil, path...) }
 	for i, v := range spec.Volumes {
 		if v.ConfigMap != nil {
-			addKeys(ConfigMap, v.ConfigMap.Name, itemKeys(v.ConfigMap.Items), "volumes", i, "configMap", "name")
+			addOpt(ConfigMap, v.ConfigMap.Name, itemKeys(v.ConfigMap.Items), v.ConfigMap.Optional, "volumes", i, "configMap", "name")
 		}
 		if v.Secret != nil {
-			addKeys(Secret, v.Secret.SecretName, itemKeys(v.Secret.Items), "volumes", i, "secret", "secretName")
+			addOpt(Secret, v.Secret.SecretName, itemKeys(v.Secret.Items), v.Secret.Optional, "volumes", i, "secret", "secretName")
 		}
 		if v.Projected != nil {
 			for j, s := range v.Projected.Sources {
 				if s.ConfigMap != nil {
-					addKeys(ConfigMap, s.ConfigMap.Name, itemKeys(s.ConfigMap.Items), "volumes", i, "projected", "sources", j, "configMap", "name")
+					addOpt(ConfigMap, s.ConfigMap.Name, itemKeys(s.ConfigMap.Items), s.ConfigMap.Optional, "volumes", i, "projected", "sources", j, "configMap", "name")
 				}
 				if s.Secret != nil {
-					addKeys(Secret, s.Secret.Name, itemKeys(s.Secret.Items), "volumes", i, "projected", "sources", j, "secret", "name")
+					addOpt(Secret, s.Secret.Name, itemKeys(s.Secret.Items), s.Secret.Optional, "volumes", i, "projected", "sources", j, "secret", "name")
 				}
 			}
 		}
@@ -191,10 +196,10 @@ func Uses(spec *corev1.PodSpec) []Use {
 		for i, c := range cs {
 			for j, e := range c.EnvFrom {
 				if e.ConfigMapRef != nil {
-					add(ConfigMap, e.ConfigMapRef.Name, field, i, "envFrom", j, "configMapRef", "name")
+					addOpt(ConfigMap, e.ConfigMapRef.Name, nil, e.ConfigMapRef.Optional, field, i, "envFrom", j, "configMapRef", "name")
 				}
 				if e.SecretRef != nil {
-					add(Secret, e.SecretRef.Name, field, i, "envFrom", j, "secretRef", "name")
+					addOpt(Secret, e.SecretRef.Name, nil, e.SecretRef.Optional, field, i, "envFrom", j, "secretRef", "name")
 				}
 			}
 			for j, e := range c.Env {
@@ -202,10 +207,10 @@ func Uses(spec *corev1.PodSpec) []Use {
 					continue
 				}
 				if r := e.ValueFrom.ConfigMapKeyRef; r != nil {
-					addKeys(ConfigMap, r.Name, []string{r.Key}, field, i, "env", j, "valueFrom", "configMapKeyRef", "name")
+					addOpt(ConfigMap, r.Name, []string{r.Key}, r.Optional, field, i, "env", j, "valueFrom", "configMapKeyRef", "name")
 				}
 				if r := e.ValueFrom.SecretKeyRef; r != nil {
-					addKeys(Secret, r.Name, []string{r.Key}, field, i, "env", j, "valueFrom", "secretKeyRef", "name")
+					addOpt(Secret, r.Name, []string{r.Key}, r.Optional, field, i, "env", j, "valueFrom", "secretKeyRef", "name")
 				}
 			}
 		}

@@ -1,0 +1,56 @@
+{{/*
+Pinning's admission (docs/pinning.md, "Admission policy mode"): "policy" or "webhook", from
+pinning.admission (auto, policy, webhook). auto: policy where the cluster serves MutatingAdmissionPolicy
+in admissionregistration.k8s.io/v1 (Kubernetes 1.36 and later), webhook elsewhere. The controller gets
+the result (-pinning-admission), so the chart and the controller agree.
+*/}}
+{{- define "configmap-attacher.pinningAdmission" -}}
+{{- $mode := .Values.pinning.admission | default "auto" -}}
+{{- if eq $mode "auto" -}}
+{{- ternary "policy" "webhook" (include "configmap-attacher.policyServed" . | eq "true") -}}
+{{- else if or (eq $mode "policy") (eq $mode "webhook") -}}
+{{- $mode -}}
+{{- else -}}
+{{- fail (printf "pinning.admission %q: use auto, policy or webhook" $mode) -}}
+{{- end -}}
+{{- end }}
+
+{{/* "true" where the cluster serves the admission policies of pinning's policy mode. */}}
+{{- define "configmap-attacher.policyServed" -}}
+{{- .Capabilities.APIVersions.Has "admissionregistration.k8s.io/v1/MutatingAdmissionPolicy" -}}
+{{- end }}
+
+{{/*
+"true" when the PinTable CRD and the table RBAC are rendered: policy mode, and webhook mode where the
+cluster serves the policies (the controller keeps the tables there too, so a switch to policy mode
+finds every revision's entry).
+*/}}
+{{- define "configmap-attacher.pinTables" -}}
+{{- if and .Values.controller.enabled .Values.pinning.enabled (or (eq (include "configmap-attacher.pinningAdmission" .) "policy") (eq (include "configmap-attacher.policyServed" .) "true")) -}}
+true
+{{- end -}}
+{{- end }}
+
+{{/*
+"true" when the admission policies are rendered: policy mode; and in webhook mode while a switch from
+policy mode is under way (the release's policy binding exists, and the webhook's configuration does not
+or has no caBundle yet): they keep pinning pods until the controller's webhook answers, and the
+webhook-mode controller then deletes them itself. Seen only where Helm reads the cluster (install,
+upgrade; not `helm template`, which Argo CD runs: docs/pinning.md).
+*/}}
+{{- define "configmap-attacher.renderPolicies" -}}
+{{- if and .Values.controller.enabled .Values.pinning.enabled -}}
+{{- if eq (include "configmap-attacher.pinningAdmission" .) "policy" -}}
+true
+{{- else if eq (include "configmap-attacher.policyServed" .) "true" -}}
+{{- $fullname := include "configmap-attacher.fullname" . -}}
+{{- $binding := lookup "admissionregistration.k8s.io/v1" "MutatingAdmissionPolicyBinding" "" $fullname -}}
+{{- $hook := lookup "admissionregistration.k8s.io/v1" "MutatingWebhookConfiguration" "" $fullname -}}
+{{- $bundle := "" -}}
+{{- if $hook -}}{{- range $hook.webhooks -}}{{- if eq .name "pin-pods.configmap-attacher.io" -}}{{- $bundle = .clientConfig.caBundle | default "" -}}{{- end -}}{{- end -}}{{- end -}}
+{{- if and $binding (not $bundle) -}}
+true
+{{- end -}}
+{{- end -}}
+{{- end -}}
+{{- end }}
