@@ -22,7 +22,8 @@ import (
 type AdmissionOptions struct {
 	// Mode is -pinning-admission: auto, policy or webhook.
 	Mode string
-	// PolicyName names the admission policies and their bindings.
+	// PolicyName names the admission policies and their bindings; empty: the webhook configuration's
+	// name (-webhook-configuration-name), so one name stands for pinning's admission either way.
 	PolicyName string
 	// ApplyPolicies: the controller writes the policies (as it writes the webhook's configuration at
 	// -webhook-url); the chart renders them itself and turns this off.
@@ -34,13 +35,13 @@ type AdmissionOptions struct {
 }
 
 func defaultAdmissionOptions() AdmissionOptions {
-	return AdmissionOptions{Mode: string(policy.Auto), PolicyName: "configmap-attacher", ApplyPolicies: true, TableMaxBytes: policy.DefaultMaxTableBytes}
+	return AdmissionOptions{Mode: string(policy.Auto), ApplyPolicies: true, TableMaxBytes: policy.DefaultMaxTableBytes}
 }
 
 func (a *AdmissionOptions) addFlags(fs *flag.FlagSet) {
 	fs.StringVar(&a.Mode, "pinning-admission", a.Mode, "who pins pods with -pinning: policy (the API server, through admission policies over tables this controller keeps; "+
 		"Kubernetes 1.36+), webhook (this controller's webhook), or auto: policy where the API server serves mutatingadmissionpolicies in admissionregistration.k8s.io/v1, else webhook (docs/pinning.md)")
-	fs.StringVar(&a.PolicyName, "admission-policy-name", a.PolicyName, "name of the admission policies and their bindings (policy mode)")
+	fs.StringVar(&a.PolicyName, "admission-policy-name", a.PolicyName, "name of the admission policies and their bindings (policy mode; default: -webhook-configuration-name)")
 	fs.BoolVar(&a.ApplyPolicies, "apply-admission-policies", a.ApplyPolicies, "write the admission policies and their bindings in policy mode (the chart renders them itself and sets this to false)")
 	fs.IntVar(&a.TableMaxBytes, "pinning-table-max-bytes", a.TableMaxBytes, "the largest PinTable spec written, in bytes; beyond, a namespace's workloads are split off into tables of their own")
 }
@@ -50,13 +51,18 @@ func (a *AdmissionOptions) validate() []string {
 	if _, err := policy.ParseMode(a.Mode); err != nil {
 		errs = append(errs, err.Error())
 	}
-	if a.PolicyName == "" {
-		errs = append(errs, "-admission-policy-name must not be empty")
-	}
 	if a.TableMaxBytes < 4096 {
 		errs = append(errs, fmt.Sprintf("-pinning-table-max-bytes %d is too small: give at least 4096 (1 MiB by default)", a.TableMaxBytes))
 	}
 	return errs
+}
+
+// policyName is PolicyName, or the webhook configuration's name.
+func (p *PinningOptions) policyName() string {
+	if p.Admission.PolicyName != "" {
+		return p.Admission.PolicyName
+	}
+	return p.Configuration
 }
 
 // needsWebhookAddress reports whether the options must say where the webhook is served: not in
@@ -111,7 +117,7 @@ func newAdmission(ctx context.Context, o *Options, clients *kube.Clients, cs *ca
 	}
 	switch {
 	case a.resolved == policy.Policy && !served:
-		return nil, fmt.Errorf("policy mode needs the PinTable CRD (%s.%s): install it from the chart (charts/configmap-attacher/files/pintables-crd.yaml)",
+		return nil, fmt.Errorf("policy mode needs the PinTable CRD (%s.%s): apply charts/configmap-attacher/crds/pintables.yaml (Helm installs it with the chart, but only at install, not on upgrade)",
 			policy.Resource, policy.Group)
 	case !served || !policyServed:
 		return adm, nil // webhook mode with no policy mode to switch to
@@ -159,14 +165,14 @@ func (a *admission) lead(ctx context.Context) {
 	switch {
 	case po.Admission.resolved == policy.Policy:
 		if po.Admission.ApplyPolicies {
-			objs := policy.Build(policy.Config{Name: po.Admission.PolicyName, OwnNamespace: a.o.LeaderElection.Namespace, Namespaces: a.o.Namespaces})
+			objs := policy.Build(policy.Config{Name: po.policyName(), OwnNamespace: a.o.LeaderElection.Namespace, Namespaces: a.o.Namespaces})
 			if err = policy.Apply(ctx, a.kube.Kube, objs); err != nil {
 				break
 			}
 		}
 		err = policy.RetireWebhook(ctx, a.kube.Kube, po.Configuration, a.o.LeaderElection.Namespace, po.certSecret())
 	case a.table != nil: // webhook mode where the policies are served: a switch may have left them
-		err = policy.RetirePolicies(ctx, a.kube.Kube, po.Admission.PolicyName, po.Configuration)
+		err = policy.RetirePolicies(ctx, a.kube.Kube, po.policyName(), po.Configuration)
 	}
 	if err != nil && ctx.Err() == nil {
 		log.Error("switching pinning's admission", "mode", po.Admission.resolved, "err", err)

@@ -249,7 +249,7 @@ func (e env) startPinning(ctx context.Context, namespaces ...string) (*framework
 	const name = "bench-webhook"
 	args := append([]string{"controller", "-leader-elect=false", "-namespaces", strings.Join(namespaces, ","),
 		"-metrics-bind-address", metricsAddr, "-health-probe-bind-address", probe,
-		"-pinning", "-webhook-url=https://" + hook, "-webhook-configuration-name=" + name}, e.controllerFlags...)
+		"-pinning", "-pinning-admission=webhook", "-webhook-url=https://" + hook, "-webhook-configuration-name=" + name}, e.controllerFlags...)
 	p, err := e.bin.Start(ctx, []string{"LOG_LEVEL=warn"}, args...)
 	if err != nil {
 		return nil, "", nil, err

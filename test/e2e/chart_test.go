@@ -572,7 +572,7 @@ func TestChartPinningRBACSuffices(t *testing.T) {
 	ctx := context.Background()
 	ns := givenNamespace(t, "e2e-chart-pinning")
 	appNS := givenNamespace(t, "e2e-chart-pinning-app")
-	r := installChart(t, "cma-pin", ns, "watchNamespaces={"+appNS+"}", "pinning.enabled=true", "reloaderAnnotations=true", "rbac.ownerReferencesPermissionEnforcement=true")
+	r := installChart(t, "cma-pin", ns, "watchNamespaces={"+appNS+"}", "pinning.enabled=true", "pinning.admission=webhook", "reloaderAnnotations=true", "rbac.ownerReferencesPermissionEnforcement=true")
 	d := r.deployment()
 	if *d.Spec.Replicas != 2 || d.Spec.Template.Spec.Affinity == nil || d.Spec.Template.Spec.Affinity.PodAntiAffinity == nil {
 		t.Fatalf("pinning: want 2 replicas with anti-affinity, got %d, %+v", *d.Spec.Replicas, d.Spec.Template.Spec.Affinity)

@@ -157,7 +157,9 @@ func (c *chartPods) upgrade(chart string, sets ...string) {
 	c.mu.Lock()
 	c.paused = true
 	cfg, err := e2e.cluster.Kube.AdmissionregistrationV1().MutatingWebhookConfigurations().Get(ctx, c.r.fullname(), metav1.GetOptions{})
-	if err == nil && cfg.Webhooks[0].ClientConfig.URL != nil {
+	if apierrors.IsNotFound(err) {
+		err = nil // no webhook: pinning off, or the API server pins (pinning.admission=policy)
+	} else if err == nil && cfg.Webhooks[0].ClientConfig.URL != nil {
 		svc := fmt.Sprintf(`{"name":%q,"namespace":%q,"path":"/pin-pods","port":443}`, c.r.fullname()+"-webhook", c.r.ns)
 		patch := `[{"op":"remove","path":"/webhooks/0/clientConfig/url"},{"op":"add","path":"/webhooks/0/clientConfig/service","value":` + svc + `}]`
 		_, err = e2e.cluster.Kube.AdmissionregistrationV1().MutatingWebhookConfigurations().Patch(ctx, c.r.fullname(), types.JSONPatchType, []byte(patch), metav1.PatchOptions{})
@@ -234,6 +236,9 @@ func (c *chartPods) start(ctx context.Context, pod corev1.Pod) (*podProcess, err
 // own apply (URL mode) writes the rest.
 func (c *chartPods) toURL(ctx context.Context) error {
 	cfg, err := e2e.cluster.Kube.AdmissionregistrationV1().MutatingWebhookConfigurations().Get(ctx, c.r.fullname(), metav1.GetOptions{})
+	if apierrors.IsNotFound(err) {
+		return nil // no webhook (pinning.admission=policy)
+	}
 	if err != nil || cfg.Webhooks[0].ClientConfig.Service == nil {
 		return err
 	}

@@ -61,6 +61,9 @@ func newControllers(s *soak) *controllers {
 // args are the controller's flags: as the chart's, with pinning served at the replica's own port and
 // registered at the proxy's URL (-webhook-bind-address with -webhook-url).
 func (c *controllers) args(r *replica) []string {
+	if c.s.admissionPolicy() {
+		return c.policyArgs()
+	}
 	return []string{"controller",
 		"-pinning", "-webhook-url=https://" + c.proxy.Addr, fmt.Sprintf("-webhook-bind-address=127.0.0.1:%d", r.port),
 		"-webhook-cert-validity", certValidity.String(),
@@ -80,8 +83,10 @@ func (c *controllers) start(ctx context.Context, r *replica) error {
 		r.offset = fi.Size()
 	}
 	c.starts++
-	if err := c.serve(ctx); err != nil {
-		return err
+	if !c.s.admissionPolicy() {
+		if err := c.serve(ctx); err != nil {
+			return err
+		}
 	}
 	args := c.args(r)
 	p, err := c.s.bin.StartLogged(ctx, []string{"LOG_LEVEL=info", "VERSION=soak", "POD_NAMESPACE=" + leaseNamespace}, r.log,

@@ -7,11 +7,27 @@ the result (-pinning-admission), so the chart and the controller agree.
 {{- define "configmap-attacher.pinningAdmission" -}}
 {{- $mode := .Values.pinning.admission | default "auto" -}}
 {{- if eq $mode "auto" -}}
-{{- ternary "policy" "webhook" (include "configmap-attacher.policyServed" . | eq "true") -}}
-{{- else if or (eq $mode "policy") (eq $mode "webhook") -}}
-{{- $mode -}}
+{{- ternary "policy" "webhook" (and (include "configmap-attacher.policyServed" . | eq "true") (include "configmap-attacher.tableCRD" . | eq "true")) -}}
+{{- else if eq $mode "policy" -}}
+{{- if not (include "configmap-attacher.tableCRD" . | eq "true") -}}
+{{- fail "pinning.admission=policy needs the PinTable CRD, which Helm installs from the chart's crds/ only at install, not on upgrade: kubectl apply -f crds/pintables.yaml (from the chart), then upgrade again" -}}
+{{- end -}}
+policy
+{{- else if eq $mode "webhook" -}}
+webhook
 {{- else -}}
 {{- fail (printf "pinning.admission %q: use auto, policy or webhook" $mode) -}}
+{{- end -}}
+{{- end }}
+
+{{/*
+"true" when the PinTable CRD is there for the policies: Helm installs crds/pintables.yaml at install; an
+upgrade from a chart without it must apply it first. Where Helm does not read the cluster (helm
+template: Argo CD applies crds/ itself) it is taken as there.
+*/}}
+{{- define "configmap-attacher.tableCRD" -}}
+{{- if or .Release.IsInstall (not (lookup "v1" "Namespace" "" .Release.Namespace)) (lookup "apiextensions.k8s.io/v1" "CustomResourceDefinition" "" "pintables.configmap-attacher.io") -}}
+true
 {{- end -}}
 {{- end }}
 

@@ -223,13 +223,15 @@ func (c *Controller) stats() stats {
 
 func (c *Controller) sync(ctx context.Context, ns string) (reconcile.Result, error) {
 	ctx = logging.NewContext(ctx, logging.FromContext(ctx).With("namespace", ns))
+	if !c.caches.Pinning.Enabled(ns) {
+		// Pinning off (or never on): the policies do not look here. A table stays as it is, so that
+		// turning pinning on again finds every revision that kept its entry answered at once (a table
+		// made anew would leave the namespace's pods refused until it is).
+		return reconcile.Result{}, nil
+	}
 	current, err := c.current(ns)
 	if err != nil {
 		return reconcile.Result{}, err
-	}
-	if !c.caches.Pinning.Enabled(ns) {
-		// Pinning turned off (or never on): the policies do not look here; the tables go.
-		return reconcile.Result{}, c.apply(ctx, ns, Plan{Writes: deletes(current)})
 	}
 	existing := map[string]Entry{}
 	for _, t := range current {
@@ -565,17 +567,6 @@ func (c *Controller) remember(ns string, w Write, out *unstructured.Unstructured
 			c.written[ns][w.Table.Name] = written{table: t}
 		}
 	}
-}
-
-// deletes are the writes deleting every table of ours.
-func deletes(current map[string]*Table) []Write {
-	var out []Write
-	for _, name := range slices.Sorted(maps.Keys(current)) {
-		if t := current[name]; isOurs(t.Labels) {
-			out = append(out, Write{Op: "delete", Table: t})
-		}
-	}
-	return out
 }
 
 func (c *Controller) reportOverflow(ns string, keys []string) {
