@@ -53,7 +53,7 @@ func scaleTables(steps []scaleStep, baseline int64) [][][]string {
 		"kube-controller-manager", "ours / kube-controller-manager", "configmap-rs-operator (watch / anew)", "Reloader (watch / anew)", "ours / best peer",
 		"baseline build (watch / anew)"}}
 	load := [][]string{{"Pods", "built in", "ours CPU (growth / start)", "caches synced", "first attach", "API requests at start: LISTs / watches opened",
-		"attach p50 / p99 ÷ floor", "webhook p50 / p99, with ÷ without", "kube-apiserver RSS", "etcd RSS", "step took"}}
+		"attach p50 / p99 ÷ floor", "webhook p50 / p99, with ÷ without", "admission policies p50 / p99, with ÷ without", "kube-apiserver RSS", "etcd RSS", "step took"}}
 	for _, s := range steps {
 		peer := func(name string) string {
 			w, a := s.peersWatch[name], s.peersStart[name]
@@ -77,7 +77,7 @@ func scaleTables(steps []scaleStep, baseline int64) [][][]string {
 			fmt.Sprintf("%s (limit %s)", mibOrDash(s.peersStart[limitedName]), mibOrDash(s.limit)), ratioTo(s.peersStart[limitedName], s.kcm), mibOrDash(s.kcm), ratioTo(oursMax, s.kcm), peer(rsOperator), peer("reloader"), ratioTo(oursMax, best), peer(baselineName)})
 		load = append(load, []string{podsLabel(s.pods), s.build.Round(time.Second).String(), fmt.Sprintf("%.1f s / %.1f s", s.watchCPU, s.startCPU),
 			secs(s.synced), secs(s.firstAttach), fmt.Sprintf("%d / %d", s.lists, s.watches),
-			fmt.Sprintf("%.2f / %.2f", s.storm.p50, s.storm.p99), fmt.Sprintf("%.2f / %.2f", s.webhook.p50, s.webhook.p99),
+			fmt.Sprintf("%.2f / %.2f", s.storm.p50, s.storm.p99), fmt.Sprintf("%.2f / %.2f", s.webhook.webhook.p50, s.webhook.webhook.p99), fmt.Sprintf("%.2f / %.2f", s.webhook.policy.p50, s.webhook.policy.p99),
 			mibOrDash(s.apiserver), mibOrDash(s.etcd), s.stepTime.Round(time.Second).String()})
 	}
 	return [][][]string{mem, load}
