@@ -26,12 +26,13 @@ const MatchOwnedByARevision = `has(object.metadata.ownerReferences) && object.me
 	`has(r.controller) && r.controller && (r.kind == 'ReplicaSet' || r.kind == 'StatefulSet' || r.kind == 'DaemonSet'))`
 
 // MatchNotPinnedByThePolicy is the CEL match condition that skips a pod pinning's mutating admission
-// policy has admitted in this very request (api.PolicyAdmittedAnnotation holds the request's uid):
-// while a switch from policy mode to webhook mode is under way, the webhook, whose certificate may not
-// be registered yet, is not asked about pods the policy pinned (internal/pinning/policy). The chart
-// carries the same expression.
+// policy has admitted (api.PolicyAdmittedAnnotation holds the pod's own revision key, which its
+// template cannot): while a switch from policy mode to webhook mode is under way, the webhook, whose
+// certificate may not be registered yet, is not asked about pods the policy pinned
+// (internal/pinning/policy). The chart carries the same expression.
 const MatchNotPinnedByThePolicy = `!has(object.metadata.annotations) || !('` + api.PolicyAdmittedAnnotation + `' in object.metadata.annotations) || ` +
-	`object.metadata.annotations['` + api.PolicyAdmittedAnnotation + `'] != request.uid`
+	`!has(object.metadata.ownerReferences) || !object.metadata.ownerReferences.exists(r, has(r.controller) && r.controller && object.metadata.annotations['` + api.PolicyAdmittedAnnotation + `'] == ` +
+	`(r.kind == 'ReplicaSet' ? r.uid : r.uid + '/' + (has(object.metadata.labels) && 'controller-revision-hash' in object.metadata.labels ? object.metadata.labels['controller-revision-hash'] : '')))`
 
 // SystemNamespace is never gated: what runs the cluster must be able to start whatever the webhook does.
 const SystemNamespace = "kube-system"

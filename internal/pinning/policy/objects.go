@@ -11,11 +11,11 @@ import (
 	"github.com/configmap-attacher/configmap-attacher/internal/pinning"
 )
 
-// AdmittedAnnotation is set by the mutating policy on every pod it admits, to the admission request's
-// uid: the webhook's configuration skips a pod that carries its own request's uid there
+// AdmittedAnnotation is set by the mutating policy on every pod it admits, to the pod's revision key:
+// the webhook's configuration skips a pod that carries its own revision's key there
 // (pinning.MatchNotPinnedByThePolicy), so while a switch from policy mode to webhook mode is under
 // way, the webhook, whose certificate may not be registered yet, is never asked about a pod the
-// policy has pinned. A pod template cannot carry a request's uid.
+// policy has pinned. A pod template cannot carry the key of a revision made from it.
 const AdmittedAnnotation = api.PolicyAdmittedAnnotation
 
 // Config names the policy objects and says which namespaces they gate.
@@ -160,7 +160,7 @@ func Spec() PolicySpec {
 	s.Mutating.Mutations = []admissionregistrationv1.Mutation{
 		{PatchType: admissionregistrationv1.PatchTypeJSONPatch, JSONPatch: &admissionregistrationv1.JSONPatch{Expression: patchExpression(patterns)}},
 		{PatchType: admissionregistrationv1.PatchTypeApplyConfiguration, ApplyConfiguration: &admissionregistrationv1.ApplyConfiguration{
-			Expression: `Object{metadata: Object.metadata{annotations: {"` + AdmittedAnnotation + `": request.uid}}}`}},
+			Expression: `Object{metadata: Object.metadata{annotations: {"` + AdmittedAnnotation + `": variables.key}}}`}},
 	}
 	s.Validating.Variables = append(slices.Clone(common),
 		// The workload, for tables split off: see Revision.Route.
