@@ -85,7 +85,7 @@ func patchExpression(patterns []Pattern) string {
 				return fmt.Sprintf("JSONPatch{op: 'replace', path: %s, value: %s[%s]}", pointer, m, name)
 			})
 	}
-	return "!variables.entry.hasValue() ? [] :\n" + strings.Join(parts, " +\n")
+	return "!variables.hasEntry ? [] :\n" + strings.Join(parts, " +\n")
 }
 
 // injectedConfigMaps are the ConfigMaps the API server itself adds to pods (the ServiceAccount

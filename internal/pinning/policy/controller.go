@@ -121,14 +121,7 @@ func New(c *caches.Caches, clients Clients, taker *pinning.Taker, events record.
 	}
 	ctl.tables = caches.NewInformer[*unstructured.Unstructured](infs...)
 
-	byNamespace := func(obj any) {
-		if d, ok := obj.(cache.DeletedFinalStateUnknown); ok {
-			obj = d.Obj
-		}
-		if m, ok := obj.(metav1.Object); ok {
-			ctl.loop.Queue.Add(m.GetNamespace())
-		}
-	}
+	byNamespace := ctl.enqueue
 	handler := cache.ResourceEventHandlerFuncs{AddFunc: byNamespace, UpdateFunc: func(_, cur any) { byNamespace(cur) }, DeleteFunc: byNamespace}
 	for _, kind := range []caches.Kind{caches.ReplicaSet, caches.ControllerRevision} {
 		if inf, ok := c.Users[kind]; ok {
@@ -185,6 +178,20 @@ func New(c *caches.Caches, clients Clients, taker *pinning.Taker, events record.
 			})
 	}
 	return ctl, nil
+}
+
+// enqueue queues the namespace of a revision (as the caches keep it), a pinned object, a snapshot or
+// a table.
+func (c *Controller) enqueue(obj any) {
+	if d, ok := obj.(cache.DeletedFinalStateUnknown); ok {
+		obj = d.Obj
+	}
+	switch o := obj.(type) {
+	case *caches.User:
+		c.loop.Queue.Add(o.Namespace)
+	case metav1.Object:
+		c.loop.Queue.Add(o.GetNamespace())
+	}
 }
 
 func byName(l *reconcile.Loop, obj any) {

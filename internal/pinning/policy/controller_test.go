@@ -13,6 +13,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	dynamicfake "k8s.io/client-go/dynamic/fake"
 	kubefake "k8s.io/client-go/kubernetes/fake"
+	"k8s.io/client-go/tools/cache"
 	"k8s.io/client-go/tools/record"
 	"k8s.io/utils/ptr"
 
@@ -225,5 +226,26 @@ func TestTableReadsItsOwnWrites(t *testing.T) {
 	}
 	if writes != 1 {
 		t.Errorf("%d writes of the table for one new revision, want 1", writes)
+	}
+}
+
+// Every kind of object the controller follows brings its namespace back: revisions as the caches keep
+// them, pinned objects, snapshots, tables.
+func TestTableEventsQueueTheirNamespace(t *testing.T) {
+	f := newTableFixture(t, nil, nil, nil)
+	u, err := caches.Reduce(rsReading("web-5d8f", "rs-1", false))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, obj := range []any{u, cache.DeletedFinalStateUnknown{Obj: u}, appConfig(nil), metaOf(appConfig(nil))} {
+		f.ctl.enqueue(obj)
+		if f.ctl.loop.Queue.Len() != 1 {
+			t.Fatalf("%T queued %d keys", obj, f.ctl.loop.Queue.Len())
+		}
+		key, _ := f.ctl.loop.Queue.Get()
+		f.ctl.loop.Queue.Done(key)
+		if key != ns {
+			t.Errorf("%T queued %q, want %q", obj, key, ns)
+		}
 	}
 }

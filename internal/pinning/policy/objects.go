@@ -149,13 +149,14 @@ func Spec() PolicySpec {
 	common := []admissionregistrationv1.Variable{
 		// The match condition guarantees a controller.
 		{Name: "owner", Expression: "object.metadata.ownerReferences.filter(r, has(r.controller) && r.controller)[0]"},
-		{Name: "key", Expression: "variables.owner.kind == 'ReplicaSet' ? variables.owner.uid : " +
-			"variables.owner.uid + '/' + object.metadata.?labels[?'controller-revision-hash'].orValue('')"},
+		{Name: "key", Expression: "string(variables.owner.kind == 'ReplicaSet' ? variables.owner.uid : " +
+			"variables.owner.uid + '/' + object.metadata.?labels[?'controller-revision-hash'].orValue(''))"},
 	}
+	// Optional chains stay inline: an optional value kept in a variable does not chain (.?) again.
 	s.Mutating.Variables = append(slices.Clone(common),
-		admissionregistrationv1.Variable{Name: "entry", Expression: "params.?spec.?revisions[?variables.key]"},
-		admissionregistrationv1.Variable{Name: "configMaps", Expression: "variables.entry.?configMaps.orValue({})"},
-		admissionregistrationv1.Variable{Name: "secrets", Expression: "variables.entry.?secrets.orValue({})"},
+		admissionregistrationv1.Variable{Name: "hasEntry", Expression: "variables.key in params.?spec.?revisions.orValue({})"},
+		admissionregistrationv1.Variable{Name: "configMaps", Expression: "params.?spec.?revisions[?variables.key].?configMaps.orValue({})"},
+		admissionregistrationv1.Variable{Name: "secrets", Expression: "params.?spec.?revisions[?variables.key].?secrets.orValue({})"},
 	)
 	s.Mutating.Mutations = []admissionregistrationv1.Mutation{
 		{PatchType: admissionregistrationv1.PatchTypeJSONPatch, JSONPatch: &admissionregistrationv1.JSONPatch{Expression: patchExpression(patterns)}},
@@ -177,7 +178,7 @@ func Spec() PolicySpec {
 		Expression: "!variables.answers || variables.key in params.?spec.?revisions.orValue({}) || size(variables.reads) == 0",
 		MessageExpression: "'configmap-attacher pinning: ' + variables.owner.kind + ' ' + variables.owner.name + " +
 			"(variables.owner.kind == 'ReplicaSet' ? '' : ' revision ' + object.metadata.?labels[?'controller-revision-hash'].orValue('')) + " +
-			"' reads ' + variables.reads.join(', ') + ', and its pods wait until configmap-attacher has recorded which snapshots this revision reads " +
+			"' reads ' + variables.reads.distinct().join(', ') + ', and its pods wait until configmap-attacher has recorded which snapshots this revision reads " +
 			"(PinTable ' + params.metadata.name + ' has no entry ' + variables.key + ' yet); its controller retries'",
 		Reason: ptr.To(metav1.StatusReasonForbidden),
 	}}
