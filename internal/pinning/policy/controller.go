@@ -329,6 +329,10 @@ func (c *Controller) newEntry(ctx context.Context, u *caches.User, rev Revision)
 	e = Entry{Revision: rev.Kind + "/" + rev.Name}
 	var missing []refs.Ref
 	for _, r := range u.Refs {
+		if snap, ok := c.caches.Pinning.Snapshot(u.Namespace, string(u.UID), r); ok {
+			e.Pin(r, snap) // pinned before (the webhook, a previous leader): nothing to read
+			continue
+		}
 		m, err := c.clients.Metadata.Resource(r.Kind.GVR()).Namespace(u.Namespace).Get(ctx, r.Name, metav1.GetOptions{})
 		switch {
 		case apierrors.IsNotFound(err):
@@ -336,10 +340,6 @@ func (c *Controller) newEntry(ctx context.Context, u *caches.User, rev Revision)
 			continue
 		case err != nil:
 			return e, nil, "", fmt.Errorf("reading %s %s/%s for %s: %w", r.Kind, u.Namespace, r.Name, e.Revision, err)
-		}
-		if snap, ok := c.caches.Pinning.Snapshot(u.Namespace, string(u.UID), r); ok {
-			e.Pin(r, snap) // pinned before (a replica's controller, the webhook, a previous leader)
-			continue
 		}
 		if !pinnable(m.Labels) {
 			continue
