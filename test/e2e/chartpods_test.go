@@ -153,11 +153,24 @@ func (c *chartPods) sync(ctx context.Context) error {
 // a pod creation in a pinning namespace may be refused and retried).
 func (c *chartPods) upgrade(chart string, sets ...string) {
 	c.t.Helper()
+	c.upgradeWith(true, chart, sets...)
+}
+
+// upgradeRemovingWebhook is upgrade to values whose chart renders no webhook configuration
+// (pinning.admission=policy): Helm deletes it, so it is not put back behind its Service first, and
+// the running processes keep answering at its URL until then.
+func (c *chartPods) upgradeRemovingWebhook(chart string, sets ...string) {
+	c.t.Helper()
+	c.upgradeWith(false, chart, sets...)
+}
+
+func (c *chartPods) upgradeWith(behindService bool, chart string, sets ...string) {
+	c.t.Helper()
 	ctx := context.Background()
 	c.mu.Lock()
 	c.paused = true
 	cfg, err := e2e.cluster.Kube.AdmissionregistrationV1().MutatingWebhookConfigurations().Get(ctx, c.r.fullname(), metav1.GetOptions{})
-	if apierrors.IsNotFound(err) {
+	if apierrors.IsNotFound(err) || !behindService {
 		err = nil // no webhook: pinning off, or the API server pins (pinning.admission=policy)
 	} else if err == nil && cfg.Webhooks[0].ClientConfig.URL != nil {
 		svc := fmt.Sprintf(`{"name":%q,"namespace":%q,"path":"/pin-pods","port":443}`, c.r.fullname()+"-webhook", c.r.ns)
