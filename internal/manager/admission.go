@@ -170,7 +170,8 @@ func (a *admission) lead(ctx context.Context) {
 				break
 			}
 		}
-		err = policy.RetireWebhook(ctx, a.kube.Kube, po.Configuration, a.o.LeaderElection.Namespace, po.certSecret())
+		err = policy.RetireWebhook(ctx, a.kube.Kube, policy.WebhookLeftovers{Configuration: po.Configuration, SecretNamespace: a.o.LeaderElection.Namespace,
+			Secret: po.certSecret(), Service: po.Service})
 	case a.table != nil: // webhook mode where the policies are served: a switch may have left them
 		err = policy.RetirePolicies(ctx, a.kube.Kube, po.policyName(), po.Configuration)
 	}

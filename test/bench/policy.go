@@ -66,6 +66,13 @@ func (e env) startPolicy(ctx context.Context, namespaces ...string) (*framework.
 		}
 		return true, "", nil
 	})
+	if err == nil {
+		for _, ns := range namespaces {
+			if err = e.c.WaitPolicyEffective(ctx, ns); err != nil {
+				break
+			}
+		}
+	}
 	if err != nil {
 		stop()
 		return nil, "", nil, err

@@ -49,6 +49,7 @@ func TestPolicyRewritesWhatTheReferenceTableListsOnPublicCharts(t *testing.T) {
 		must(t, json.Unmarshal(c.JSON, &spec))
 		// What admission needs to exist besides config is not what this story is about.
 		spec.PriorityClassName, spec.RuntimeClassName, spec.NodeName, spec.SchedulingGates = "", nil, "", nil
+		withVolumesMounted(&spec)
 		uses := 0
 		for _, u := range refs.Uses(&spec) {
 			objects[u.Ref] = true
@@ -163,5 +164,22 @@ func mustFor(t *testing.T, err error, what string) {
 	t.Helper()
 	if err != nil {
 		t.Fatalf("%s: %v", what, err)
+	}
+}
+
+// withVolumesMounted adds an emptyDir for every volume a container mounts that the spec does not have
+// (a StatefulSet's volumeClaimTemplates give them), so that the spec is a valid pod's.
+func withVolumesMounted(spec *corev1.PodSpec) {
+	have := map[string]bool{}
+	for _, v := range spec.Volumes {
+		have[v.Name] = true
+	}
+	for _, c := range append(append([]corev1.Container{}, spec.InitContainers...), spec.Containers...) {
+		for _, m := range c.VolumeMounts {
+			if !have[m.Name] {
+				have[m.Name] = true
+				spec.Volumes = append(spec.Volumes, corev1.Volume{Name: m.Name, VolumeSource: corev1.VolumeSource{EmptyDir: &corev1.EmptyDirVolumeSource{}}})
+			}
+		}
 	}
 }

@@ -120,9 +120,11 @@ func (r *chartRelease) expectAdmission(a admission) {
 		vab := err == nil
 		_, err = e2e.cluster.Kube.CoreV1().Secrets(r.ns).Get(ctx, r.fullname()+"-webhook-tls", metav1.GetOptions{})
 		secret := !apierrors.IsNotFound(err)
-		state := fmt.Sprintf("webhook %v, certificate Secret %v, policy bindings %v/%v", hook, secret, mab, vab)
+		_, err = e2e.cluster.Kube.CoreV1().Services(r.ns).Get(ctx, r.fullname()+"-webhook", metav1.GetOptions{})
+		svc := !apierrors.IsNotFound(err)
+		state := fmt.Sprintf("webhook %v, its Service %v, certificate Secret %v, policy bindings %v/%v", hook, svc, secret, mab, vab)
 		if a == byPolicy {
-			return !hook && !secret && mab && vab, state, nil
+			return !hook && !svc && !secret && mab && vab, state, nil
 		}
 		return hook && !mab && !vab, state, nil
 	}))
@@ -182,7 +184,7 @@ func TestPolicyHelmUpgradeSwitchesModesRefusingNoPodAndLeavingNoneUnpinned(t *te
 	deploy(pinV2)
 
 	t.Log("when: helm upgrade --set pinning.admission=policy")
-	pods.upgradeRemovingWebhook(chartPath("configmap-attacher"), append(sets, "pinning.admission=policy")...)
+	pods.upgradeToPolicy(chartPath("configmap-attacher"), append(sets, "pinning.admission=policy")...)
 	r.waitRolled(2)
 	pods.waitRunning(2, image)
 	r.expectAdmission(byPolicy)

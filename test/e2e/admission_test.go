@@ -98,6 +98,7 @@ func startPolicyController(t *testing.T, extraArgs []string, namespaces ...strin
 		}
 		return true, "", nil
 	}))
+	must(t, e2e.cluster.WaitPolicyEffective(ctx, namespaces[0]))
 	t.Logf("given: the controller runs with -pinning -pinning-admission=policy %s: the API server pins pods (policies %s)", strings.Join(extraArgs, " "), name)
 	return p
 }

@@ -156,10 +156,10 @@ func (c *chartPods) upgrade(chart string, sets ...string) {
 	c.upgradeWith(true, chart, sets...)
 }
 
-// upgradeRemovingWebhook is upgrade to values whose chart renders no webhook configuration
-// (pinning.admission=policy): Helm deletes it, so it is not put back behind its Service first, and
-// the running processes keep answering at its URL until then.
-func (c *chartPods) upgradeRemovingWebhook(chart string, sets ...string) {
+// upgradeToPolicy is upgrade to pinning.admission=policy: during the switch the chart renders the
+// webhook configuration as it is live (its URL here), so it is not put back behind its Service first,
+// and the running processes keep answering at its URL until the policy-mode leader deletes it.
+func (c *chartPods) upgradeToPolicy(chart string, sets ...string) {
 	c.t.Helper()
 	c.upgradeWith(false, chart, sets...)
 }

@@ -116,9 +116,21 @@ func (s *soak) setUpPolicy(ctx context.Context) error {
 	return policy.DeletePolicies(ctx, s.c.Kube, webhookConfiguration)
 }
 
-// waitTables waits until every namespace has its PinTable and the policies are in place: before that,
-// the validating policy would refuse the fleet's first pods.
+// waitTables waits until every namespace has its PinTable and the policies are enforced: before that,
+// the validating policy would refuse the fleet's first pods, or they would be admitted unpinned.
 func (s *soak) waitTables(ctx context.Context) error {
+	if err := s.waitTablesMade(ctx); err != nil {
+		return err
+	}
+	for _, ns := range namespaces {
+		if err := s.c.WaitPolicyEffective(ctx, ns); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func (s *soak) waitTablesMade(ctx context.Context) error {
 	return framework.Eventually(ctx, time.Minute, "the admission policies and every namespace's PinTable", func(ctx context.Context) (bool, string, error) {
 		if _, err := s.c.Kube.AdmissionregistrationV1().ValidatingAdmissionPolicyBindings().Get(ctx, webhookConfiguration, metav1.GetOptions{}); err != nil {
 			return false, "no binding yet", nil

@@ -70,3 +70,24 @@ true
 {{- end -}}
 {{- end -}}
 {{- end }}
+
+{{/*
+"true" while a switch from webhook mode to policy mode is under way: policy mode, the release's webhook
+configuration still there (holding our webhook) and its policy binding not yet. The chart then keeps
+rendering the webhook's configuration (as it is live, caBundle included) and its Service, so that the
+webhook keeps answering while kube-apiserver loads the new policies (it reloads policies about once a
+second; a deleted webhook configuration is gone at once); the policy-mode leader deletes both once its
+policies have been in place for 10 s. Seen only where Helm reads the cluster.
+*/}}
+{{- define "configmap-attacher.webhookTransition" -}}
+{{- if and .Values.controller.enabled .Values.pinning.enabled (eq (include "configmap-attacher.pinningAdmission" .) "policy") -}}
+{{- $fullname := include "configmap-attacher.fullname" . -}}
+{{- $hook := lookup "admissionregistration.k8s.io/v1" "MutatingWebhookConfiguration" "" $fullname -}}
+{{- $binding := lookup "admissionregistration.k8s.io/v1" "MutatingAdmissionPolicyBinding" "" $fullname -}}
+{{- $ours := false -}}
+{{- if $hook -}}{{- range $hook.webhooks -}}{{- if eq .name "pin-pods.configmap-attacher.io" -}}{{- $ours = true -}}{{- end -}}{{- end -}}{{- end -}}
+{{- if and $ours (not $binding) -}}
+true
+{{- end -}}
+{{- end -}}
+{{- end }}

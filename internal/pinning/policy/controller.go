@@ -144,11 +144,15 @@ func New(c *caches.Caches, clients Clients, taker *pinning.Taker, events record.
 		return nil, err
 	}
 	err := c.Pinning.Namespaces.AddEventHandler(cache.ResourceEventHandlerFuncs{
-		AddFunc: func(obj any) { byName(ctl.loop, obj) },
+		AddFunc: func(obj any) {
+			if m, ok := caches.MetaOf(obj); ok && m.Labels[api.PinningNamespaceLabel] == api.PinningEnabled && ctl.inScope(m.Name) {
+				ctl.loop.Queue.Add(m.Name)
+			}
+		},
 		UpdateFunc: func(old, cur any) {
 			o, okO := caches.MetaOf(old)
 			n, okN := caches.MetaOf(cur)
-			if okO && okN && o.Labels[api.PinningNamespaceLabel] != n.Labels[api.PinningNamespaceLabel] {
+			if okO && okN && o.Labels[api.PinningNamespaceLabel] != n.Labels[api.PinningNamespaceLabel] && ctl.inScope(n.Name) {
 				ctl.loop.Queue.Add(n.Name)
 			}
 		},
@@ -180,6 +184,12 @@ func New(c *caches.Caches, clients Clients, taker *pinning.Taker, events record.
 	return ctl, nil
 }
 
+// inScope reports whether the namespace is one this controller keeps tables in (-namespaces): the
+// namespace cache is cluster-wide, and another release may keep the tables of the others.
+func (c *Controller) inScope(ns string) bool {
+	return len(c.opts.Namespaces) == 0 || slices.Contains(c.opts.Namespaces, ns)
+}
+
 // enqueue queues the namespace of a revision (as the caches keep it), a pinned object, a snapshot or
 // a table.
 func (c *Controller) enqueue(obj any) {
@@ -191,12 +201,6 @@ func (c *Controller) enqueue(obj any) {
 		c.loop.Queue.Add(o.Namespace)
 	case metav1.Object:
 		c.loop.Queue.Add(o.GetNamespace())
-	}
-}
-
-func byName(l *reconcile.Loop, obj any) {
-	if m, ok := caches.MetaOf(obj); ok && m.Labels[api.PinningNamespaceLabel] == api.PinningEnabled {
-		l.Queue.Add(m.Name)
 	}
 }
 
@@ -230,7 +234,7 @@ func (c *Controller) stats() stats {
 
 func (c *Controller) sync(ctx context.Context, ns string) (reconcile.Result, error) {
 	ctx = logging.NewContext(ctx, logging.FromContext(ctx).With("namespace", ns))
-	if !c.caches.Pinning.Enabled(ns) {
+	if !c.inScope(ns) || !c.caches.Pinning.Enabled(ns) {
 		// Pinning off (or never on): the policies do not look here. A table stays as it is, so that
 		// turning pinning on again finds every revision that kept its entry answered at once (a table
 		// made anew would leave the namespace's pods refused until it is).

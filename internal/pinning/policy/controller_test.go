@@ -249,3 +249,16 @@ func TestTableEventsQueueTheirNamespace(t *testing.T) {
 		}
 	}
 }
+
+// A controller limited to some namespaces (-namespaces) keeps no table elsewhere: the namespace cache
+// is cluster-wide, and another release keeps the others'.
+func TestTableOnlyInItsNamespaces(t *testing.T) {
+	f := newTableFixture(t, nil, nil, nil)
+	f.ctl.opts.Namespaces = []string{"team-b"}
+	if _, err := f.ctl.sync(context.Background(), ns); err != nil {
+		t.Fatal(err)
+	}
+	if n := len(f.dynamic.Actions()); n != 0 {
+		t.Errorf("%d API calls for a namespace out of scope: %v", n, f.dynamic.Actions())
+	}
+}

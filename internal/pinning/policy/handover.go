@@ -10,6 +10,7 @@ import (
 	"net"
 	"net/url"
 	"strconv"
+	"strings"
 	"time"
 
 	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
@@ -32,7 +33,7 @@ import (
 //
 // | mode of the leader | the other mode's objects | taken out |
 // | --- | --- | --- |
-// | policy | the webhook's configuration (at -webhook-url the controller made it; the chart's is deleted by Helm) and its certificate Secret | once the policies are applied, after HandoverDelay |
+// | policy | the webhook's configuration (made by the controller at -webhook-url; by the chart, which keeps it during the switch: configmap-attacher.webhookTransition), its Service and its certificate Secret | once the policies are applied, after HandoverDelay |
 // | webhook | the policies' bindings and the policies (the chart renders them during a switch: TransitionNote) | once the webhook answers with a certificate the registered caBundle verifies, continuously for HandoverDelay |
 
 // HandoverDelay is how long the new mode's admission must have been in place before the other's is
@@ -130,10 +131,18 @@ func policiesPresent(ctx context.Context, kube kubernetes.Interface, name string
 	return false, nil
 }
 
+// WebhookLeftovers names what the webhook mode left: its configuration, its certificate Secret, and (behind
+// the chart's Service) the Service, "NAMESPACE/NAME" or empty.
+type WebhookLeftovers struct {
+	Configuration, SecretNamespace, Secret, Service string
+}
+
 // RetireWebhook is what a policy-mode leader does once its policies are in place: after HandoverDelay,
-// it deletes the webhook's configuration (named configuration, if ours) and its certificate Secret
-// (namespace/secret). It returns when done or ctx ends.
-func RetireWebhook(ctx context.Context, kube kubernetes.Interface, configuration, namespace, secret string) error {
+// it deletes the webhook's configuration (if it holds our webhook), its Service and its certificate
+// Secret. It returns when done or ctx ends.
+func RetireWebhook(ctx context.Context, kube kubernetes.Interface, w WebhookLeftovers) error {
+	configuration, namespace, secret := w.Configuration, w.SecretNamespace, w.Secret
+	svcNS, svcName, _ := strings.Cut(w.Service, "/")
 	cfg, err := kube.AdmissionregistrationV1().MutatingWebhookConfigurations().Get(ctx, configuration, metav1.GetOptions{})
 	present := err == nil && ours(cfg)
 	if err != nil && !apierrors.IsNotFound(err) {
@@ -143,7 +152,16 @@ func RetireWebhook(ctx context.Context, kube kubernetes.Interface, configuration
 	if err != nil && !apierrors.IsNotFound(err) {
 		return err
 	}
-	if !present && apierrors.IsNotFound(err) {
+	secretGone := apierrors.IsNotFound(err)
+	serviceGone := true
+	if svcName != "" {
+		_, err = kube.CoreV1().Services(svcNS).Get(ctx, svcName, metav1.GetOptions{})
+		if err != nil && !apierrors.IsNotFound(err) {
+			return err
+		}
+		serviceGone = apierrors.IsNotFound(err)
+	}
+	if !present && secretGone && serviceGone {
 		return nil
 	}
 	select {
@@ -161,6 +179,11 @@ func RetireWebhook(ctx context.Context, kube kubernetes.Interface, configuration
 	}
 	if err := kube.CoreV1().Secrets(namespace).Delete(ctx, secret, metav1.DeleteOptions{}); err != nil && !apierrors.IsNotFound(err) {
 		return fmt.Errorf("deleting the webhook's certificate Secret %s/%s: %w", namespace, secret, err)
+	}
+	if svcName != "" {
+		if err := kube.CoreV1().Services(svcNS).Delete(ctx, svcName, metav1.DeleteOptions{}); err != nil && !apierrors.IsNotFound(err) {
+			return fmt.Errorf("deleting the webhook's Service %s: %w", w.Service, err)
+		}
 	}
 	return nil
 }
