@@ -49,6 +49,7 @@ func TestPolicyRewritesWhatTheReferenceTableListsOnPublicCharts(t *testing.T) {
 		must(t, json.Unmarshal(c.JSON, &spec))
 		// What admission needs to exist besides config is not what this story is about.
 		spec.PriorityClassName, spec.RuntimeClassName, spec.NodeName, spec.SchedulingGates = "", nil, "", nil
+		spec.RestartPolicy = corev1.RestartPolicyAlways // a Job's or CronJob's spec, as a ReplicaSet's template
 		withVolumesMounted(&spec)
 		uses := 0
 		for _, u := range refs.Uses(&spec) {
