@@ -223,7 +223,7 @@ func applyOne(t *testing.T, ns string, data map[string]string, configFirst bool)
 }
 
 // refusalsIn sorts the FailedCreate Events of ns: those of the validating policy (a revision waiting
-// for its entry) and any other.
+// for its entry, written or loaded into the mutating policy) and any other.
 func refusalsIn(ctx context.Context, ns string) (waiting, other []string, err error) {
 	evs, err := e2e.cluster.Kube.CoreV1().Events(ns).List(ctx, metav1.ListOptions{})
 	if err != nil {
@@ -234,7 +234,8 @@ func refusalsIn(ctx context.Context, ns string) (waiting, other []string, err er
 			continue
 		}
 		line := fmt.Sprintf("%s ×%d: %s", e.InvolvedObject.Name, max(e.Count, 1), e.Message)
-		if strings.Contains(e.Message, "configmap-attacher pinning:") && strings.Contains(e.Message, "has no entry") {
+		// Missing from kube-apiserver's view: not written yet, or not loaded into the mutating policy yet.
+		if strings.Contains(e.Message, "configmap-attacher pinning:") && (strings.Contains(e.Message, "has no entry") || strings.Contains(e.Message, "had not loaded the entry")) {
 			for range max(e.Count, 1) {
 				waiting = append(waiting, line)
 			}

@@ -305,9 +305,12 @@ func TestPinningASnapshotHeldForItsRevisionGoesWithTheRevision(t *testing.T) {
 // ownerReference back as "no longer used": it is the pin. Had it, the revision it took it from would
 // have been pinned again to what app-config holds by then (changed in place since), or read it on
 // its next pod.
+//
+// Webhook mode only: its revision names web-extra before it exists, which in policy mode makes the
+// revision's pods wait for it (TestTableWaitsForAnObjectTheRevisionCannotStartWithout).
 func TestPinningARevisionSharingItsSnapshotKeepsIt(t *testing.T) {
 	t.Parallel()
-	eachAdmission(t, pinningARevisionSharingItsSnapshotKeepsIt)
+	pinningARevisionSharingItsSnapshotKeepsIt(t, byWebhook)
 }
 
 // pinningARevisionSharingItsSnapshotKeepsIt is the story of TestPinningARevisionSharingItsSnapshotKeepsIt in one admission mode.

@@ -145,7 +145,7 @@ func (s *soak) waitTablesMade(ctx context.Context) error {
 }
 
 // entryRe finds the revision key the validating policy's refusal names.
-var entryRe = regexp.MustCompile(`has no entry (\S+) yet`)
+var entryRe = regexp.MustCompile(`has no entry (\S+) yet|\(entry (\S+)\): the API server had not loaded`)
 
 // isPinningRefusal reports whether a FailedCreate Event's message is pinning's (the webhook's, or in
 // policy mode the admission policies').
@@ -163,7 +163,8 @@ func (s *soak) policyRefusal(e refusal) (string, bool) {
 		return "by the admission policies, not for a missing entry", true
 	}
 	_, ns, _ := splitKey(e.object)
-	seen, ok := s.pin.entries.entrySeen(ns, m[1])
+	key := m[1] + m[2]
+	seen, ok := s.pin.entries.entrySeen(ns, key)
 	if ok && e.last.After(seen.Add(settleMargin)) {
 		return fmt.Sprintf("after its revision's entry was in the PinTable (seen %s)", seen.Format(time.TimeOnly)), true
 	}

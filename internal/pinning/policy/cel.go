@@ -93,20 +93,21 @@ func patchExpression(patterns []Pattern) string {
 // only those does not wait for its revision's entry.
 var injectedConfigMaps = []string{"kube-root-ca.crt", "openshift-service-ca.crt"}
 
-// readsExpression lists what the pod reads by name, as "configmap/NAME" and "secret/NAME", but the
-// injected ConfigMaps.
-func readsExpression(patterns []Pattern) string {
-	parts := make([]string, len(patterns))
-	for i, p := range patterns {
-		prefix := strings.ToLower(string(p.Kind)) + "/"
-		parts[i] = forEach(p,
+// readsExpression lists the names of the objects of kind the pod reads, but the injected ConfigMaps.
+func readsExpression(patterns []Pattern, kind refs.Kind) string {
+	var parts []string
+	for _, p := range patterns {
+		if p.Kind != kind {
+			continue
+		}
+		parts = append(parts, forEach(p,
 			func(name, _ string) string {
 				if p.Kind == refs.ConfigMap {
 					return "!(" + name + " in " + celStrings(injectedConfigMaps) + ")"
 				}
 				return "true"
 			},
-			func(name, _ string) string { return "'" + prefix + "' + " + name })
+			func(name, _ string) string { return name }))
 	}
 	return strings.Join(parts, " +\n")
 }

@@ -9,6 +9,7 @@ import (
 
 	"github.com/configmap-attacher/configmap-attacher/internal/api"
 	"github.com/configmap-attacher/configmap-attacher/internal/pinning"
+	"github.com/configmap-attacher/configmap-attacher/internal/refs"
 )
 
 // AdmittedAnnotation is set by the mutating policy on every pod it admits, to the pod's revision key:
@@ -172,14 +173,30 @@ func Spec() PolicySpec {
 		// or the one split off for its workload.
 		admissionregistrationv1.Variable{Name: "answers", Expression: "params.?spec.?route.orValue('') != '' ? params.spec.route == variables.route : " +
 			"!(variables.route in params.?spec.?split.orValue({}))"},
-		admissionregistrationv1.Variable{Name: "reads", Expression: readsExpression(patterns)},
+		admissionregistrationv1.Variable{Name: "readConfigMaps", Expression: readsExpression(patterns, refs.ConfigMap)},
+		admissionregistrationv1.Variable{Name: "readSecrets", Expression: readsExpression(patterns, refs.Secret)},
+		admissionregistrationv1.Variable{Name: "reads", Expression: "variables.readConfigMaps.map(n, 'configmap/' + n) + variables.readSecrets.map(n, 'secret/' + n)"},
+		admissionregistrationv1.Variable{Name: "hasEntry", Expression: "variables.key in params.?spec.?revisions.orValue({})"},
+		// Read by their own names though the entry pins them: the mutating policy, whose copy of the
+		// tables is not this policy's, had not seen the entry yet.
+		admissionregistrationv1.Variable{Name: "unpinned", Expression: "variables.readConfigMaps.filter(n, n in params.?spec.?revisions[?variables.key].?configMaps.orValue({})).map(n, 'configmap/' + n) + " +
+			"variables.readSecrets.filter(n, n in params.?spec.?revisions[?variables.key].?secrets.orValue({})).map(n, 'secret/' + n)"},
 	)
+	revision := "variables.owner.kind + ' ' + variables.owner.name + " +
+		"(variables.owner.kind == 'ReplicaSet' ? '' : ' revision ' + object.metadata.?labels[?'controller-revision-hash'].orValue(''))"
 	s.Validating.Validations = []admissionregistrationv1.Validation{{
-		Expression: "!variables.answers || variables.key in params.?spec.?revisions.orValue({}) || size(variables.reads) == 0",
-		MessageExpression: "'configmap-attacher pinning: ' + variables.owner.kind + ' ' + variables.owner.name + " +
-			"(variables.owner.kind == 'ReplicaSet' ? '' : ' revision ' + object.metadata.?labels[?'controller-revision-hash'].orValue('')) + " +
+		Expression: "!variables.answers || variables.hasEntry || size(variables.reads) == 0",
+		MessageExpression: "'configmap-attacher pinning: ' + " + revision + " + " +
 			"' reads ' + variables.reads.distinct().join(', ') + ', and its pods wait until configmap-attacher has recorded which snapshots this revision reads " +
 			"(PinTable ' + params.metadata.name + ' has no entry ' + variables.key + ' yet); its controller retries'",
+		Reason: ptr.To(metav1.StatusReasonForbidden),
+	}, {
+		// kube-apiserver's mutating and validating policies each keep their own copy of the tables: a
+		// pod the mutating policy left unpinned because its copy lagged is refused, and retried.
+		Expression: "!variables.answers || !variables.hasEntry || size(variables.unpinned) == 0",
+		MessageExpression: "'configmap-attacher pinning: ' + " + revision + " + " +
+			"' would read ' + variables.unpinned.distinct().join(', ') + ' by its own name, though PinTable ' + params.metadata.name + " +
+			"' pins it for this revision (entry ' + variables.key + '): the API server had not loaded the entry into the mutating policy yet; its controller retries'",
 		Reason: ptr.To(metav1.StatusReasonForbidden),
 	}}
 	return s
