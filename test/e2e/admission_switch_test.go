@@ -238,6 +238,8 @@ func TestPolicyUninstallTakesTheBindingsOutFirst(t *testing.T) {
 	t.Log("when: helm uninstall (its pre-delete hook, then the release's objects) while a pod of web is deleted every half second")
 	churnCtx, stopChurn := context.WithCancel(ctx)
 	created := churn(churnCtx, rs, 500*time.Millisecond)
+	before, err := eventCounts(ctx, appNS)
+	must(t, err)
 	res := r.runReleaseHook(p)
 	helmRun(t, r.helm, "uninstall", r.name, "-n", ns, "--no-hooks", "--wait")
 	after := created.Load()
@@ -250,7 +252,7 @@ func TestPolicyUninstallTakesTheBindingsOutFirst(t *testing.T) {
 	if out < 0 || stop < 0 || out > stop {
 		t.Fatalf("the hook did not take the policies out before stopping the controller:\n%s", logs)
 	}
-	waiting, other, err := refusalsIn(ctx, appNS)
+	waiting, other, err := refusalsSince(ctx, appNS, before)
 	must(t, err)
 	if len(waiting)+len(other) > 0 {
 		t.Fatalf("pod creations refused during the uninstall: %s", strings.Join(append(waiting, other...), "; "))

@@ -586,7 +586,7 @@ func TestChartPinningRBACSuffices(t *testing.T) {
 		_ = e2e.cluster.Kube.AdmissionregistrationV1().MutatingWebhookConfigurations().Delete(context.Background(), r.fullname(), metav1.DeleteOptions{})
 	})
 	wh := cfg.Webhooks[0]
-	if wh.ClientConfig.Service == nil || *wh.FailurePolicy != "Fail" || *wh.SideEffects != "NoneOnDryRun" || *wh.TimeoutSeconds != 10 || len(wh.MatchConditions) != 1 {
+	if wh.ClientConfig.Service == nil || *wh.FailurePolicy != "Fail" || *wh.SideEffects != "NoneOnDryRun" || *wh.TimeoutSeconds != 10 || len(wh.MatchConditions) != 2 {
 		t.Fatalf("the chart's webhook: %+v", wh)
 	}
 	// The chart says what the controller registers at a URL (pinning.Registration.Webhook), the URL and

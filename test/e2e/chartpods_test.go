@@ -200,6 +200,8 @@ func (c *chartPods) start(ctx context.Context, pod corev1.Pod) (*podProcess, err
 		return nil, fmt.Errorf("image %s: no binary for it", ctr.Image)
 	}
 	pp := &podProcess{pod: pod.Name, image: ctr.Image}
+	// In policy mode the Service only names what the leader deletes after a switch: nothing is served.
+	byWebhook := !slices.Contains(ctr.Args, "-pinning-admission=policy")
 	var args []string
 	for _, a := range ctr.Args {
 		switch {
@@ -209,7 +211,7 @@ func (c *chartPods) start(ctx context.Context, pod corev1.Pod) (*podProcess, err
 			a = "-health-probe-bind-address=127.0.0.1:0"
 		case strings.HasPrefix(a, "-webhook-bind-address="):
 			continue
-		case strings.HasPrefix(a, "-webhook-service="):
+		case strings.HasPrefix(a, "-webhook-service=") && byWebhook:
 			port, err := framework.FreeLoopbackPort()
 			if err != nil {
 				return nil, err

@@ -42,7 +42,8 @@ import (
 const HandoverDelay = 10 * time.Second
 
 // Apply makes the live policy objects say objs (server-side apply with our field manager, forced:
-// controller-owned mode, the webhook's -webhook-url counterpart), policies before their bindings.
+// controller-owned mode, the webhook's -webhook-url counterpart), policies before their bindings, the
+// mutating binding before the validating one (which refuses a pod the mutating one did not pin).
 func Apply(ctx context.Context, kube kubernetes.Interface, objs Objects) error {
 	ar := kube.AdmissionregistrationV1()
 	opts := metav1.PatchOptions{FieldManager: api.FieldManager, Force: ptr.To(true)}
@@ -80,23 +81,36 @@ func Apply(ctx context.Context, kube kubernetes.Interface, objs Objects) error {
 	return nil
 }
 
-// DeletePolicies takes pinning's admission policies named name out of the pod path: the bindings
-// first (the mutating one first: a pod then still meets the validating policy, never neither), then
-// the policies. Gone already is fine. What `release -delete-admission-policy` and a webhook-mode
-// leader taking over do.
+// PolicyReload is how long kube-apiserver may take to act on a change of admission policies or their
+// bindings: it reloads them about once a second.
+const PolicyReload = 2 * time.Second
+
+// DeletePolicies takes pinning's admission policies named name out of the pod path: the validating
+// binding first, and the mutating one only once kube-apiserver has let go of it (PolicyReload): the
+// validating policy refuses a pod the mutating one did not pin, so for a moment the other way round
+// every pod of a pinned revision would be refused. Then the policies. Gone already is fine. What
+// `release -delete-admission-policy` and a webhook-mode leader taking over do.
 func DeletePolicies(ctx context.Context, kube kubernetes.Interface, name string) error {
 	ar := kube.AdmissionregistrationV1()
-	for _, d := range []struct {
+	for i, d := range []struct {
 		what string
 		del  func(context.Context, string, metav1.DeleteOptions) error
 	}{
-		{"MutatingAdmissionPolicyBinding", ar.MutatingAdmissionPolicyBindings().Delete},
 		{"ValidatingAdmissionPolicyBinding", ar.ValidatingAdmissionPolicyBindings().Delete},
+		{"MutatingAdmissionPolicyBinding", ar.MutatingAdmissionPolicyBindings().Delete},
 		{"MutatingAdmissionPolicy", ar.MutatingAdmissionPolicies().Delete},
 		{"ValidatingAdmissionPolicy", ar.ValidatingAdmissionPolicies().Delete},
 	} {
-		if err := d.del(ctx, name, metav1.DeleteOptions{}); err != nil && !apierrors.IsNotFound(err) {
+		err := d.del(ctx, name, metav1.DeleteOptions{})
+		if err != nil && !apierrors.IsNotFound(err) {
 			return fmt.Errorf("deleting %s %s: %w", d.what, name, err)
+		}
+		if i == 0 && err == nil {
+			select {
+			case <-ctx.Done():
+				return ctx.Err()
+			case <-time.After(PolicyReload):
+			}
 		}
 	}
 	logging.FromContext(ctx).Info("took the admission policies out of the pod path", "name", name)
