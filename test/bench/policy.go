@@ -45,16 +45,8 @@ func (e env) startPolicy(ctx context.Context, namespaces ...string) (*framework.
 		_ = policy.DeletePolicies(context.Background(), e.c.Kube, benchPolicy)
 	}
 	err = framework.Eventually(ctx, 2*time.Minute, "controller ready, admission policies applied, PinTables made", func(ctx context.Context) (bool, string, error) {
-		if p.Exited() {
-			return false, "", fmt.Errorf("the controller exited: %s", tail(p.Logs(), 20))
-		}
-		resp, err := http.Get("http://" + probe + "/readyz")
-		if err != nil {
-			return false, err.Error(), nil
-		}
-		resp.Body.Close()
-		if resp.StatusCode != http.StatusOK {
-			return false, resp.Status, nil
+		if ok, why, err := ready(p, probe); !ok || err != nil {
+			return false, why, err
 		}
 		if _, err := e.c.Kube.AdmissionregistrationV1().ValidatingAdmissionPolicyBindings().Get(ctx, benchPolicy, metav1.GetOptions{}); err != nil {
 			return false, "no binding yet", nil
@@ -177,4 +169,17 @@ func (e env) tableWrites(ctx context.Context, ns, metricsURL string) error {
 		}
 		return e.waitEntries(ctx, ns, keys, false)
 	})
+}
+
+// ready reports whether the controller p runs and answers ready at its probe address.
+func ready(p *framework.Process, probe string) (bool, string, error) {
+	if p.Exited() {
+		return false, "", fmt.Errorf("the controller exited: %s", tail(p.Logs(), 20))
+	}
+	resp, err := http.Get("http://" + probe + "/readyz")
+	if err != nil {
+		return false, err.Error(), nil
+	}
+	resp.Body.Close()
+	return resp.StatusCode == http.StatusOK, resp.Status, nil
 }

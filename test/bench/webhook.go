@@ -289,16 +289,8 @@ func (e env) startPinning(ctx context.Context, namespaces ...string) (*framework
 		_ = e.c.Kube.CoreV1().Secrets("kube-system").Delete(bg, name+"-webhook-tls", metav1.DeleteOptions{})
 	}
 	err = framework.Eventually(ctx, 2*time.Minute, "controller ready, webhook registered", func(ctx context.Context) (bool, string, error) {
-		if p.Exited() {
-			return false, "", fmt.Errorf("the controller exited: %s", tail(p.Logs(), 20))
-		}
-		resp, err := http.Get("http://" + probe + "/readyz")
-		if err != nil {
-			return false, err.Error(), nil
-		}
-		resp.Body.Close()
-		if resp.StatusCode != http.StatusOK {
-			return false, resp.Status, nil
+		if ok, why, err := ready(p, probe); !ok || err != nil {
+			return false, why, err
 		}
 		c, err := e.c.Kube.AdmissionregistrationV1().MutatingWebhookConfigurations().Get(ctx, name, metav1.GetOptions{})
 		if err != nil {

@@ -91,18 +91,6 @@ func (e *entries) close() {
 	}
 }
 
-// policyArgs are the replicas' flags in policy mode: the webhook's gone, the rest as in webhook mode.
-func (c *controllers) policyArgs() []string {
-	return []string{"controller",
-		"-pinning", "-pinning-admission=policy", "-webhook-configuration-name", webhookConfiguration,
-		"-namespaces", strings.Join(namespaces, ","),
-		"-replicaset-selector", attachLabel + "!=job",
-		"-leader-elect=true", "-leader-election-namespace", leaseNamespace, "-leader-election-id", leaseName,
-		"-leader-election-lease-duration", "6s", "-leader-election-renew-deadline", "4s", "-leader-election-retry-period", "1s",
-		"-metrics-bind-address", "127.0.0.1:0", "-health-probe-bind-address", "127.0.0.1:0",
-		"-reloader-annotations", "-config-settle", configSettle.String()}
-}
-
 // setUpPolicy makes the cluster ready for policy mode before the controller starts: the PinTable CRD,
 // and no admission policy left by an earlier run.
 func (s *soak) setUpPolicy(ctx context.Context) error {
