@@ -61,10 +61,10 @@ func newControllers(s *soak) *controllers {
 // args are the controller's flags: as the chart's, with pinning served at the replica's own port and
 // registered at the proxy's URL (-webhook-bind-address with -webhook-url).
 func (c *controllers) args(r *replica) []string {
-	pinning := []string{"-pinning", "-webhook-url=https://" + c.proxy.Addr, fmt.Sprintf("-webhook-bind-address=127.0.0.1:%d", r.port),
-		"-webhook-cert-validity", certValidity.String(), "-webhook-failure-policy", c.policy}
-	if c.s.admissionPolicy() { // policy.go
-		pinning = []string{"-pinning", "-pinning-admission=policy"}
+	pinning := []string{"-pinning", "-pinning-admission=policy"} // policy.go
+	if !c.s.admissionPolicy() {
+		pinning = []string{"-pinning", "-webhook-url=https://" + c.proxy.Addr, fmt.Sprintf("-webhook-bind-address=127.0.0.1:%d", r.port),
+			"-webhook-cert-validity", certValidity.String(), "-webhook-failure-policy", c.policy}
 	}
 	return append(append([]string{"controller"}, pinning...),
 		"-webhook-configuration-name", webhookConfiguration,
