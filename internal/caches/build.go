@@ -90,8 +90,8 @@ func build(src sources, o Options) (*Caches, error) {
 	}
 	c.reducer = newReducer(newIdentities(c.cachedIdentity), o.ReplicaSetLabels, o.AllConfigs)
 	c.reducer.stored = c.stored
-	users := map[Kind][]source{}
-	configs := map[refs.Kind][]source{}
+	users := map[Kind][]Source{}
+	configs := map[refs.Kind][]Source{}
 	optedIn := labels.SelectorFromSet(labels.Set{api.RevisionedLabel: api.RevisionedValue}).String()
 	for _, ns := range namespaces {
 		for _, kind := range UserKinds() {
@@ -244,7 +244,7 @@ func (c *Caches) WaitForSync(stop <-chan struct{}) bool {
 // the label selector, reducing each object to its record (with the annotations keep names), with the
 // kind's indexers; they start with the caches.
 func (c *Caches) metadataInformers(src sources, ns, selector string, kinds []refs.Kind,
-	keep func(map[string]string) []string, indexers func(refs.Kind) cache.Indexers, into map[refs.Kind][]source) error {
+	keep func(map[string]string) []string, indexers func(refs.Kind) cache.Indexers, into map[refs.Kind][]Source) error {
 	for _, kind := range kinds {
 		lw, example := src.metadata(kind.GVR(), ns, selector)
 		inf := newStoreInformer(lw, example, c.reducer.configTransform(keep), indexers(kind))

@@ -94,13 +94,13 @@ func OwnedBy(uid types.UID) func(*metav1.PartialObjectMetadata) bool {
 // handed to a handler, gets an object of its own, made from the stored one. A filtered Informer
 // (Filtered) is a view of another: it shares its informers and shows only the objects keep accepts.
 type Informer[T runtime.Object] struct {
-	informers []source
+	informers []Source
 	keep      func(T) bool // nil: every object
 	view      func(any) (T, bool)
 }
 
 // NewInformer joins the informers of one resource, one per namespace watched; their stores hold Ts.
-func NewInformer[T runtime.Object](informers ...source) *Informer[T] {
+func NewInformer[T runtime.Object](informers ...Source) *Informer[T] {
 	return &Informer[T]{informers: informers, view: func(obj any) (T, bool) {
 		t, ok := obj.(T)
 		return t, ok
@@ -108,7 +108,7 @@ func NewInformer[T runtime.Object](informers ...source) *Informer[T] {
 }
 
 // newViewInformer joins informers whose stores hold what view turns into Ts.
-func newViewInformer[T runtime.Object](view func(any) (T, bool), informers ...source) *Informer[T] {
+func newViewInformer[T runtime.Object](view func(any) (T, bool), informers ...Source) *Informer[T] {
 	return &Informer[T]{informers: informers, view: view}
 }
 

@@ -112,8 +112,8 @@ func (c *Caches) NewPinning(clients *kube.Clients, o Options) error {
 	if len(namespaces) == 0 {
 		namespaces = []string{metav1.NamespaceAll}
 	}
-	pins := map[refs.Kind][]source{}
-	snaps := map[refs.Kind][]source{}
+	pins := map[refs.Kind][]Source{}
+	snaps := map[refs.Kind][]Source{}
 	pinSelector := labels.SelectorFromSet(labels.Set{api.PinLabel: api.PinValue}).String()
 	snapSelector := labels.SelectorFromSet(labels.Set{api.SnapshotLabel: api.SnapshotValue}).String()
 	tweak := func(lo *metav1.ListOptions) { lo.LabelSelector = pinSelector }

@@ -20,8 +20,8 @@ import (
 // objects. The store groups objects by namespace instead (which is the namespace index), in a slice
 // kept sorted by name: ~16 bytes an object.
 
-// source is what Informer reads: a SharedIndexInformer (the pinning caches, tests) or a storeInformer.
-type source interface {
+// Source is what Informer reads: a SharedIndexInformer (the pinning caches, tests) or a storeInformer.
+type Source interface {
 	GetIndexer() cache.Indexer
 	AddEventHandler(cache.ResourceEventHandler) (cache.ResourceEventHandlerRegistration, error)
 	HasSynced() bool
@@ -54,7 +54,7 @@ func (i *storeInformer) Run(stop <-chan struct{}) {
 
 // runner is an informer the caches start: a SharedIndexInformer or a storeInformer.
 type runner interface {
-	source
+	Source
 	Run(stop <-chan struct{})
 }
 

@@ -9,6 +9,7 @@ import (
 
 	"github.com/configmap-attacher/configmap-attacher/internal/attach"
 	"github.com/configmap-attacher/configmap-attacher/internal/kube"
+	"github.com/configmap-attacher/configmap-attacher/internal/pinning/policy"
 	"github.com/configmap-attacher/configmap-attacher/internal/protection"
 	"github.com/configmap-attacher/configmap-attacher/internal/refs"
 )
@@ -20,11 +21,13 @@ with the last revision using it. An object already being deleted goes at once.
 
 Without -stop-controller, stop the controller first (a running controller puts the finalizers back).
 With zero-touch pinning, -delete-webhook-configuration first takes the pinning webhook out of the pod
-path, while the controller still answers it: no pod is refused while the controller goes.
+path, while the controller still answers it: no pod is refused while the controller goes. In
+admission policy mode, -delete-admission-policy first takes the policies' bindings out (then the
+policies), so that no pod of a new revision waits for a table no controller keeps any more.
 
 Usage:
   configmap-attacher release [-n NAMESPACE[,NAMESPACE...] | -A] [-delete-webhook-configuration NAME]
-      [-stop-controller NS/DEPLOYMENT] [-kube-api-qps N] [-dry-run]
+      [-delete-admission-policy NAME] [-stop-controller NS/DEPLOYMENT] [-kube-api-qps N] [-dry-run]
 
 Examples:
   configmap-attacher release -A -delete-webhook-configuration configmap-attacher -stop-controller kube-system/configmap-attacher
@@ -42,6 +45,7 @@ func runRelease(ctx context.Context, env Env, args []string) error {
 		all        bool
 		stop       string
 		webhook    string
+		admission  string
 		dryRun     bool
 		secrets    = true
 	)
@@ -53,6 +57,7 @@ func runRelease(ctx context.Context, env Env, args []string) error {
 	fs.BoolVar(&all, "all-namespaces", false, "release every namespace")
 	fs.BoolVar(&all, "A", false, "shorthand for -all-namespaces")
 	fs.StringVar(&webhook, "delete-webhook-configuration", "", "MutatingWebhookConfiguration of the pinning webhook to delete first, before the controller stops answering it")
+	fs.StringVar(&admission, "delete-admission-policy", "", "admission policies (and their bindings, first) of pinning's policy mode to delete first, before the controller stops")
 	fs.StringVar(&stop, "stop-controller", "", "NAMESPACE/DEPLOYMENT of the controller to scale to 0 (and wait for) first")
 	fs.BoolVar(&dryRun, "dry-run", false, "list what would be released; change nothing")
 	fs.BoolVar(&secrets, "secrets", secrets, "release Secrets too (-secrets=false: the controller followed ConfigMaps only)")
@@ -81,6 +86,11 @@ func runRelease(ctx context.Context, env Env, args []string) error {
 	ctx, clients, err := connect(ctx, env, "release", slog.LevelInfo, &client)
 	if err != nil {
 		return err
+	}
+	if admission != "" && !dryRun {
+		if err := policy.DeletePolicies(ctx, clients.Kube, admission); err != nil {
+			return kube.Explain(err)
+		}
 	}
 	if webhook != "" && !dryRun {
 		if err := protection.DeleteWebhookConfiguration(ctx, clients.Kube, webhook); err != nil {

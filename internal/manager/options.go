@@ -95,6 +95,8 @@ type PinningOptions struct {
 	HTTP2 bool
 	// MaxInFlight is how many admission requests are handled at once; more wait for a slot.
 	MaxInFlight int
+	// Admission says who pins pods: the API server (policy) or the webhook (admission.go).
+	Admission AdmissionOptions
 }
 
 // DefaultCertValidity is a serving certificate's lifetime by default: a year.
@@ -173,7 +175,8 @@ func NewOptions(lookup func(string) (string, bool)) *Options {
 		// Each attach is one PATCH; client-go's default 5 QPS would queue a 500-Rollout deploy for minutes.
 		Client: kube.ClientOptions{QPS: 100, Burst: 200},
 		Pinning: PinningOptions{BindAddress: ":9443", Configuration: "configmap-attacher", FailurePolicy: "Fail",
-			TimeoutSeconds: pinning.DefaultTimeoutSeconds, CertValidity: DefaultCertValidity, ShutdownDelay: -1, MaxInFlight: 32},
+			TimeoutSeconds: pinning.DefaultTimeoutSeconds, CertValidity: DefaultCertValidity, ShutdownDelay: -1, MaxInFlight: 32,
+			Admission: defaultAdmissionOptions()},
 		Trigger: TriggerOptions{Settle: trigger.DefaultSettle, KeySecret: trigger.DefaultKeySecret.Name},
 	}
 }
@@ -233,6 +236,7 @@ func (o *Options) AddFlags(fs *flag.FlagSet) {
 	fs.BoolVar(&o.Pinning.HTTP2, "webhook-http2", o.Pinning.HTTP2, "offer HTTP/2 on the pinning webhook besides HTTP/1.1 (off by default, as many webhooks since CVE-2023-44487, HTTP/2 rapid reset)")
 	fs.IntVar(&o.Pinning.MaxInFlight, "webhook-max-in-flight", o.Pinning.MaxInFlight, "admission requests the pinning webhook handles at once; more wait for a slot "+
 		"(each may hold a review of up to 4 MiB: this bounds the webhook's memory)")
+	o.Pinning.Admission.addFlags(fs)
 	fs.BoolVar(&o.Trigger.ReloaderAnnotations, "reloader-annotations", o.Trigger.ReloaderAnnotations, "honour Reloader's annotations on workloads, with or without -pinning: a change of the config they select starts a new revision "+
 		"by writing one annotation on the pod template (docs/config-starts.md); off while the cluster still runs Reloader")
 	fs.DurationVar(&o.Trigger.Settle, "config-settle", o.Trigger.Settle, "how long a config object must stay unchanged before a revision is started for its change: a burst of edits within it starts one")
@@ -305,11 +309,12 @@ func (p *PinningOptions) validate() []string {
 		errs = append(errs, "-webhook-url and -webhook-service serve the pinning webhook: add -pinning")
 	case !p.Enabled:
 		return nil
-	case p.URL == "" && p.Service == "":
+	case p.URL == "" && p.Service == "" && p.Admission.needsWebhookAddress():
 		errs = append(errs, "-pinning needs -webhook-url=https://127.0.0.1:PORT (local) or -webhook-service=NAMESPACE/NAME (in a cluster)")
 	case p.URL != "" && p.Service != "":
 		errs = append(errs, "-webhook-url and -webhook-service are exclusive")
 	}
+	errs = append(errs, p.Admission.validate()...)
 	if p.URL != "" {
 		if _, _, err := p.urlHostPort(); err != nil {
 			errs = append(errs, err.Error())

@@ -94,10 +94,15 @@ func Run(parent context.Context, o *Options, clients *kube.Clients) (err error) 
 	events, stopEvents := attach.NewRecorderEvents(ctx, clients.Kube)
 	defer stopEvents()
 	writer := &attach.Writer{Client: clients.Metadata, Events: events}
+	adm, err := newAdmission(ctx, o, clients, cs, writer, events, m)
+	if err != nil {
+		return err
+	}
 	loops, err := controllers(cs, writer, m, events, clients, o, selector, withRollouts)
 	if err != nil {
 		return err
 	}
+	loops = append(loops, adm.loops()...)
 
 	var synced atomic.Bool
 	var hook *webhook
@@ -119,10 +124,10 @@ func Run(parent context.Context, o *Options, clients *kube.Clients) (err error) 
 	for _, ns := range displayNamespaces(o.Namespaces) {
 		log.Info("watching", "namespace", ns)
 	}
-	if !cs.WaitForSync(ctx.Done()) {
+	if !cs.WaitForSync(ctx.Done()) || !adm.start(ctx) {
 		return fmt.Errorf("informer caches did not sync before shutdown")
 	}
-	if o.Pinning.Enabled {
+	if adm.webhook() {
 		if hook, err = serveWebhook(ctx, o, clients, cs, writer, m, fail); err != nil {
 			return err
 		}
@@ -140,6 +145,7 @@ func Run(parent context.Context, o *Options, clients *kube.Clients) (err error) 
 			wg.Add(1)
 			go func() { defer wg.Done(); l.Run(ctx, o.Workers) }()
 		}
+		go adm.lead(ctx)
 		if err := protection.Sweep(ctx, writer, o.Namespaces, kinds); err != nil {
 			log.Warn("sweeping objects opted out while the controller was away", "err", err)
 		}
@@ -197,7 +203,11 @@ func controllers(cs *caches.Caches, writer *attach.Writer, m *metrics.Metrics, e
 	}
 	loops := []*reconcile.Loop{attacher.Loop(), protector.Loop()}
 	if o.Pinning.Enabled {
-		pinner, err := pinning.New(cs, &pinning.Taker{Kube: clients.Kube, Writer: writer}, events.Recorder, m)
+		taker := &pinning.Taker{Kube: clients.Kube, Writer: writer}
+		if o.policyMode() {
+			taker = nil // the table controller takes the snapshots the entries record
+		}
+		pinner, err := pinning.New(cs, taker, events.Recorder, m)
 		if err != nil {
 			return nil, err
 		}

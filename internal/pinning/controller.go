@@ -55,7 +55,8 @@ type Controller struct {
 	loop   *reconcile.Loop
 }
 
-// New wires the controller to the caches (which must include the pinning caches).
+// New wires the controller to the caches (which must include the pinning caches). A nil taker takes
+// no snapshot (admission policy mode: the table controller does, internal/pinning/policy).
 func New(c *caches.Caches, taker *Taker, events record.EventRecorder, m *metrics.Metrics) (*Controller, error) {
 	if c.Pinning == nil {
 		return nil, errors.New("pinning caches missing")
@@ -210,8 +211,8 @@ func (c *Controller) sync(ctx context.Context, key string) (reconcile.Result, er
 			}
 			continue
 		}
-		if _, ok := c.caches.Pinning.Snapshot(ns, string(u.UID), r); ok {
-			continue
+		if _, ok := c.caches.Pinning.Snapshot(ns, string(u.UID), r); ok || c.taker == nil {
+			continue // pinned; or admission policy mode, where the table controller takes snapshots
 		}
 		snap, err := c.taker.Take(ctx, rev, r)
 		if errors.Is(err, ErrNotPinned) {

@@ -25,6 +25,15 @@ const WebhookName = "pin-pods.configmap-attacher.io"
 const MatchOwnedByARevision = `has(object.metadata.ownerReferences) && object.metadata.ownerReferences.exists(r, ` +
 	`has(r.controller) && r.controller && (r.kind == 'ReplicaSet' || r.kind == 'StatefulSet' || r.kind == 'DaemonSet'))`
 
+// MatchNotPinnedByThePolicy is the CEL match condition that skips a pod pinning's mutating admission
+// policy has admitted (api.PolicyAdmittedAnnotation holds the pod's own revision key, which its
+// template cannot): while a switch from policy mode to webhook mode is under way, the webhook, whose
+// certificate may not be registered yet, is not asked about pods the policy pinned
+// (internal/pinning/policy). The chart carries the same expression.
+const MatchNotPinnedByThePolicy = `!has(object.metadata.annotations) || !('` + api.PolicyAdmittedAnnotation + `' in object.metadata.annotations) || ` +
+	`!has(object.metadata.ownerReferences) || !object.metadata.ownerReferences.exists(r, has(r.controller) && r.controller && object.metadata.annotations['` + api.PolicyAdmittedAnnotation + `'] == ` +
+	`(r.kind == 'ReplicaSet' ? r.uid : r.uid + '/' + (has(object.metadata.labels) && 'controller-revision-hash' in object.metadata.labels ? object.metadata.labels['controller-revision-hash'] : '')))`
+
 // SystemNamespace is never gated: what runs the cluster must be able to start whatever the webhook does.
 const SystemNamespace = "kube-system"
 
@@ -127,7 +136,8 @@ func (r Registration) Webhook(ca []byte) admissionregistrationv1.MutatingWebhook
 		NamespaceSelector: selector,
 		ObjectSelector: &metav1.LabelSelector{MatchExpressions: []metav1.LabelSelectorRequirement{{
 			Key: api.PinningNamespaceLabel, Operator: metav1.LabelSelectorOpNotIn, Values: []string{api.PinningDisabled}}}},
-		MatchConditions:    []admissionregistrationv1.MatchCondition{{Name: "owned-by-a-revision", Expression: MatchOwnedByARevision}},
+		MatchConditions: []admissionregistrationv1.MatchCondition{{Name: "owned-by-a-revision", Expression: MatchOwnedByARevision},
+			{Name: "not-pinned-by-the-admission-policy", Expression: MatchNotPinnedByThePolicy}},
 		FailurePolicy:      ptr.To(r.FailurePolicy),
 		SideEffects:        ptr.To(admissionregistrationv1.SideEffectClassNoneOnDryRun),
 		TimeoutSeconds:     ptr.To(timeout),

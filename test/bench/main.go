@@ -7,7 +7,7 @@
 //	go run ./test/bench controller   # 500 Rollouts changed at once: latency beside the floor and a peer
 //	go run ./test/bench memory       # peak RSS with 2,000 and 10,000 ConfigMaps of 64 KiB beside the
 //	                                 # peers, then with 10,000 Pods as well
-//	go run ./test/bench webhook      # 500 pods created at once with and without the pinning webhook
+//	go run ./test/bench webhook      # 500 pods created at once without pinning, with the webhook, with the admission policies
 //	go run ./test/bench reloader     # 100 workloads' ConfigMaps edited at once: ours beside Reloader
 //	go run ./test/bench scale        # one cluster grown to 1,000, 10,000, 50,000, 150,000 Pods: RSS beside
 //	                                 # kube-controller-manager and the peers, start, storm, restart

@@ -51,7 +51,7 @@ func (e env) oursForMemory() (procs []*memProc, cleanup func()) {
 			if err != nil {
 				return nil, err
 			}
-			args := append([]string{"-pinning", "-webhook-url=https://" + hook, "-webhook-configuration-name=" + v.name}, strings.Fields(v.label)[1:]...)
+			args := append([]string{"-pinning", "-pinning-admission=webhook", "-webhook-url=https://" + hook, "-webhook-configuration-name=" + v.name}, strings.Fields(v.label)[1:]...)
 			return e.startOurs(ctx, args...)
 		}})
 	}

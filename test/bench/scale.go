@@ -104,7 +104,8 @@ type scaleStep struct {
 	used           int64 // the machine's memory in use with everything running, grown to this step
 	peersWatch     map[string]int64
 	peersStart     map[string]int64
-	storm, webhook stormRatios
+	storm          stormRatios
+	webhook        admissionRatios
 	stepTime       time.Duration
 }
 

@@ -55,7 +55,7 @@ func scaleTables(steps []scaleStep, baseline int64) [][][]string {
 		"baseline build (watch / anew)"}}
 	load := [][]string{{"Pods", "built in", "load average at start", "ours CPU (growth / start)", "caches synced", "first attach", "baseline build: caches synced",
 		"API requests at start: LISTs / watches opened",
-		"attach p50 / p99 ÷ floor", "webhook p50 / p99, with ÷ without", "kube-apiserver RSS", "etcd RSS", "step took"}}
+		"attach p50 / p99 ÷ floor", "webhook p50 / p99, with ÷ without", "admission policies p50 / p99, with ÷ without", "kube-apiserver RSS", "etcd RSS", "step took"}}
 	for _, s := range steps {
 		peer := func(name string) string {
 			w, a := s.peersWatch[name], s.peersStart[name]
@@ -84,7 +84,7 @@ func scaleTables(steps []scaleStep, baseline int64) [][][]string {
 		}
 		load = append(load, []string{podsLabel(s.pods), s.build.Round(time.Second).String(), s.load, fmt.Sprintf("%.1f s / %.1f s", s.watchCPU, s.startCPU),
 			secs(s.synced), secs(s.firstAttach), baselineSynced, fmt.Sprintf("%d / %d", s.lists, s.watches),
-			fmt.Sprintf("%.2f / %.2f", s.storm.p50, s.storm.p99), fmt.Sprintf("%.2f / %.2f", s.webhook.p50, s.webhook.p99),
+			fmt.Sprintf("%.2f / %.2f", s.storm.p50, s.storm.p99), fmt.Sprintf("%.2f / %.2f", s.webhook.webhook.p50, s.webhook.webhook.p99), fmt.Sprintf("%.2f / %.2f", s.webhook.policy.p50, s.webhook.policy.p99),
 			mibOrDash(s.apiserver), mibOrDash(s.etcd), s.stepTime.Round(time.Second).String()})
 	}
 	return [][][]string{mem, load}

@@ -20,38 +20,51 @@ import (
 	"github.com/configmap-attacher/configmap-attacher/test/framework"
 )
 
-// webhook measures what zero-touch pinning adds to pod creation, and returns the median ratios (with ÷
-// without) over the rounds. One storm creates pods at once in two
-// namespaces, interleaved: in one, pinning is on, so every CREATE goes through the webhook and the pod
-// is pointed at its revision's snapshot; in the other, the same objects without the namespace label,
-// so the API server never calls the webhook. It prints the client-side CREATE latency of both (same
-// run, same moment: the ratio is what the webhook costs), the webhook's own admission time, and the
-// API requests it made on the pod path (its steady state reads caches only).
+// admissionRatios are the CREATE latency ratios (with ÷ without, p50 and p99) of each way of pinning.
+type admissionRatios struct{ webhook, policy stormRatios }
+
+// webhook measures what zero-touch pinning adds to pod creation, policy mode beside webhook mode
+// beside none, and returns the median ratios (with ÷ without) over the rounds. One storm creates pods at
+// once in three namespaces, interleaved: in one, pinning by the webhook is on, so every CREATE goes
+// through the webhook and the pod is pointed at its revision's snapshot; in another, pinning by the API
+// server's admission policies (a controller with -pinning-admission=policy: the mutating policy
+// rewrites the pod from the namespace's PinTable, the validating policy checks its revision has an
+// entry); in the third, the same objects without the namespace label, so nothing of pinning runs. It
+// prints the client-side CREATE latency of all three (same run, same moment: the ratios are what each
+// way costs), the webhook's own admission time, and the API requests the webhook made on the pod path
+// (its steady state reads caches only). Then the PinTable's writes per revision.
 //
 // The pods are created directly, controlled by a ReplicaSet of 0 replicas whose selector they do not
-// match (the webhook keys on the controlling ReplicaSet's uid). The ReplicaSet controller then releases
-// them, in both namespaces alike.
-func (e env) webhook(ctx context.Context, pods, inFlight, rounds int, keep bool) (stormRatios, error) {
-	pinned, plain := "bench-webhook-pinned", "bench-webhook-plain"
-	for _, ns := range []string{pinned, plain} {
+// match (pinning keys on the controlling ReplicaSet's uid). The ReplicaSet controller then releases
+// them, in every namespace alike.
+func (e env) webhook(ctx context.Context, pods, inFlight, rounds int, keep bool) (admissionRatios, error) {
+	pinned, byPolicy, plain := "bench-webhook-pinned", "bench-webhook-policy", "bench-webhook-plain"
+	for _, ns := range []string{pinned, byPolicy, plain} {
 		if err := e.freshNamespace(ctx, ns, keep); err != nil {
-			return stormRatios{}, err
+			return admissionRatios{}, err
 		}
 	}
-	if err := e.c.EnablePinning(ctx, pinned); err != nil {
-		return stormRatios{}, err
+	for _, ns := range []string{pinned, byPolicy} {
+		if err := e.c.EnablePinning(ctx, ns); err != nil {
+			return admissionRatios{}, err
+		}
 	}
 	proc, metricsURL, stop, err := e.startPinning(ctx, pinned, plain)
 	if err != nil {
-		return stormRatios{}, err
+		return admissionRatios{}, err
 	}
 	defer stop()
+	policyProc, policyMetrics, stopPolicy, err := e.startPolicy(ctx, byPolicy)
+	if err != nil {
+		return admissionRatios{}, err
+	}
+	defer stopPolicy()
 
 	data := map[string]string{"configuration.json": `{"general": {"projectName": "demo service"}}`}
 	owners := map[string]*appsv1.ReplicaSet{}
-	for _, ns := range []string{pinned, plain} {
+	for _, ns := range []string{pinned, byPolicy, plain} {
 		if err := e.c.PutPinnedConfigMap(ctx, ns, "app-config", data); err != nil {
-			return stormRatios{}, err
+			return admissionRatios{}, err
 		}
 		zero := int32(0)
 		tmpl := framework.PodTemplate("storm-rs", []string{"app-config"}, nil)
@@ -60,31 +73,36 @@ func (e env) webhook(ctx context.Context, pods, inFlight, rounds int, keep bool)
 			Spec:       appsv1.ReplicaSetSpec{Replicas: &zero, Selector: &metav1.LabelSelector{MatchLabels: tmpl.Labels}, Template: tmpl},
 		}, metav1.CreateOptions{})
 		if err != nil {
-			return stormRatios{}, err
+			return admissionRatios{}, err
 		}
 		owners[ns] = rs
 	}
-	var snapshot string
-	if err := framework.Eventually(ctx, time.Minute, "the ReplicaSet's snapshot", func(ctx context.Context) (bool, string, error) {
-		s, err := e.c.SnapshotOf(ctx, pinned, "app-config", owners[pinned].UID)
-		if err != nil || s == nil {
-			return false, fmt.Sprint(err), nil
+	snapshots := map[string]string{}
+	for ns, p := range map[string]*framework.Process{pinned: proc, byPolicy: policyProc} {
+		if err := framework.Eventually(ctx, time.Minute, "the ReplicaSet's snapshot in "+ns, func(ctx context.Context) (bool, string, error) {
+			s, err := e.c.SnapshotOf(ctx, ns, "app-config", owners[ns].UID)
+			if err != nil || s == nil {
+				return false, fmt.Sprint(err), nil
+			}
+			snapshots[ns] = s.Name
+			return true, "", nil
+		}); err != nil {
+			return admissionRatios{}, fmt.Errorf("%w\n%s", err, tail(p.Logs(), 20))
 		}
-		snapshot = s.Name
-		return true, "", nil
-	}); err != nil {
-		return stormRatios{}, fmt.Errorf("%w\n%s", err, tail(proc.Logs(), 20))
+	}
+	if err := e.waitEntry(ctx, byPolicy, string(owners[byPolicy].UID), true); err != nil {
+		return admissionRatios{}, fmt.Errorf("%w\n%s", err, tail(policyProc.Logs(), 20))
 	}
 
 	// A client of its own, without client-side rate limiting: the storm must reach the API server at once.
 	cfg, err := clientcmd.BuildConfigFromFlags("", e.c.Kubeconfig)
 	if err != nil {
-		return stormRatios{}, err
+		return admissionRatios{}, err
 	}
 	cfg.QPS, cfg.Burst = -1, 0
 	storm, err := kubernetes.NewForConfig(cfg)
 	if err != nil {
-		return stormRatios{}, err
+		return admissionRatios{}, err
 	}
 	before, err := readHistogram(metricsURL, "configmap_attacher_webhook_admission_duration_seconds", `outcome="pinned"`)
 	if err != nil {
@@ -92,53 +110,63 @@ func (e env) webhook(ctx context.Context, pods, inFlight, rounds int, keep bool)
 	}
 	callsBefore, err := counterSum(metricsURL, "configmap_attacher_webhook_api_calls_total")
 	if err != nil {
-		return stormRatios{}, err
+		return admissionRatios{}, err
 	}
 
-	fmt.Printf("\nwebhook: %d pods per namespace created at once, interleaved, %d CREATEs in flight; %d rounds\n", pods, inFlight, rounds)
-	fmt.Printf("%-7s %-26s %9s %9s %9s %9s   %s\n", "round", "CREATE latency (client)", "p50", "p95", "p99", "max", "ratio with ÷ without")
-	var ratio50, ratio99 []float64
+	fmt.Printf("\nwebhook: %d pods per namespace created at once, interleaved over three namespaces (no pinning, the webhook, the admission policies), %d CREATEs in flight; %d rounds\n", pods, inFlight, rounds)
+	fmt.Printf("%-7s %-34s %9s %9s %9s %9s   %s\n", "round", "CREATE latency (client)", "p50", "p95", "p99", "max", "ratio with ÷ without")
+	var hook50, hook99, pol50, pol99 []float64
 	for round := 1; round <= rounds; round++ {
 		lat, err := e.podStorm(ctx, storm, owners, pods, inFlight, round)
 		if err != nil {
-			return stormRatios{}, err
+			return admissionRatios{}, err
 		}
-		q := map[string]quant{pinned: quantiles(lat[pinned]), plain: quantiles(lat[plain])}
-		r50, r99 := float64(q[pinned].p50)/float64(q[plain].p50), float64(q[pinned].p99)/float64(q[plain].p99)
-		ratio50, ratio99 = append(ratio50, r50), append(ratio99, r99)
+		q := map[string]quant{pinned: quantiles(lat[pinned]), byPolicy: quantiles(lat[byPolicy]), plain: quantiles(lat[plain])}
+		ratio := func(ns string) (float64, float64) {
+			return float64(q[ns].p50) / float64(q[plain].p50), float64(q[ns].p99) / float64(q[plain].p99)
+		}
+		h50, h99 := ratio(pinned)
+		p50, p99 := ratio(byPolicy)
+		hook50, hook99, pol50, pol99 = append(hook50, h50), append(hook99, h99), append(pol50, p50), append(pol99, p99)
 		for _, row := range []struct{ name, ns, ratio string }{
-			{"without the webhook", plain, ""},
-			{"with the webhook (pinned)", pinned, fmt.Sprintf("p50 %.2f  p99 %.2f", r50, r99)},
+			{"without pinning", plain, ""},
+			{"with the webhook (pinned)", pinned, fmt.Sprintf("p50 %.2f  p99 %.2f", h50, h99)},
+			{"with the admission policies (pinned)", byPolicy, fmt.Sprintf("p50 %.2f  p99 %.2f", p50, p99)},
 		} {
-			fmt.Printf("%-7d %-26s %9s %9s %9s %9s   %s\n", round, row.name, ms(q[row.ns].p50), ms(q[row.ns].p95), ms(q[row.ns].p99), ms(q[row.ns].max), row.ratio)
+			fmt.Printf("%-7d %-34s %9s %9s %9s %9s   %s\n", round, row.name, ms(q[row.ns].p50), ms(q[row.ns].p95), ms(q[row.ns].p99), ms(q[row.ns].max), row.ratio)
 		}
-		reads, err := e.stormReads(ctx, pinned, plain)
+		reads, err := e.stormReads(ctx, pinned, byPolicy, plain)
 		if err != nil {
-			return stormRatios{}, err
+			return admissionRatios{}, err
 		}
-		if reads[pinned][snapshot] != pods || reads[plain]["app-config"] != pods {
-			return stormRatios{}, fmt.Errorf("round %d: pods read %v (pinned namespace) and %v (plain)", round, reads[pinned], reads[plain])
+		if reads[pinned][snapshots[pinned]] != pods || reads[byPolicy][snapshots[byPolicy]] != pods || reads[plain]["app-config"] != pods {
+			return admissionRatios{}, fmt.Errorf("round %d: pods read %v (webhook), %v (policies) and %v (no pinning)", round, reads[pinned], reads[byPolicy], reads[plain])
 		}
-		if err := e.deleteStorm(ctx, pinned, plain); err != nil {
-			return stormRatios{}, err
+		if err := e.deleteStorm(ctx, pinned, byPolicy, plain); err != nil {
+			return admissionRatios{}, err
 		}
 	}
-	ratios := stormRatios{medianOf(ratio50), medianOf(ratio99)}
-	fmt.Printf("median ratio over the rounds: p50 %.2f  p99 %.2f\n", ratios.p50, ratios.p99)
+	ratios := admissionRatios{webhook: stormRatios{medianOf(hook50), medianOf(hook99)}, policy: stormRatios{medianOf(pol50), medianOf(pol99)}}
+	fmt.Printf("median ratio over the rounds: webhook p50 %.2f  p99 %.2f; admission policies p50 %.2f  p99 %.2f\n",
+		ratios.webhook.p50, ratios.webhook.p99, ratios.policy.p50, ratios.policy.p99)
 
 	after, err := readHistogram(metricsURL, "configmap_attacher_webhook_admission_duration_seconds", `outcome="pinned"`)
 	if err != nil {
-		return stormRatios{}, err
+		return admissionRatios{}, err
 	}
 	admission := after.since(before)
 	callsAfter, err := counterSum(metricsURL, "configmap_attacher_webhook_api_calls_total")
 	if err != nil {
-		return stormRatios{}, err
+		return admissionRatios{}, err
 	}
 	fmt.Printf("webhook admission time (its histogram, bucket bounds): p50 ≤ %s, p99 ≤ %s over %.0f pinned pods\n",
 		bound(admission.quantile(0.5)), bound(admission.quantile(0.99)), admission[len(admission)-1].count)
-	fmt.Printf("API requests on the pod path during the storms: %.0f\n", callsAfter-callsBefore)
-	fmt.Printf("every round: %d of %d pods read the snapshot %s; the plain namespace's %d read app-config\n", pods, pods, snapshot, pods)
+	fmt.Printf("API requests on the pod path during the storms: %.0f (webhook); none of ours in policy mode (nothing of ours is on it)\n", callsAfter-callsBefore)
+	fmt.Printf("every round: %d of %d pods read the snapshot %s (webhook), %d of %d %s (policies); the plain namespace's %d read app-config\n",
+		pods, pods, snapshots[pinned], pods, pods, snapshots[byPolicy], pods)
+	if err := e.tableWrites(ctx, byPolicy, policyMetrics); err != nil {
+		return admissionRatios{}, err
+	}
 	return ratios, nil
 }
 
@@ -249,7 +277,7 @@ func (e env) startPinning(ctx context.Context, namespaces ...string) (*framework
 	const name = "bench-webhook"
 	args := append([]string{"controller", "-leader-elect=false", "-namespaces", strings.Join(namespaces, ","),
 		"-metrics-bind-address", metricsAddr, "-health-probe-bind-address", probe,
-		"-pinning", "-webhook-url=https://" + hook, "-webhook-configuration-name=" + name}, e.controllerFlags...)
+		"-pinning", "-pinning-admission=webhook", "-webhook-url=https://" + hook, "-webhook-configuration-name=" + name}, e.controllerFlags...)
 	p, err := e.bin.Start(ctx, []string{"LOG_LEVEL=warn"}, args...)
 	if err != nil {
 		return nil, "", nil, err
@@ -261,16 +289,8 @@ func (e env) startPinning(ctx context.Context, namespaces ...string) (*framework
 		_ = e.c.Kube.CoreV1().Secrets("kube-system").Delete(bg, name+"-webhook-tls", metav1.DeleteOptions{})
 	}
 	err = framework.Eventually(ctx, 2*time.Minute, "controller ready, webhook registered", func(ctx context.Context) (bool, string, error) {
-		if p.Exited() {
-			return false, "", fmt.Errorf("the controller exited: %s", tail(p.Logs(), 20))
-		}
-		resp, err := http.Get("http://" + probe + "/readyz")
-		if err != nil {
-			return false, err.Error(), nil
-		}
-		resp.Body.Close()
-		if resp.StatusCode != http.StatusOK {
-			return false, resp.Status, nil
+		if ok, why, err := ready(p, probe); !ok || err != nil {
+			return false, why, err
 		}
 		c, err := e.c.Kube.AdmissionregistrationV1().MutatingWebhookConfigurations().Get(ctx, name, metav1.GetOptions{})
 		if err != nil {

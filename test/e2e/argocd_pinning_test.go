@@ -17,10 +17,15 @@ import (
 // snapshots carry none of its tracking metadata: the diff stays clean throughout.
 func TestArgoCDZeroTouchPinningKeepsTheDiffClean(t *testing.T) {
 	t.Parallel()
+	eachAdmission(t, argoCDZeroTouchPinningKeepsTheDiffClean)
+}
+
+// argoCDZeroTouchPinningKeepsTheDiffClean is the story of TestArgoCDZeroTouchPinningKeepsTheDiffClean in one admission mode.
+func argoCDZeroTouchPinningKeepsTheDiffClean(t *testing.T, a admission) {
 	ctx := context.Background()
-	ns := givenNamespace(t, "argocd-pinning")
+	ns := givenNamespace(t, a.ns("argocd-pinning"))
 	useArgoCD(t)
-	startPinningController(t, "Fail", ns)
+	a.start(t, "Fail", nil, ns)
 	r := pinnedRollout{t: t, ns: ns}
 	// The chart's checksum is over its rendered template, so revisions are told apart by ReplicaSet.
 	story := &helmStory{t: t, ns: ns, rollout: "demo"}

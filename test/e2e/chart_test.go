@@ -573,7 +573,7 @@ func TestChartPinningRBACSuffices(t *testing.T) {
 	ctx := context.Background()
 	ns := givenNamespace(t, "e2e-chart-pinning")
 	appNS := givenNamespace(t, "e2e-chart-pinning-app")
-	r := installChart(t, "cma-pin", ns, "watchNamespaces={"+appNS+"}", "pinning.enabled=true", "reloaderAnnotations=true", "rbac.ownerReferencesPermissionEnforcement=true")
+	r := installChart(t, "cma-pin", ns, "watchNamespaces={"+appNS+"}", "pinning.enabled=true", "pinning.admission=webhook", "reloaderAnnotations=true", "rbac.ownerReferencesPermissionEnforcement=true")
 	d := r.deployment()
 	if *d.Spec.Replicas != 2 || d.Spec.Template.Spec.Affinity == nil || d.Spec.Template.Spec.Affinity.PodAntiAffinity == nil {
 		t.Fatalf("pinning: want 2 replicas with anti-affinity, got %d, %+v", *d.Spec.Replicas, d.Spec.Template.Spec.Affinity)
@@ -587,7 +587,7 @@ func TestChartPinningRBACSuffices(t *testing.T) {
 		_ = e2e.cluster.Kube.AdmissionregistrationV1().MutatingWebhookConfigurations().Delete(context.Background(), r.fullname(), metav1.DeleteOptions{})
 	})
 	wh := cfg.Webhooks[0]
-	if wh.ClientConfig.Service == nil || *wh.FailurePolicy != "Fail" || *wh.SideEffects != "NoneOnDryRun" || *wh.TimeoutSeconds != 10 || len(wh.MatchConditions) != 1 {
+	if wh.ClientConfig.Service == nil || *wh.FailurePolicy != "Fail" || *wh.SideEffects != "NoneOnDryRun" || *wh.TimeoutSeconds != 10 || len(wh.MatchConditions) != 2 {
 		t.Fatalf("the chart's webhook: %+v", wh)
 	}
 	// The chart says what the controller registers at a URL (pinning.Registration.Webhook), the URL and

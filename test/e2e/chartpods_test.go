@@ -153,11 +153,26 @@ func (c *chartPods) sync(ctx context.Context) error {
 // a pod creation in a pinning namespace may be refused and retried).
 func (c *chartPods) upgrade(chart string, sets ...string) {
 	c.t.Helper()
+	c.upgradeWith(true, chart, sets...)
+}
+
+// upgradeToPolicy is upgrade to pinning.admission=policy: during the switch the chart renders the
+// webhook configuration as it is live (its URL here), so it is not put back behind its Service first,
+// and the running processes keep answering at its URL until the policy-mode leader deletes it.
+func (c *chartPods) upgradeToPolicy(chart string, sets ...string) {
+	c.t.Helper()
+	c.upgradeWith(false, chart, sets...)
+}
+
+func (c *chartPods) upgradeWith(behindService bool, chart string, sets ...string) {
+	c.t.Helper()
 	ctx := context.Background()
 	c.mu.Lock()
 	c.paused = true
 	cfg, err := e2e.cluster.Kube.AdmissionregistrationV1().MutatingWebhookConfigurations().Get(ctx, c.r.fullname(), metav1.GetOptions{})
-	if err == nil && cfg.Webhooks[0].ClientConfig.URL != nil {
+	if apierrors.IsNotFound(err) || !behindService {
+		err = nil // no webhook: pinning off, or the API server pins (pinning.admission=policy)
+	} else if err == nil && cfg.Webhooks[0].ClientConfig.URL != nil {
 		svc := fmt.Sprintf(`{"name":%q,"namespace":%q,"path":"/pin-pods","port":443}`, c.r.fullname()+"-webhook", c.r.ns)
 		patch := `[{"op":"remove","path":"/webhooks/0/clientConfig/url"},{"op":"add","path":"/webhooks/0/clientConfig/service","value":` + svc + `}]`
 		_, err = e2e.cluster.Kube.AdmissionregistrationV1().MutatingWebhookConfigurations().Patch(ctx, c.r.fullname(), types.JSONPatchType, []byte(patch), metav1.PatchOptions{})
@@ -185,6 +200,8 @@ func (c *chartPods) start(ctx context.Context, pod corev1.Pod) (*podProcess, err
 		return nil, fmt.Errorf("image %s: no binary for it", ctr.Image)
 	}
 	pp := &podProcess{pod: pod.Name, image: ctr.Image}
+	// In policy mode the Service only names what the leader deletes after a switch: nothing is served.
+	byWebhook := !slices.Contains(ctr.Args, "-pinning-admission=policy")
 	var args []string
 	for _, a := range ctr.Args {
 		switch {
@@ -194,7 +211,7 @@ func (c *chartPods) start(ctx context.Context, pod corev1.Pod) (*podProcess, err
 			a = "-health-probe-bind-address=127.0.0.1:0"
 		case strings.HasPrefix(a, "-webhook-bind-address="):
 			continue
-		case strings.HasPrefix(a, "-webhook-service="):
+		case strings.HasPrefix(a, "-webhook-service=") && byWebhook:
 			port, err := framework.FreeLoopbackPort()
 			if err != nil {
 				return nil, err
@@ -234,6 +251,9 @@ func (c *chartPods) start(ctx context.Context, pod corev1.Pod) (*podProcess, err
 // own apply (URL mode) writes the rest.
 func (c *chartPods) toURL(ctx context.Context) error {
 	cfg, err := e2e.cluster.Kube.AdmissionregistrationV1().MutatingWebhookConfigurations().Get(ctx, c.r.fullname(), metav1.GetOptions{})
+	if apierrors.IsNotFound(err) {
+		return nil // no webhook (pinning.admission=policy)
+	}
 	if err != nil || cfg.Webhooks[0].ClientConfig.Service == nil {
 		return err
 	}

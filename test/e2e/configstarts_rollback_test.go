@@ -108,9 +108,14 @@ func (w triggered) undoThenFixForward(kind workload.Kind, gvr schema.GroupVersio
 // the controller takes back the annotation (a value it wrote), with an Event naming the manager.
 func TestConfigStartsANewRevisionAfterKubectlRolloutUndo(t *testing.T) {
 	t.Parallel()
+	eachAdmission(t, configStartsANewRevisionAfterKubectlRolloutUndo)
+}
+
+// configStartsANewRevisionAfterKubectlRolloutUndo is the story of TestConfigStartsANewRevisionAfterKubectlRolloutUndo in one admission mode.
+func configStartsANewRevisionAfterKubectlRolloutUndo(t *testing.T, a admission) {
 	ctx := context.Background()
-	ns := givenNamespace(t, "config-starts-undo")
-	startTriggerController(t, ns)
+	ns := givenNamespace(t, a.ns("config-starts-undo"))
+	a.start(t, "Fail", []string{"-reloader-annotations"}, ns)
 	w := triggered{t: t, ns: ns}
 	w.put(pinV1)
 	_, err := e2e.cluster.CreateDeployment(ctx, ns, "web", framework.PodTemplate("web", []string{"app-config"}, nil), nil)
@@ -132,9 +137,14 @@ func TestConfigStartsANewRevisionAfterKubectlRolloutUndo(t *testing.T) {
 // canary.
 func TestConfigStartsANewCanaryAfterKubectlArgoRolloutsUndo(t *testing.T) {
 	t.Parallel()
+	eachAdmission(t, configStartsANewCanaryAfterKubectlArgoRolloutsUndo)
+}
+
+// configStartsANewCanaryAfterKubectlArgoRolloutsUndo is the story of TestConfigStartsANewCanaryAfterKubectlArgoRolloutsUndo in one admission mode.
+func configStartsANewCanaryAfterKubectlArgoRolloutsUndo(t *testing.T, a admission) {
 	ctx := context.Background()
-	ns := givenNamespace(t, "config-starts-argo-undo")
-	startTriggerController(t, ns)
+	ns := givenNamespace(t, a.ns("config-starts-argo-undo"))
+	a.start(t, "Fail", []string{"-reloader-annotations"}, ns)
 	w := triggered{t: t, ns: ns}
 	w.put(pinV1)
 	must(t, e2e.cluster.CreateRollout(ctx, ns, "demo", framework.RolloutSpec{Replicas: 3, ConfigMaps: []string{"app-config"}, Annotations: framework.ReloaderAuto}))

@@ -151,9 +151,14 @@ func (w triggered) optIn(gvr schema.GroupVersionResource, kind, name string) {
 // edit back to the burst's content reuses its ReplicaSet. Exactly one ReplicaSet per content.
 func TestConfigStartsADeploymentAndARevertReusesItsReplicaSet(t *testing.T) {
 	t.Parallel()
+	eachAdmission(t, configStartsADeploymentAndARevertReusesItsReplicaSet)
+}
+
+// configStartsADeploymentAndARevertReusesItsReplicaSet is the story of TestConfigStartsADeploymentAndARevertReusesItsReplicaSet in one admission mode.
+func configStartsADeploymentAndARevertReusesItsReplicaSet(t *testing.T, a admission) {
 	ctx := context.Background()
-	ns := givenNamespace(t, "config-starts-deployment")
-	startTriggerController(t, ns)
+	ns := givenNamespace(t, a.ns("config-starts-deployment"))
+	a.start(t, "Fail", []string{"-reloader-annotations"}, ns)
 	w := triggered{t: t, ns: ns}
 	w.put(pinV1)
 	_, err := e2e.cluster.CreateDeployment(ctx, ns, "web", framework.PodTemplate("web", []string{"app-config"}, nil), nil)

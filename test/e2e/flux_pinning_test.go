@@ -65,12 +65,12 @@ type pinnedGrafana struct {
 	v1    map[string]string
 }
 
-func givenPinnedGrafana(t *testing.T, namespace string) pinnedGrafana {
+func givenPinnedGrafana(t *testing.T, a admission, namespace string) pinnedGrafana {
 	t.Helper()
 	ctx := context.Background()
-	ns := givenNamespace(t, namespace)
+	ns := givenNamespace(t, a.ns(namespace))
 	useFlux(t)
-	startPinningController(t, "Fail", ns)
+	a.start(t, "Fail", nil, ns)
 	versions := fluxRepository(t, ns, "charts/grafana")
 	g := pinnedGrafana{ns: ns, story: &helmStory{t: t, ns: ns, rollout: "grafana"}, r: pinnedRollout{t: t, ns: ns, config: "graf-grafana"}}
 	g.hr = framework.HelmRelease{Name: "graf", Namespace: ns, Repository: ns, Chart: "grafana", Version: versions["grafana"],
@@ -107,8 +107,14 @@ func givenPinnedGrafana(t *testing.T, namespace string) pinnedGrafana {
 // graf-grafana itself never gets an ownerReference or a finalizer and Flux sees no drift.
 func TestFluxZeroTouchPinningOnAPublicChart(t *testing.T) {
 	t.Parallel()
+	eachAdmission(t, fluxZeroTouchPinningOnAPublicChart)
+}
+
+// fluxZeroTouchPinningOnAPublicChart is the story of TestFluxZeroTouchPinningOnAPublicChart in one
+// admission mode.
+func fluxZeroTouchPinningOnAPublicChart(t *testing.T, a admission) {
 	ctx := context.Background()
-	g := givenPinnedGrafana(t, "e2e-flux-pinning")
+	g := givenPinnedGrafana(t, a, "e2e-flux-pinning")
 	ns, hr, story, r, live, rs1, v1 := g.ns, g.hr, g.story, g.r, g.live, g.rs1, g.v1
 
 	t.Log("when: grafana.ini changes in the HelmRelease (log.level debug): Flux changes graf-grafana in place and the canary pauses")
@@ -162,7 +168,7 @@ func TestFluxZeroTouchPinningOnAPublicChart(t *testing.T) {
 func TestFluxPostRendererDroppingThePinLabel(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	g := givenPinnedGrafana(t, "e2e-flux-pin-dropped")
+	g := givenPinnedGrafana(t, byWebhook, "e2e-flux-pin-dropped")
 	s1, err := e2e.cluster.SnapshotOf(ctx, g.ns, "graf-grafana", g.rs1.UID)
 	must(t, err)
 

@@ -56,7 +56,7 @@ func startPinningControllerWith(t *testing.T, failurePolicy string, extraArgs []
 	})
 	port, err := framework.FreeLoopbackPort()
 	must(t, err)
-	p := startController(t, append([]string{"-pinning", fmt.Sprintf("-webhook-url=https://127.0.0.1:%d", port),
+	p := startController(t, append([]string{"-pinning", "-pinning-admission=webhook", fmt.Sprintf("-webhook-url=https://127.0.0.1:%d", port),
 		"-webhook-configuration-name=" + name, "-webhook-failure-policy=" + failurePolicy}, extraArgs...), namespaces...)
 	must(t, framework.Eventually(ctx, 30*time.Second, "the webhook registered", func(ctx context.Context) (bool, string, error) {
 		if p.Exited() {
@@ -179,9 +179,14 @@ func (r pinnedRollout) expectAppConfigHasNoOwners() {
 // promote and revisionHistoryLimit pruning collect the old snapshots; app-config never gets owners.
 func TestPinningTheWalkthroughWithAStaticConfigMap(t *testing.T) {
 	t.Parallel()
+	eachAdmission(t, pinningTheWalkthroughWithAStaticConfigMap)
+}
+
+// pinningTheWalkthroughWithAStaticConfigMap is the story of TestPinningTheWalkthroughWithAStaticConfigMap in one admission mode.
+func pinningTheWalkthroughWithAStaticConfigMap(t *testing.T, a admission) {
 	ctx := context.Background()
-	ns := givenNamespace(t, "pin-walkthrough")
-	startPinningController(t, "Fail", ns)
+	ns := givenNamespace(t, a.ns("pin-walkthrough"))
+	a.start(t, "Fail", nil, ns)
 	r := pinnedRollout{t: t, ns: ns}
 
 	t.Log("given: app-config (pinned) and Rollout demo reading it, 3 replicas, the write-up's canary")
@@ -300,11 +305,19 @@ func TestPinningASnapshotHeldForItsRevisionGoesWithTheRevision(t *testing.T) {
 // ownerReference back as "no longer used": it is the pin. Had it, the revision it took it from would
 // have been pinned again to what app-config holds by then (changed in place since), or read it on
 // its next pod.
+//
+// Webhook mode only: its revision names web-extra before it exists, which in policy mode makes the
+// revision's pods wait for it (TestTableWaitsForAnObjectTheRevisionCannotStartWithout).
 func TestPinningARevisionSharingItsSnapshotKeepsIt(t *testing.T) {
 	t.Parallel()
+	pinningARevisionSharingItsSnapshotKeepsIt(t, byWebhook)
+}
+
+// pinningARevisionSharingItsSnapshotKeepsIt is the story of TestPinningARevisionSharingItsSnapshotKeepsIt in one admission mode.
+func pinningARevisionSharingItsSnapshotKeepsIt(t *testing.T, a admission) {
 	ctx := context.Background()
-	ns := givenNamespace(t, "pin-shared-snapshot")
-	startPinningController(t, "Fail", ns)
+	ns := givenNamespace(t, a.ns("pin-shared-snapshot"))
+	a.start(t, "Fail", nil, ns)
 	must(t, e2e.cluster.PutPinnedConfigMap(ctx, ns, "app-config", pinV1))
 	d, err := e2e.cluster.CreateDeployment(ctx, ns, "web", framework.PinnedTemplate("web", []string{"app-config", "web-extra"}, pinV1), nil)
 	must(t, err)
@@ -378,9 +391,14 @@ func TestPinningARevisionSharingItsSnapshotKeepsIt(t *testing.T) {
 // pods are mutated, templates never.
 func TestPinningADeploymentThroughRolloutUndo(t *testing.T) {
 	t.Parallel()
+	eachAdmission(t, pinningADeploymentThroughRolloutUndo)
+}
+
+// pinningADeploymentThroughRolloutUndo is the story of TestPinningADeploymentThroughRolloutUndo in one admission mode.
+func pinningADeploymentThroughRolloutUndo(t *testing.T, a admission) {
 	ctx := context.Background()
-	ns := givenNamespace(t, "pin-deployment")
-	startPinningController(t, "Fail", ns)
+	ns := givenNamespace(t, a.ns("pin-deployment"))
+	a.start(t, "Fail", nil, ns)
 	must(t, e2e.cluster.PutPinnedConfigMap(ctx, ns, "app-config", pinV1))
 	d, err := e2e.cluster.CreateDeployment(ctx, ns, "web", framework.PinnedTemplate("web", []string{"app-config"}, pinV1), nil)
 	must(t, err)
@@ -477,9 +495,14 @@ func waitDeploymentOn(t *testing.T, ns, name, checksum string) *appsv1.ReplicaSe
 // the old content, though app-config holds the new one.
 func TestPinningAStatefulSetPartitionedUpdate(t *testing.T) {
 	t.Parallel()
+	eachAdmission(t, pinningAStatefulSetPartitionedUpdate)
+}
+
+// pinningAStatefulSetPartitionedUpdate is the story of TestPinningAStatefulSetPartitionedUpdate in one admission mode.
+func pinningAStatefulSetPartitionedUpdate(t *testing.T, a admission) {
 	ctx := context.Background()
-	ns := givenNamespace(t, "pin-statefulset")
-	startPinningController(t, "Fail", ns)
+	ns := givenNamespace(t, a.ns("pin-statefulset"))
+	a.start(t, "Fail", nil, ns)
 	must(t, e2e.cluster.PutPinnedConfigMap(ctx, ns, "app-config", pinV1))
 	sts, err := e2e.cluster.CreateStatefulSet(ctx, ns, "db", 2, framework.PinnedTemplate("db", []string{"app-config"}, pinV1))
 	must(t, err)
@@ -531,9 +554,14 @@ func waitPodReads(t *testing.T, ns, pod string, ok func([]string) bool) string {
 // A DaemonSet: its pods are pinned through the ControllerRevision their hash label names.
 func TestPinningADaemonSet(t *testing.T) {
 	t.Parallel()
+	eachAdmission(t, pinningADaemonSet)
+}
+
+// pinningADaemonSet is the story of TestPinningADaemonSet in one admission mode.
+func pinningADaemonSet(t *testing.T, a admission) {
 	ctx := context.Background()
-	ns := givenNamespace(t, "pin-daemonset")
-	startPinningController(t, "Fail", ns)
+	ns := givenNamespace(t, a.ns("pin-daemonset"))
+	a.start(t, "Fail", nil, ns)
 	must(t, e2e.cluster.PutPinnedConfigMap(ctx, ns, "app-config", pinV1))
 	ds, err := e2e.cluster.CreateDaemonSet(ctx, ns, "agent", framework.PinnedTemplate("agent", []string{"app-config"}, pinV1), nil)
 	must(t, err)

@@ -238,7 +238,7 @@ func TestUpgradeAndRollingRestartDuringAStormLoseNothing(t *testing.T) {
 	t.Logf("when: the %d Rollouts deploy, and meanwhile helm upgrade (%s, 2 replicas, pinning on)", n, current)
 	stormDone := make(chan struct{})
 	go func() { defer close(stormDone); s.deploy("2") }()
-	r.upgrade(append(sets, "image.tag=e2e-current", "replicas=2", "pinning.enabled=true")...)
+	r.upgrade(append(sets, "image.tag=e2e-current", "replicas=2", "pinning.enabled=true", "pinning.admission=webhook")...)
 	pods.waitRunning(2, current)
 	c.spotReplace("during the storm, after the upgrade")
 	t.Log("when: kubectl rollout restart of the controller, the storm still deploying")
@@ -352,7 +352,9 @@ func TestUpgradeFromThePreviousReleaseLosesNothing(t *testing.T) {
 	_, err := e2e.cluster.Kube.AppsV1().Deployments(ns).Patch(ctx, r.fullname(), types.MergePatchType, []byte(`{"spec":{"minReadySeconds":30}}`), metav1.PatchOptions{})
 	must(t, err)
 	t.Log("when: helm upgrade to this commit's chart and image")
-	pods.upgrade(chartPath("configmap-attacher"), append(sets, "image.tag=e2e-current")...)
+	// The previous release ran the webhook; this chart would pick policy mode where the cluster serves it
+	// and the PinTable CRD is installed: the skew story is about the webhook.
+	pods.upgrade(chartPath("configmap-attacher"), append(sets, "image.tag=e2e-current", "pinning.admission=webhook")...)
 	must(t, framework.Eventually(ctx, 2*time.Minute, "a new pod beside the old ones", func(context.Context) (bool, string, error) {
 		now := pods.running()
 		mixed := slices.ContainsFunc(now, func(s string) bool { return strings.HasSuffix(s, "="+prev) }) &&

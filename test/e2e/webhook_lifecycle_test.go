@@ -86,7 +86,7 @@ func (r *webhookReplicas) start(validity time.Duration, extraArgs ...string) *we
 	}
 	rep := &webhookReplica{backend: fmt.Sprintf("127.0.0.1:%d", ports[0]), probes: fmt.Sprintf("127.0.0.1:%d", ports[1])}
 	rep.p = startController(r.t, append([]string{"-leader-elect=true", "-leader-election-namespace=" + r.home, "-leader-election-id=" + r.name,
-		"-health-probe-bind-address=" + rep.probes, "-pinning", "-webhook-url=https://" + r.proxy.Addr, "-webhook-bind-address=" + rep.backend,
+		"-health-probe-bind-address=" + rep.probes, "-pinning", "-pinning-admission=webhook", "-webhook-url=https://" + r.proxy.Addr, "-webhook-bind-address=" + rep.backend,
 		"-webhook-configuration-name=" + r.name, "-webhook-failure-policy=Fail", "-webhook-cert-validity=" + validity.String()}, extraArgs...), r.ns)
 	r.replicas = append(r.replicas, rep)
 	r.backends = append(r.backends, rep.backend)
@@ -439,7 +439,7 @@ func TestUninstallWithPinningRefusesNoPodAndReleasesEveryObject(t *testing.T) {
 	const objects = 5000
 	ns := givenNamespace(t, "e2e-uninstall-pin")
 	appNS := givenNamespace(t, "e2e-uninstall-pin-app")
-	r := installChart(t, "cma-unpin", ns, "watchNamespaces={"+appNS+"}", "pinning.enabled=true")
+	r := installChart(t, "cma-unpin", ns, "watchNamespaces={"+appNS+"}", "pinning.enabled=true", "pinning.admission=webhook")
 	d := r.deployment()
 	must(t, e2e.cluster.EnablePinning(ctx, appNS))
 	p := r.runPinningController(d)

@@ -61,18 +61,21 @@ func newControllers(s *soak) *controllers {
 // args are the controller's flags: as the chart's, with pinning served at the replica's own port and
 // registered at the proxy's URL (-webhook-bind-address with -webhook-url).
 func (c *controllers) args(r *replica) []string {
-	return []string{"controller",
-		"-pinning", "-webhook-url=https://" + c.proxy.Addr, fmt.Sprintf("-webhook-bind-address=127.0.0.1:%d", r.port),
-		"-webhook-cert-validity", certValidity.String(),
-		"-webhook-configuration-name", webhookConfiguration, "-webhook-failure-policy", c.policy,
+	pinning := []string{"-pinning", "-pinning-admission=policy"} // policy.go
+	if !c.s.admissionPolicy() {
+		pinning = []string{"-pinning", "-webhook-url=https://" + c.proxy.Addr, fmt.Sprintf("-webhook-bind-address=127.0.0.1:%d", r.port),
+			"-webhook-cert-validity", certValidity.String(), "-webhook-failure-policy", c.policy}
+	}
+	return append(append([]string{"controller"}, pinning...),
+		"-webhook-configuration-name", webhookConfiguration,
 		"-namespaces", strings.Join(namespaces, ","),
 		// The Job mode attaches these workloads' ReplicaSets; protection still covers them.
-		"-replicaset-selector", attachLabel + "!=job",
+		"-replicaset-selector", attachLabel+"!=job",
 		"-leader-elect=true", "-leader-election-namespace", leaseNamespace, "-leader-election-id", leaseName,
 		"-leader-election-lease-duration", "6s", "-leader-election-renew-deadline", "4s", "-leader-election-retry-period", "1s",
 		"-metrics-bind-address", "127.0.0.1:0", "-health-probe-bind-address", "127.0.0.1:0",
 		// The config trigger (its own switch) at its default settle window, which trigger.go judges by.
-		"-reloader-annotations", "-config-settle", configSettle.String()}
+		"-reloader-annotations", "-config-settle", configSettle.String())
 }
 
 func (c *controllers) start(ctx context.Context, r *replica) error {
@@ -80,8 +83,10 @@ func (c *controllers) start(ctx context.Context, r *replica) error {
 		r.offset = fi.Size()
 	}
 	c.starts++
-	if err := c.serve(ctx); err != nil {
-		return err
+	if !c.s.admissionPolicy() {
+		if err := c.serve(ctx); err != nil {
+			return err
+		}
 	}
 	args := c.args(r)
 	p, err := c.s.bin.StartLogged(ctx, []string{"LOG_LEVEL=info", "VERSION=soak", "POD_NAMESPACE=" + leaseNamespace}, r.log,

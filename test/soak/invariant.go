@@ -186,7 +186,7 @@ func (s *soak) read(ctx context.Context) (*snapshot, error) {
 			return nil, err
 		}
 		for _, e := range events.Items {
-			if strings.Contains(e.Message, pinningWebhookName) {
+			if isPinningRefusal(e.Message) {
 				first, last := e.FirstTimestamp.Time, e.LastTimestamp.Time
 				if first.IsZero() {
 					first = e.EventTime.Time

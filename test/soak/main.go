@@ -48,6 +48,7 @@ type options struct {
 	workDir     string
 	settleEvery int
 	settle      time.Duration
+	admission   string
 }
 
 func run(ctx context.Context, args []string) (int, error) {
@@ -60,12 +61,16 @@ func run(ctx context.Context, args []string) (int, error) {
 	fs.StringVar(&o.workDir, "workdir", "", "where controller and Job logs go (default _output/soak/seed-<seed>)")
 	fs.IntVar(&o.settleEvery, "settle-every", 10, "check for leaked config after every this many steps (and at the end)")
 	fs.DurationVar(&o.settle, "settle", 90*time.Second, "how long a leak check waits for the garbage collector and the controller to finish")
+	fs.StringVar(&o.admission, "pinning-admission", "webhook", "how pods are pinned: webhook (the controller's webhook, with certificate rotations) or policy (the API server's admission policies over the controller's PinTables; Kubernetes 1.36+)")
 	plan := fs.Bool("plan", false, "print the steps the seed draws, assuming every step succeeds, without a cluster (to choose a seed)")
 	if err := fs.Parse(args); err != nil {
 		return 2, err
 	}
 	if o.steps < 1 || o.settleEvery < 1 {
 		return 2, fmt.Errorf("-steps and -settle-every must be at least 1")
+	}
+	if o.admission != "webhook" && o.admission != "policy" {
+		return 2, fmt.Errorf("-pinning-admission %q: use webhook or policy", o.admission)
 	}
 	if *plan {
 		newSoak(nil, framework.Binary{}, o).plan(os.Stdout)

@@ -269,11 +269,22 @@ func (s *soak) setUp(ctx context.Context) error {
 			return err
 		}
 	}
+	if s.admissionPolicy() {
+		if err := s.setUpPolicy(ctx); err != nil {
+			return err
+		}
+	}
 	if err := s.ctl.startAll(ctx); err != nil {
 		return err
 	}
 	if err := s.ctl.waitReady(ctx, 2*time.Minute); err != nil {
 		return err
+	}
+	if s.admissionPolicy() {
+		if err := s.waitTables(ctx); err != nil {
+			return err
+		}
+		s.watchEntries()
 	}
 
 	s.placeFleet()

@@ -104,6 +104,10 @@ type pinningState struct {
 	// allowed are the pods seen reading a pinned object by its own name as they may: created with
 	// pinning off, or while the webhook could not answer under Ignore (failing open).
 	allowed map[string]bool
+	// Policy mode (policy.go): when each entry was first seen, and the refusals (by Event) while a
+	// revision's entry was missing.
+	entries *entries
+	waited  map[string]int32
 }
 
 // pinnedRevision is a revision of a pinned workload as the soak first saw it.
@@ -115,7 +119,7 @@ type pinnedRevision struct {
 
 func newPinningState() *pinningState {
 	p := &pinningState{objects: map[string]map[string]string{}, on: map[string]bool{}, off: map[string]*windows{},
-		policy: "Fail", revisions: map[types.UID]*pinnedRevision{}, allowed: map[string]bool{}}
+		policy: "Fail", revisions: map[types.UID]*pinnedRevision{}, allowed: map[string]bool{}, waited: map[string]int32{}}
 	for _, ns := range namespaces {
 		p.off[ns] = &windows{}
 	}
@@ -556,6 +560,16 @@ func (s *soak) pinningIn(snap *snapshot) []violation {
 	}
 	for _, e := range snap.refusals {
 		why := ""
+		if s.admissionPolicy() {
+			var bad bool
+			if why, bad = s.policyRefusal(e); !bad {
+				continue
+			}
+			out = append(out, violation{kind: "refused", key: e.object, id: e.id,
+				detail: fmt.Sprintf("pod creation refused %s (%d×, %s–%s): %s", why, e.count,
+					e.first.Format(time.TimeOnly), e.last.Format(time.TimeOnly), e.message)})
+			continue
+		}
 		switch {
 		case s.pin.ignore.covers(e.first) && s.pin.ignore.covers(e.last) && !s.pin.switching.covers(e.first) && !s.pin.switching.covers(e.last):
 			why = "under failurePolicy Ignore"

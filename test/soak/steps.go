@@ -15,6 +15,7 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
+	"github.com/configmap-attacher/configmap-attacher/internal/pinning/policy"
 	"github.com/configmap-attacher/configmap-attacher/internal/refs"
 )
 
@@ -143,7 +144,9 @@ func (s *soak) possible(a action) bool {
 	switch a {
 	case actSpotKill:
 		return true
-	case actCtlKill, actLeaderKill, actWebhookKill, actWebhookPolicy, actCertRotate, actBundleWipe:
+	case actWebhookKill, actWebhookPolicy, actCertRotate, actBundleWipe:
+		return !s.ctl.down && !s.admissionPolicy() // policy mode: no webhook
+	case actCtlKill, actLeaderKill:
 		return !s.ctl.down
 	case actPinToggle:
 		return s.pin.offNS == "" // one namespace at a time
@@ -665,6 +668,12 @@ func (s *soak) spotKill(ctx context.Context, picks []uint64) (string, error) {
 func (s *soak) shutdown(ctx context.Context) {
 	s.ctl.stop()
 	s.trig.watch.close()
+	s.pin.entries.close()
+	if s.admissionPolicy() {
+		if err := policy.DeletePolicies(ctx, s.c.Kube, webhookConfiguration); err != nil {
+			fmt.Fprintf(os.Stderr, "soak: deleting the admission policies: %v\n", err)
+		}
+	}
 	if err := s.c.Kube.AdmissionregistrationV1().MutatingWebhookConfigurations().Delete(ctx, webhookConfiguration, metav1.DeleteOptions{}); err != nil && !apierrors.IsNotFound(err) {
 		fmt.Fprintf(os.Stderr, "soak: deleting the webhook configuration: %v\n", err)
 	}
@@ -700,8 +709,13 @@ func (s *soak) summary(took time.Duration) {
 	}
 	fmt.Printf("\nfaults: %s; unattached (not counted below): %d; retained by a CronJob (by design, not counted below): %d; controller replicas that exited on their own: %d; cluster components restarted: %d; Job mode failures: %d; step errors: %d; took %s; logs in %s\n",
 		strings.Join(faults, " "), s.unattachedN, s.retained, s.crashes, s.planeRestarts, s.jobFailures, s.errors, took.Round(time.Second), s.o.workDir)
-	fmt.Printf("pinning: steps drawn %s, promote/abort/undo/history of pinned workloads %d; revisions of pinned workloads %d judged, %d best effort (created with pinning off); pinned content changes %d; pods reading a pinned object by its own name as allowed (pinning off, or the webhook down under Ignore) %d; webhook failurePolicy now %s; CA rotations completed %d, caBundle wipes %d; serving certificates every %s\n",
-		strings.Join(pinning, " "), s.pinnedOps, judged, bestEffort, s.pin.changes, len(s.pin.allowed), s.pin.policy, s.pin.rotations, len(s.pin.wiped), certValidity*2/3)
+	admission := fmt.Sprintf("webhook failurePolicy now %s; CA rotations completed %d, caBundle wipes %d; serving certificates every %s",
+		s.pin.policy, s.pin.rotations, len(s.pin.wiped), certValidity*2/3)
+	if s.admissionPolicy() {
+		admission = fmt.Sprintf("admission: policy (the API server pins); pod creations refused while their revision's entry was missing %d", s.pin.waitedRefusals())
+	}
+	fmt.Printf("pinning: steps drawn %s, promote/abort/undo/history of pinned workloads %d; revisions of pinned workloads %d judged, %d best effort (created with pinning off); pinned content changes %d; pods reading a pinned object by its own name as allowed (pinning off, or the webhook down under Ignore) %d; %s\n",
+		strings.Join(pinning, " "), s.pinnedOps, judged, bestEffort, s.pin.changes, len(s.pin.allowed), admission)
 	fmt.Println(s.trigSummary())
 	fmt.Printf("steps=%d faults=%d lost=%d leaked=%d unpinned=%d wrong=%d refused=%d revisions=%d/%d seed=%d\n", s.step, total, s.lost, s.leaked, s.unpinned, s.wrong, s.refused,
 		s.trig.right, s.trig.judged, s.o.seed)

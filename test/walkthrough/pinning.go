@@ -48,7 +48,7 @@ func startPinning(ctx context.Context, c *framework.Cluster, bin framework.Binar
 	}
 	p := &PinningController{Name: name, URL: fmt.Sprintf("https://127.0.0.1:%d", port), c: c}
 	args := []string{"controller", "-leader-elect=false", "-metrics-bind-address", "127.0.0.1:0", "-health-probe-bind-address", "127.0.0.1:0",
-		"-pinning", "-webhook-url=" + p.URL, "-webhook-configuration-name=" + name, "-leader-election-namespace=" + LeaseNamespace,
+		"-pinning", "-pinning-admission=webhook", "-webhook-url=" + p.URL, "-webhook-configuration-name=" + name, "-leader-election-namespace=" + LeaseNamespace,
 		"-namespaces", strings.Join(namespaces, ",")}
 	args = append(args, extra...)
 	if p.Process, err = bin.Start(ctx, []string{"LOG_LEVEL=warn"}, args...); err != nil {

@@ -181,9 +181,10 @@ ServiceMonitor labels them with, unless metrics.prometheusRule.selector says oth
 {{- default (printf "namespace=%q, job=%q" .Release.Namespace (include "configmap-attacher.metricsService" .)) .Values.metrics.prometheusRule.selector }}
 {{- end }}
 
-{{/* "true" when the pods run in the node's network (pinning.hostNetwork, with pinning). */}}
+{{/* "true" when the pods run in the node's network (pinning.hostNetwork, with pinning in webhook mode:
+only the webhook is called by the control plane). */}}
 {{- define "configmap-attacher.hostNetwork" -}}
-{{- if and .Values.pinning.enabled .Values.pinning.hostNetwork }}true{{ end }}
+{{- if and .Values.pinning.enabled .Values.pinning.hostNetwork (eq (include "configmap-attacher.pinningAdmission" .) "webhook") }}true{{ end }}
 {{- end }}
 
 {{/* The host the servers bind: in the node's network its address (bracketed: IPv4 or IPv6), else
