@@ -35,7 +35,8 @@ func argoCDZeroTouchPinningKeepsTheDiffClean(t *testing.T, a admission) {
 	t.Cleanup(func() { _ = repo.Close() })
 	version, err := repo.Add(ctx, testdataPath("charts/pinned-rollout"), "")
 	must(t, err)
-	app := framework.HelmApp{Name: "argocd-pinning", RepoURL: repo.URL, Chart: "pinned-rollout", Version: version, Namespace: ns,
+	// Applications live in Argo CD's namespace: one per mode, named after the story's own namespace.
+	app := framework.HelmApp{Name: ns, RepoURL: repo.URL, Chart: "pinned-rollout", Version: version, Namespace: ns,
 		Values: map[string]any{"config": toAny(pinV1)}}
 	must(t, e2e.cluster.DeleteApplication(ctx, argoWait, app.Name))
 	t.Cleanup(func() { _ = e2e.cluster.DeleteApplication(context.Background(), argoWait, app.Name) })

@@ -649,9 +649,20 @@ func TestPinningDryRunCreatesNoSnapshot(t *testing.T) {
 	ns := givenNamespace(t, "pin-dry-run")
 	startPinningController(t, "Fail", ns)
 	must(t, e2e.cluster.PutPinnedConfigMap(ctx, ns, "app-config", pinV1))
+	// The webhook pins only for a revision that exists (never for a UID nobody has): a ReplicaSet of
+	// no replicas whose own template reads nothing, so the controller has nothing to snapshot for it
+	// and any snapshot would be the dry run's.
+	labels := map[string]string{"app": "web-dry-run"}
+	rs, err := e2e.cluster.Kube.AppsV1().ReplicaSets(ns).Create(ctx, &appsv1.ReplicaSet{
+		ObjectMeta: metav1.ObjectMeta{Name: "web-dry-run"},
+		Spec: appsv1.ReplicaSetSpec{Replicas: new(int32), Selector: &metav1.LabelSelector{MatchLabels: labels},
+			Template: corev1.PodTemplateSpec{ObjectMeta: metav1.ObjectMeta{Labels: labels},
+				Spec: corev1.PodSpec{Containers: []corev1.Container{{Name: "app", Image: "registry.k8s.io/pause:3.10"}}}}},
+	}, metav1.CreateOptions{})
+	must(t, err)
 	yes := true
 	p := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{GenerateName: "web-", Namespace: ns,
-		OwnerReferences: []metav1.OwnerReference{{APIVersion: "apps/v1", Kind: "ReplicaSet", Name: "web-fake", UID: "0e1d2c3b-0000-4000-8000-000000000000", Controller: &yes}}},
+		OwnerReferences: []metav1.OwnerReference{{APIVersion: "apps/v1", Kind: "ReplicaSet", Name: rs.Name, UID: rs.UID, Controller: &yes}}},
 		Spec: framework.PinnedTemplate("web", []string{"app-config"}, pinV1).Spec}
 	out, err := e2e.cluster.Kube.CoreV1().Pods(ns).Create(ctx, p, metav1.CreateOptions{DryRun: []string{metav1.DryRunAll}})
 	must(t, err)

@@ -23,8 +23,13 @@ func Eventually(ctx context.Context, timeout time.Duration, what string, cond fu
 	var seen string
 	for {
 		ok, s, err := cond(ctx)
-		if err != nil && ctx.Err() == nil {
-			return fmt.Errorf("%s: %w", what, err)
+		if err != nil {
+			if ctx.Err() == nil {
+				return fmt.Errorf("%s: %w", what, err)
+			}
+			// The wait's own deadline ended the call: what it answered says nothing (a GET cut short
+			// is not an object gone).
+			return fmt.Errorf("timed out after %s waiting for %s; last seen: %s", timeout, what, seen)
 		}
 		if ok {
 			return nil
@@ -104,7 +109,7 @@ func (c *Cluster) WaitAttached(ctx context.Context, timeout time.Duration, ns st
 func (c *Cluster) WaitGone(ctx context.Context, timeout time.Duration, ns string, kind refs.Kind, name string) error {
 	return Eventually(ctx, timeout, fmt.Sprintf("%s %s to be garbage collected", kind, name), func(ctx context.Context) (bool, string, error) {
 		owners, exists, err := c.Owners(ctx, ns, kind, name)
-		return !exists, "still there, owners: " + describeOwners(owners), err
+		return err == nil && !exists, "still there, owners: " + describeOwners(owners), err
 	})
 }
 
