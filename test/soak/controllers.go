@@ -63,7 +63,7 @@ func newControllers(s *soak) *controllers {
 func (c *controllers) args(r *replica) []string {
 	pinning := []string{"-pinning", "-pinning-admission=policy"} // policy.go
 	if !c.s.admissionPolicy() {
-		pinning = []string{"-pinning", "-webhook-url=https://" + c.proxy.Addr, fmt.Sprintf("-webhook-bind-address=127.0.0.1:%d", r.port),
+		pinning = []string{"-pinning", "-pinning-admission=webhook", "-webhook-url=https://" + c.proxy.Addr, fmt.Sprintf("-webhook-bind-address=127.0.0.1:%d", r.port),
 			"-webhook-cert-validity", certValidity.String(), "-webhook-failure-policy", c.policy}
 	}
 	return append(append([]string{"controller"}, pinning...),
