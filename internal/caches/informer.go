@@ -179,6 +179,12 @@ func (i *Informer[T]) ByIndex(index, value string) ([]T, error) {
 // InNamespace returns the cached objects of namespace that match (the namespace index, then match on
 // each). See the index names for why there is no index to ask instead.
 func (i *Informer[T]) InNamespace(namespace string, match func(T) bool) ([]T, error) {
+	return i.inNamespace(namespace, nil, match)
+}
+
+// inNamespace is InNamespace with pre, when not nil, asked of each stored record before a view is
+// made of it: a question the record answers (an owner's uid) spares making a view per object.
+func (i *Informer[T]) inNamespace(namespace string, pre func(any) bool, match func(T) bool) ([]T, error) {
 	var out []T
 	var errs []error
 	for _, inf := range i.informers {
@@ -188,6 +194,9 @@ func (i *Informer[T]) InNamespace(namespace string, match func(T) bool) ([]T, er
 			continue
 		}
 		for _, o := range objs {
+			if pre != nil && !pre(o) {
+				continue
+			}
 			if t, ok := i.shows(o); ok && match(t) {
 				out = append(out, t)
 			}
@@ -430,24 +439,7 @@ func (c *Caches) usersWhere(kind Kind, namespace string, pre func(any) bool, mat
 	if !ok {
 		return nil, nil
 	}
-	var out []*User
-	var errs []error
-	for _, src := range inf.informers {
-		objs, err := src.GetIndexer().ByIndex(cache.NamespaceIndex, namespace)
-		if err != nil {
-			errs = append(errs, err)
-			continue
-		}
-		for _, o := range objs {
-			if !pre(o) {
-				continue
-			}
-			if u, ok := inf.shows(o); ok && match(u) {
-				out = append(out, u)
-			}
-		}
-	}
-	return out, errors.Join(errs...)
+	return inf.inNamespace(namespace, pre, match)
 }
 
 // UsersOf returns every cached object, of any kind, whose pods or pod template reference r, and the
