@@ -479,24 +479,10 @@ func (c *Caches) OwnedConfigs(kind refs.Kind, namespace string, uid types.UID) (
 	if !ok {
 		return nil, nil
 	}
-	var out []*metav1.PartialObjectMetadata
-	var errs []error
-	for _, src := range inf.informers {
-		objs, err := src.GetIndexer().ByIndex(cache.NamespaceIndex, namespace)
-		if err != nil {
-			errs = append(errs, err)
-			continue
-		}
-		for _, o := range objs {
-			if rec, ok := o.(*configRecord); ok && !slices.ContainsFunc(rec.owners, func(l ownerLink) bool { return l.id.uid.is(uid) }) {
-				continue
-			}
-			if m, ok := inf.shows(o); ok && revision.OwnedBy(&m.ObjectMeta, uid) {
-				out = append(out, m)
-			}
-		}
-	}
-	return out, errors.Join(errs...)
+	return inf.inNamespace(namespace, func(stored any) bool {
+		rec, ok := stored.(*configRecord)
+		return !ok || slices.ContainsFunc(rec.owners, func(l ownerLink) bool { return l.id.uid.is(uid) })
+	}, func(m *metav1.PartialObjectMetadata) bool { return revision.OwnedBy(&m.ObjectMeta, uid) })
 }
 
 // CountConfigs counts the cached opted-in objects of every kind that match: what the metrics of
