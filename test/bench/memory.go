@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"net"
-	"net/http"
 	"strings"
 	"time"
 
@@ -226,13 +225,8 @@ func (e env) startControllerWith(ctx context.Context, bin framework.Binary, env 
 	if err != nil {
 		return nil, err
 	}
-	return p, framework.Eventually(ctx, 10*time.Minute, "controller ready", func(ctx context.Context) (bool, string, error) {
-		resp, err := http.Get("http://" + probe + "/readyz")
-		if err != nil {
-			return false, err.Error(), nil
-		}
-		resp.Body.Close()
-		return resp.StatusCode == 200, resp.Status, nil
+	return p, framework.Eventually(ctx, 10*time.Minute, "controller ready", func(context.Context) (bool, string, error) {
+		return ready(p, probe)
 	})
 }
 
@@ -249,16 +243,8 @@ func (e env) startRSOperator(ctx context.Context, ns string, n int, args ...stri
 	if err != nil {
 		return nil, err
 	}
-	if err := framework.Eventually(ctx, time.Minute, rsOperator+" ready", func(ctx context.Context) (bool, string, error) {
-		if p.Exited() {
-			return false, "", fmt.Errorf("exited:\n%s", tail(p.Logs(), 20))
-		}
-		resp, err := http.Get("http://" + probe + "/readyz")
-		if err != nil {
-			return false, err.Error(), nil
-		}
-		resp.Body.Close()
-		return resp.StatusCode == 200, resp.Status, nil
+	if err := framework.Eventually(ctx, time.Minute, rsOperator+" ready", func(context.Context) (bool, string, error) {
+		return ready(p, probe)
 	}); err != nil {
 		return p, err
 	}

@@ -171,10 +171,10 @@ func (e env) tableWrites(ctx context.Context, ns, metricsURL string) error {
 	})
 }
 
-// ready reports whether the controller p runs and answers ready at its probe address.
+// ready reports whether the process p (ours or a peer) runs and answers ready at its probe address.
 func ready(p *framework.Process, probe string) (bool, string, error) {
 	if p.Exited() {
-		return false, "", fmt.Errorf("the controller exited: %s", tail(p.Logs(), 20))
+		return false, "", fmt.Errorf("exited: %s", tail(p.Logs(), 20))
 	}
 	resp, err := http.Get("http://" + probe + "/readyz")
 	if err != nil {
