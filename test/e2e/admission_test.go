@@ -336,3 +336,44 @@ func eventCounts(ctx context.Context, ns string) (map[types.UID]int32, error) {
 	}
 	return out, nil
 }
+
+// The mutating policy marks a pod as pinned by it (api.PolicyAdmittedAnnotation holding its revision's
+// key) only when its table had the revision's entry: the webhook's configuration skips a pod so marked,
+// so a mark on a pod the policy could not pin would leave that pod to nobody while a switch to webhook
+// mode has taken the validating binding out and the mutating one not yet (a pod of a new revision read
+// the live object: TestPolicyHelmUpgradeSwitchesModesRefusingNoPodAndLeavingNoneUnpinned, on CI).
+func TestPolicyMarksAsPinnedOnlyThePodsItPinned(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	ns := givenNamespace(t, "pol-mark")
+	startPolicyController(t, nil, ns)
+	rs := givenPinnedWeb(t, ns)
+	yes := true
+	podOf := func(kind, name string, uid types.UID, tmpl corev1.PodTemplateSpec) *corev1.Pod {
+		return &corev1.Pod{ObjectMeta: metav1.ObjectMeta{GenerateName: name + "-", Namespace: ns, Labels: tmpl.Labels,
+			OwnerReferences: []metav1.OwnerReference{{APIVersion: "apps/v1", Kind: kind, Name: name, UID: uid, Controller: &yes}}},
+			Spec: tmpl.Spec}
+	}
+	dryRun := metav1.CreateOptions{DryRun: []string{metav1.DryRunAll}}
+	mark := func(p *corev1.Pod) (string, bool) {
+		t.Helper()
+		out, err := e2e.cluster.Kube.CoreV1().Pods(ns).Create(ctx, p, dryRun)
+		must(t, err)
+		v, ok := out.Annotations[api.PolicyAdmittedAnnotation]
+		return v, ok
+	}
+
+	t.Logf("when: a pod of %s (its revision has an entry) is created (server-side dry run)", rs.Name)
+	if v, ok := mark(podOf("ReplicaSet", rs.Name, rs.UID, rs.Spec.Template)); !ok || v != string(rs.UID) {
+		t.Fatalf("a pod the policy pinned is marked %q (present %v), want its revision's key %s", v, ok, rs.UID)
+	}
+	t.Logf("then: it is marked %s=%s: the webhook would skip it", api.PolicyAdmittedAnnotation, rs.UID)
+
+	t.Log("when: a pod of a ReplicaSet the table has no entry for, reading nothing pinned (the validating policy lets it through)")
+	bare := corev1.PodTemplateSpec{Spec: corev1.PodSpec{Containers: []corev1.Container{{Name: "c", Image: "busybox"}}}}
+	const unknown = types.UID("00000000-0000-4000-8000-0000000000aa")
+	if v, ok := mark(podOf("ReplicaSet", "web-unknown", unknown, bare)); !ok || v != "" {
+		t.Fatalf("a pod of a revision without entry is marked %q (present %v), want an empty mark: the webhook must be asked about it", v, ok)
+	}
+	t.Logf("then: it is marked with an empty value: the webhook, when present, is asked about it")
+}

@@ -40,8 +40,10 @@ type chartPods struct {
 	paused bool // a helm upgrade is applying the chart's webhook configuration as the chart writes it
 	procs  map[types.UID]*podProcess
 	gone   []*podProcess // stopped, for the logs
-	stop   chan struct{}
-	done   chan struct{}
+	// stopping counts the processes of pods gone that are still shutting down.
+	stopping sync.WaitGroup
+	stop     chan struct{}
+	done     chan struct{}
 }
 
 type podProcess struct {
@@ -59,6 +61,7 @@ func runChartPods(t *testing.T, r *chartRelease, images map[string]string) *char
 	t.Cleanup(func() {
 		close(c.stop)
 		<-c.done
+		c.stopping.Wait()
 		c.mu.Lock()
 		defer c.mu.Unlock()
 		for _, pp := range c.procs {
@@ -110,13 +113,19 @@ func (c *chartPods) sync(ctx context.Context) error {
 	stopped := false
 	for uid, pp := range c.procs {
 		if _, ok := live[uid]; !ok {
-			_ = pp.p.Stop()
 			delete(c.procs, uid)
 			c.gone = append(c.gone, pp)
 			stopped = true
-			if err := letPodGo(ctx, c.r.ns, pp.pod); err != nil {
-				return err
-			}
+			// Stopped beside the loop, as a kubelet stops a container: a webhook replica answers for
+			// its shutdown delay first; its pod goes once it has exited.
+			c.stopping.Add(1)
+			go func() {
+				defer c.stopping.Done()
+				_ = pp.p.Stop()
+				if err := letPodGo(context.Background(), c.r.ns, pp.pod); err != nil {
+					c.t.Logf("chart pods: letting pod %s go: %v", pp.pod, err)
+				}
+			}()
 		}
 	}
 	for uid, p := range live {
@@ -226,6 +235,13 @@ func (c *chartPods) start(ctx context.Context, pod corev1.Pod) (*podProcess, err
 	}
 	if pp.url != "" {
 		args = append(args, "-webhook-failure-policy="+c.failurePolicy(ctx))
+		// Behind the chart's Service a replica told to stop keeps answering while the endpoints drop
+		// it (the default for -webhook-service); at a URL the default is none. The pods' processes
+		// keep the Service's, as the chart runs them: a switch to policy mode relies on it (the old
+		// replicas answer until kube-apiserver applies the new policies).
+		if !slices.ContainsFunc(ctr.Args, func(a string) bool { return strings.HasPrefix(a, "-webhook-shutdown-delay=") }) {
+			args = append(args, "-webhook-shutdown-delay=5s")
+		}
 	}
 	// The process authenticates as the pod's ServiceAccount through a kubeconfig, not the pod's mount.
 	env := []string{"POD_NAMESPACE=" + c.r.ns, "LOG_FORMAT=text"}

@@ -15,6 +15,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/util/retry"
 
 	"github.com/configmap-attacher/configmap-attacher/internal/api"
 	"github.com/configmap-attacher/configmap-attacher/internal/refs"
@@ -63,12 +64,18 @@ func TestPinningWebhookLeaderWhoseLeaseIsTakenExitsAndTheOtherLeads(t *testing.T
 
 	t.Log("when: another holder writes itself into the Lease, renewed now for 20 s")
 	leases := e2e.cluster.Kube.CoordinationV1().Leases(home)
-	l, err := leases.Get(ctx, r.name, metav1.GetOptions{})
-	must(t, err)
-	intruder, duration, now := "intruder", int32(20), metav1.NewMicroTime(time.Now())
-	l.Spec.HolderIdentity, l.Spec.LeaseDurationSeconds, l.Spec.AcquireTime, l.Spec.RenewTime = &intruder, &duration, &now, &now
-	_, err = leases.Update(ctx, l, metav1.UpdateOptions{})
-	must(t, err)
+	intruder, duration := "intruder", int32(20)
+	// The leader renews every retry period (2 s): an update between its renewals can conflict.
+	must(t, retry.RetryOnConflict(retry.DefaultRetry, func() error {
+		l, err := leases.Get(ctx, r.name, metav1.GetOptions{})
+		if err != nil {
+			return err
+		}
+		now := metav1.NewMicroTime(time.Now())
+		l.Spec.HolderIdentity, l.Spec.LeaseDurationSeconds, l.Spec.AcquireTime, l.Spec.RenewTime = &intruder, &duration, &now, &now
+		_, err = leases.Update(ctx, l, metav1.UpdateOptions{})
+		return err
+	}))
 	taken := time.Now()
 
 	// The renew deadline (10 s), a retry (2 s), the drain at a URL (0 s), and the process's exit.

@@ -81,15 +81,15 @@ func Apply(ctx context.Context, kube kubernetes.Interface, objs Objects) error {
 	return nil
 }
 
-// PolicyReload is how long kube-apiserver may take to act on a change of admission policies or their
-// bindings: it reloads them about once a second.
-const PolicyReload = 2 * time.Second
-
 // DeletePolicies takes pinning's admission policies named name out of the pod path: the validating
-// binding first, and the mutating one only once kube-apiserver has let go of it (PolicyReload): the
-// validating policy refuses a pod the mutating one did not pin, so for a moment the other way round
-// every pod of a pinned revision would be refused. Then the policies. Gone already is fine. What
-// `release -delete-admission-policy` and a webhook-mode leader taking over do.
+// binding first, and the mutating one only HandoverDelay later, once every kube-apiserver has let go
+// of the validating one: the validating policy refuses a pod the mutating one did not pin, so for a
+// moment the other way round every pod of a pinned revision would be refused. kube-apiserver reloads
+// policies about once a second after its informers deliver the change, but on a loaded control plane,
+// or one of several API servers, delivery can take seconds more (2 s left no margin on a loaded 2-core CI
+// machine: TestPolicyUninstallTakesTheBindingsOutFirst), and a mutating binding kept longer costs
+// nothing (it only pins). Then the policies. Gone already is fine. What `release
+// -delete-admission-policy` and a webhook-mode leader taking over do.
 func DeletePolicies(ctx context.Context, kube kubernetes.Interface, name string) error {
 	ar := kube.AdmissionregistrationV1()
 	for i, d := range []struct {
@@ -109,7 +109,7 @@ func DeletePolicies(ctx context.Context, kube kubernetes.Interface, name string)
 			select {
 			case <-ctx.Done():
 				return ctx.Err()
-			case <-time.After(PolicyReload):
+			case <-time.After(HandoverDelay):
 			}
 		}
 	}

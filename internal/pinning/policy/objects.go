@@ -12,11 +12,17 @@ import (
 	"github.com/configmap-attacher/configmap-attacher/internal/refs"
 )
 
-// AdmittedAnnotation is set by the mutating policy on every pod it admits, to the pod's revision key:
-// the webhook's configuration skips a pod that carries its own revision's key there
+// AdmittedAnnotation is set by the mutating policy on every pod it admits: to the pod's revision key
+// when its table had the revision's entry (the policy pinned it), empty when it had none. The
+// webhook's configuration skips a pod that carries its own revision's key there
 // (pinning.MatchNotPinnedByThePolicy), so while a switch from policy mode to webhook mode is under
 // way, the webhook, whose certificate may not be registered yet, is never asked about a pod the
-// policy has pinned. A pod template cannot carry the key of a revision made from it.
+// policy has pinned; a pod the policy could not pin is the webhook's. The key only when an entry was
+// found: a mark on an unpinned pod made the webhook skip it while the validating binding was already
+// gone and the mutating one not yet (a switch to webhook mode), and the pod read the live object
+// (TestPolicyHelmUpgradeSwitchesModesRefusingNoPodAndLeavingNoneUnpinned). A pod template cannot
+// carry the key of a revision made from it. Empty rather than absent: the mark says the policy was
+// applied (framework.WaitPolicyEffective).
 const AdmittedAnnotation = api.PolicyAdmittedAnnotation
 
 // Config names the policy objects and says which namespaces they gate.
@@ -162,7 +168,7 @@ func Spec() PolicySpec {
 	s.Mutating.Mutations = []admissionregistrationv1.Mutation{
 		{PatchType: admissionregistrationv1.PatchTypeJSONPatch, JSONPatch: &admissionregistrationv1.JSONPatch{Expression: patchExpression(patterns)}},
 		{PatchType: admissionregistrationv1.PatchTypeApplyConfiguration, ApplyConfiguration: &admissionregistrationv1.ApplyConfiguration{
-			Expression: `Object{metadata: Object.metadata{annotations: {"` + AdmittedAnnotation + `": variables.key}}}`}},
+			Expression: `Object{metadata: Object.metadata{annotations: {"` + AdmittedAnnotation + `": variables.hasEntry ? variables.key : ""}}}`}},
 	}
 	s.Validating.Variables = append(slices.Clone(common),
 		// The workload, for tables split off: see Revision.Route.
