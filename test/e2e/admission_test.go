@@ -226,17 +226,24 @@ func applyOne(t *testing.T, ns string, data map[string]string, configFirst bool)
 // refusalsIn sorts the FailedCreate Events of ns: those of the validating policy (a revision waiting
 // for its entry, written or loaded into the mutating policy) and any other.
 func refusalsIn(ctx context.Context, ns string) (waiting, other []string, err error) {
-	return refusalsSince(ctx, ns, nil)
+	return refusalsSince(ctx, ns, time.Time{})
 }
 
-// refusalsSince is refusalsIn but for the Events seen already (uid and count, as eventCounts gives).
-func refusalsSince(ctx context.Context, ns string, seen map[types.UID]int32) (waiting, other []string, err error) {
+// refusalsSince is refusalsIn for the refusals that last happened at since or later (Events keep whole
+// seconds: give since on a second's start). By when they happened, not by which Events were there at since: a ReplicaSet
+// controller's Events are written asynchronously, and on a loaded machine a refusal from before since
+// (a pod created before its revision's entry) was written after it.
+func refusalsSince(ctx context.Context, ns string, since time.Time) (waiting, other []string, err error) {
 	evs, err := e2e.cluster.Kube.CoreV1().Events(ns).List(ctx, metav1.ListOptions{})
 	if err != nil {
 		return nil, nil, err
 	}
 	for _, e := range evs.Items {
-		if e.Reason != "FailedCreate" || seen[e.UID] == e.Count && e.Count > 0 {
+		last := e.LastTimestamp.Time
+		if last.IsZero() {
+			last = e.EventTime.Time
+		}
+		if e.Reason != "FailedCreate" || last.Before(since) {
 			continue
 		}
 		line := fmt.Sprintf("%s ×%d: %s", e.InvolvedObject.Name, max(e.Count, 1), e.Message)
@@ -320,19 +327,6 @@ func appConfigReaders(ctx context.Context, ns string) ([]string, error) {
 		if slices.Contains(framework.ReadsConfigMaps(&pods.Items[i]), "app-config") {
 			out = append(out, pods.Items[i].Name)
 		}
-	}
-	return out, nil
-}
-
-// eventCounts are the namespace's Events by uid, with their counts: what refusalsSince leaves out.
-func eventCounts(ctx context.Context, ns string) (map[types.UID]int32, error) {
-	evs, err := e2e.cluster.Kube.CoreV1().Events(ns).List(ctx, metav1.ListOptions{})
-	if err != nil {
-		return nil, err
-	}
-	out := map[types.UID]int32{}
-	for _, e := range evs.Items {
-		out[e.UID] = e.Count
 	}
 	return out, nil
 }
