@@ -16,6 +16,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	kubefake "k8s.io/client-go/kubernetes/fake"
 	metafake "k8s.io/client-go/metadata/fake"
+	"k8s.io/client-go/tools/cache"
 	"k8s.io/client-go/tools/record"
 
 	"github.com/configmap-attacher/configmap-attacher/internal/api"
@@ -302,4 +303,42 @@ func managed(manager, uid string) metav1.ManagedFieldsEntry {
 	fields := fmt.Sprintf(`{"f:metadata":{"f:ownerReferences":{".":{},"k:{\"uid\":\"%s\"}":{}}}}`, uid)
 	return metav1.ManagedFieldsEntry{Manager: manager, Operation: metav1.ManagedFieldsOperationUpdate, APIVersion: "v1",
 		FieldsType: "FieldsV1", FieldsV1: &metav1.FieldsV1{Raw: []byte(fields)}}
+}
+
+// Only what sync would write for is queued (pvcprotection's rule), so that a start does not queue every
+// finalized object of the cluster; an object that went is always queued.
+func TestConfigEventsQueueOnlyWhatSyncWritesFor(t *testing.T) {
+	tests := []struct {
+		name                string
+		event               string // add, update, delete
+		deleting, finalizer bool
+		wantQueued          bool
+	}{
+		{name: "listed with our finalizer (a start)", event: "add", finalizer: true},
+		{name: "new, without our finalizer", event: "add", wantQueued: true},
+		{name: "our finalizer removed by someone", event: "update", wantQueued: true},
+		{name: "deleted while it carries our finalizer", event: "update", deleting: true, finalizer: true, wantQueued: true},
+		{name: "being deleted without our finalizer", event: "update", deleting: true},
+		{name: "labels changed, finalizer on", event: "update", finalizer: true},
+		{name: "gone, finalized", event: "delete", finalizer: true, wantQueued: true},
+		{name: "gone, never finalized", event: "delete", wantQueued: true},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			f := newFixture(t, nil, nil, nil)
+			h := f.c.configHandler(refs.ConfigMap)
+			m := config("cm", true, tt.deleting, tt.finalizer)
+			switch tt.event {
+			case "add":
+				h.OnAdd(m, true)
+			case "update":
+				h.OnUpdate(config("cm", true, false, true), m)
+			case "delete":
+				h.OnDelete(cache.DeletedFinalStateUnknown{Key: testutil.Namespace + "/cm", Obj: m})
+			}
+			if queued := f.c.loop.Queue.Len() == 1; queued != tt.wantQueued {
+				t.Errorf("queued = %v, want %v", queued, tt.wantQueued)
+			}
+		})
+	}
 }
