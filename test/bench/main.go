@@ -98,6 +98,8 @@ func run(ctx context.Context, args []string) error {
 	peersMax := fs.Int("scale-peers-max", 0, "scale: run the peers and the baseline build only up to this many Pods (0: at every size)")
 	baselineBin := fs.String("baseline-bin", "", "memory, scale: another build of configmap-attacher (e.g. main's) to measure beside ours")
 	controllerEnv := fs.String("controller-env", "", "memory, scale: environment of our controller (and the baseline), space-separated (e.g. \"GOMEMLIMIT=200MiB\")")
+	resume := fs.Bool("scale-resume", false, "scale: measure the scale cluster an earlier run left (stopped or kept with -keep) instead of building one from empty: "+
+		"its steps start from the Pods it holds (with -keep, it is left for the next run)")
 	profiles := fs.String("scale-profiles", "", "scale: keep our controller's heap profile at each measurement in this directory")
 	controllerFlags := fs.String("controller-flags", "", "extra flags for the controller, space-separated (e.g. \"-workers=16 -kube-api-qps=300\")")
 	if len(args) == 0 {
@@ -132,8 +134,11 @@ func run(ctx context.Context, args []string) error {
 			// as kube-controller-manager's would (scale-kwokctl.yaml).
 			os.Setenv("ROLLOUTS_CONTROLLER_ARGS", "--qps 300 --burst 600 --rollout-threads 20")
 			// Its steps count from an empty cluster: what an interrupted run left (up to 150,000
-			// Pods, and nodes whose TTL annotation kube-controller-manager now owns) goes first.
-			if err := framework.DeleteCluster(ctx, root, name, os.Stderr); err != nil {
+			// Pods, and nodes whose TTL annotation kube-controller-manager now owns) goes first,
+			// unless the run is to resume on it (building 150,000 Pods takes two hours here).
+			if *resume {
+				fmt.Fprintln(os.Stderr, "-scale-resume: keeping the scale cluster an earlier run left")
+			} else if err := framework.DeleteCluster(ctx, root, name, os.Stderr); err != nil {
 				return fmt.Errorf("deleting the scale cluster of an earlier run: %w", err)
 			}
 		}
@@ -191,7 +196,7 @@ func run(ctx context.Context, args []string) error {
 		return e.againstReloader(ctx, *workloads, *keep)
 	case "scale":
 		return e.scale(ctx, scaleOptions{steps: steps, stormRollouts: *stormRollouts, webhookPods: *webhookPods, inFlight: *inFlight,
-			pending: *pending, outDir: inRepo(root, *scaleOut), budget: *budget, peersMax: *peersMax, keep: *keep})
+			pending: *pending, outDir: inRepo(root, *scaleOut), budget: *budget, peersMax: *peersMax, keep: *keep, resume: *resume})
 	}
 	return fmt.Errorf("unknown scenario %q: job, controller, memory, webhook, reloader or scale", scenario)
 }

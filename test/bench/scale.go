@@ -62,6 +62,7 @@ const (
 	boundPerTenant    = (tenantDeployments + tenantRollouts) * appReplicas
 	podsPerTenant     = boundPerTenant + stsReplicas + cronJobRuns
 	tenantPrefix      = "scale-t"
+	scaleNodePrefix   = "scale-node-"
 	scaleSystem       = "scale-system"
 	probeNamespace    = "scale-probe"
 )
@@ -76,6 +77,8 @@ type scaleOptions struct {
 	budget        time.Duration
 	peersMax      int
 	keep          bool
+	// resume: the cluster is one an earlier run built (-scale-resume); the grower takes what it holds.
+	resume bool
 }
 
 // scaleStep is what one step measured.
@@ -117,6 +120,12 @@ func (e env) scale(ctx context.Context, o scaleOptions) error {
 		return err
 	}
 	g := &grower{e: e, kube: fast}
+	if o.resume {
+		if err := g.adopt(ctx); err != nil {
+			return err
+		}
+		fmt.Printf("resuming on %d Pods on %d nodes (%d tenants) an earlier run built\n", g.pods(), len(g.nodes), g.tenants)
+	}
 	for _, ns := range []string{scaleSystem, probeNamespace} {
 		if err := e.c.CreateNamespace(ctx, ns); err != nil {
 			return err
@@ -129,7 +138,12 @@ func (e env) scale(ctx context.Context, o scaleOptions) error {
 		return err
 	}
 	baseline := base[ours].rss
-	fmt.Printf("before any tenant: ours %s\n", mib(baseline))
+	if o.resume {
+		// Not an empty cluster's: the per-Pod columns count from it all the same.
+		fmt.Printf("started on the resumed cluster: ours %s\n", mib(baseline))
+	} else {
+		fmt.Printf("before any tenant: ours %s\n", mib(baseline))
+	}
 
 	var steps []scaleStep
 	var stopReason string
@@ -848,7 +862,6 @@ type grower struct {
 	e       env
 	kube    kubernetes.Interface
 	tenants int
-	bound   int // pods the bench bound to nodes
 	nodes   []string
 	daemons bool
 }
@@ -857,6 +870,55 @@ type grower struct {
 // Job controllers make, and one per node per DaemonSet.
 func (g *grower) pods() int {
 	return g.tenants*podsPerTenant + daemonSets*len(g.nodes)
+}
+
+// adopt takes what an earlier run built: its tenants (numbered from 0, the namespaces of whole ones:
+// a tenant's namespace is its first object, so the last may be partial and is counted out to be
+// completed by growTo), its nodes and its DaemonSets.
+func (g *grower) adopt(ctx context.Context) error {
+	namespaces, err := g.kube.CoreV1().Namespaces().List(ctx, metav1.ListOptions{})
+	if err != nil {
+		return err
+	}
+	have := map[string]bool{}
+	for _, ns := range namespaces.Items {
+		have[ns.Name] = true
+	}
+	for have[tenantName(g.tenants)] {
+		g.tenants++
+	}
+	if g.tenants > 0 {
+		g.tenants-- // completed again by growTo: every create tolerates what exists
+	}
+	nodes, err := g.kube.CoreV1().Nodes().List(ctx, metav1.ListOptions{})
+	if err != nil {
+		return err
+	}
+	for _, n := range nodes.Items {
+		if strings.HasPrefix(n.Name, scaleNodePrefix) {
+			g.nodes = append(g.nodes, n.Name)
+		}
+	}
+	sort.Slice(g.nodes, func(i, j int) bool { return nodeIndex(g.nodes[i]) < nodeIndex(g.nodes[j]) })
+	for i, n := range g.nodes {
+		if nodeIndex(n) != i {
+			return fmt.Errorf("the cluster to resume has no node %s%d: build it anew (without -scale-resume)", scaleNodePrefix, i)
+		}
+	}
+	ds, err := g.kube.AppsV1().DaemonSets(scaleSystem).List(ctx, metav1.ListOptions{})
+	if err != nil {
+		return err
+	}
+	g.daemons = len(ds.Items) == daemonSets
+	return nil
+}
+
+func nodeIndex(name string) int {
+	i, err := strconv.Atoi(strings.TrimPrefix(name, scaleNodePrefix))
+	if err != nil {
+		return -1
+	}
+	return i
 }
 
 func tenantName(i int) string { return fmt.Sprintf("%s%05d", tenantPrefix, i) }
@@ -874,7 +936,7 @@ func (g *grower) growTo(ctx context.Context, target int) error {
 	}
 	nodes := (n*boundPerTenant + boundPerNode - 1) / boundPerNode
 	if nodes > len(g.nodes) {
-		added, err := g.e.createNodes(ctx, "scale-node-", len(g.nodes), nodes)
+		added, err := g.e.createNodes(ctx, scaleNodePrefix, len(g.nodes), nodes)
 		if err != nil {
 			return err
 		}
