@@ -99,7 +99,10 @@ status:
 "
   done
   log "applying $CLUSTER_NODES kwok nodes"
-  kctl apply --server-side --field-manager=hack-cluster -f - <<<"$manifest" >&2
+  # --force-conflicts: on a cluster of more than 100 nodes kube-controller-manager's TTL controller
+  # takes node.alpha.kubernetes.io/ttl over (it raises it with the cluster's size), and re-running
+  # this script on such a cluster (bench scale -scale-resume) must not fail on it; it sets it again.
+  kctl apply --server-side --force-conflicts --field-manager=hack-cluster -f - <<<"$manifest" >&2
   wait_until "$CLUSTER_NODES Ready nodes" nodes_ready
 }
 
