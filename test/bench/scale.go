@@ -139,8 +139,9 @@ func (e env) scale(ctx context.Context, o scaleOptions) error {
 	}
 	baseline := base[ours].rss
 	if o.resume {
-		// Not an empty cluster's: the per-Pod columns count from it all the same.
+		// Not an empty cluster's: no per-Pod figure counts from it (-1: none).
 		fmt.Printf("started on the resumed cluster: ours %s\n", mib(baseline))
+		baseline = -1
 	} else {
 		fmt.Printf("before any tenant: ours %s\n", mib(baseline))
 	}

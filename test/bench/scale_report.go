@@ -74,8 +74,11 @@ func scaleTables(steps []scaleStep, baseline int64) [][][]string {
 		}
 		oursMax := max(s.watchRSS, s.startRSS)
 		perPod := float64(s.startRSS-baseline) / 1024 / float64(s.pods)
-		mem = append(mem, []string{podsLabel(s.pods), withCommas(s.nodes), mib(s.watchRSS), mib(s.startRSS), fmt.Sprintf("%.2f", perPod),
-			fmt.Sprintf("%.1f", perPod*10000/1024),
+		perPodKiB, per10k := fmt.Sprintf("%.2f", perPod), fmt.Sprintf("%.1f", perPod*10000/1024)
+		if baseline < 0 { // resumed: no empty cluster measured
+			perPodKiB, per10k = "—", "—"
+		}
+		mem = append(mem, []string{podsLabel(s.pods), withCommas(s.nodes), mib(s.watchRSS), mib(s.startRSS), perPodKiB, per10k,
 			mibOrDash(s.watchHeap) + " / " + mibOrDash(s.startHeap),
 			fmt.Sprintf("%s (limit %s)", mibOrDash(s.peersStart[limitedName]), mibOrDash(s.limit)), ratioTo(s.peersStart[limitedName], s.kcm), mibOrDash(s.kcm), ratioTo(oursMax, s.kcm), peer(rsOperator), peer("reloader"), ratioTo(oursMax, best), peer(baselineName)})
 		baselineSynced := "—"
@@ -112,8 +115,12 @@ func writeScaleReport(dir, commit string, steps []scaleStep, baseline int64, sto
 		return err
 	}
 	var b strings.Builder
-	fmt.Fprintf(&b, "Written by `go run ./test/bench scale` at commit `%s` on %s (%d cores). Peak RSS (VmHWM); our controller empty-cluster baseline %s.\n",
-		commit, time.Now().Format("2006-01-02"), numCPU(), mib(baseline))
+	empty := "our controller empty-cluster baseline " + mib(baseline)
+	if baseline < 0 {
+		empty = "resumed on a cluster an earlier run built (-scale-resume): no empty-cluster baseline, and \"through the watch\" is ours started at the size it resumed at"
+	}
+	fmt.Fprintf(&b, "Written by `go run ./test/bench scale` at commit `%s` on %s (%d cores). Peak RSS (VmHWM); %s.\n",
+		commit, time.Now().Format("2006-01-02"), numCPU(), empty)
 	if stopReason != "" {
 		fmt.Fprintf(&b, "\nStopped before the next step: %s.\n", stopReason)
 	}
