@@ -164,7 +164,7 @@ func NewOptions(lookup func(string) (string, bool)) *Options {
 		Secrets:          true,
 		Workers:          8,
 		HeldResync:       5 * time.Minute,
-		MemoryLimitRatio: 0.9,
+		MemoryLimitRatio: 0.8,
 		MetricsAddr:      ":8080",
 		ProbeAddr:        ":8081",
 		LeaderElect:      true,
@@ -281,7 +281,7 @@ func (o *Options) Validate() error {
 		errs = append(errs, "-workers must be at least 1")
 	}
 	if o.MemoryLimitRatio < 0 || o.MemoryLimitRatio > 1 {
-		errs = append(errs, fmt.Sprintf("-memory-limit-ratio %g is not a share: give a number from 0 (no soft limit) to 1, e.g. 0.9", o.MemoryLimitRatio))
+		errs = append(errs, fmt.Sprintf("-memory-limit-ratio %g is not a share: give a number from 0 (no soft limit) to 1, e.g. 0.8", o.MemoryLimitRatio))
 	}
 	if o.HeldResync < 0 {
 		errs = append(errs, fmt.Sprintf("-held-resync %s is negative: give a period such as 5m, or 0 to disable the resync", o.HeldResync))

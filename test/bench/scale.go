@@ -379,7 +379,7 @@ const (
 // ~35 MiB with a 3 MiB heap) and half the live heap again as room, so that each collection frees at
 // least a third of the heap and the collector, which the soft limit starts when the heap reaches it,
 // runs seldom. Rounded up to 32 MiB. In a container the controller sets it to -memory-limit-ratio
-// (0.9) of the memory limit: the limit to give is this ÷ 0.9.
+// (0.8) of the memory limit: the limit to give is this ÷ 0.8.
 func sizedLimit(live int64) int64 {
 	const mi = 1 << 20
 	l := 64*mi + live*3/2

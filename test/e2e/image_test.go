@@ -370,8 +370,8 @@ func TestImageControllerAttachesInCluster(t *testing.T) {
 	// The chart's memory limit, as the kubelet sets it: the container's cgroup, where the controller
 	// reads it for the Go runtime's soft limit (-memory-limit-ratio).
 	limit, ok := c.Resources.Limits[corev1.ResourceMemory]
-	if !ok || !slices.Contains(args, "-memory-limit-ratio=0.9") {
-		t.Fatalf("the chart's container: memory limit %v, args %q: want a limit and -memory-limit-ratio=0.9", c.Resources.Limits, args)
+	if !ok || !slices.Contains(args, "-memory-limit-ratio=0.8") {
+		t.Fatalf("the chart's container: memory limit %v, args %q: want a limit and -memory-limit-ratio=0.8", c.Resources.Limits, args)
 	}
 
 	// A revision waits to be attached before the container starts: its attach measures start-up.
@@ -389,8 +389,8 @@ func TestImageControllerAttachesInCluster(t *testing.T) {
 	firstAttach := time.Since(p.start)
 	t.Logf("then: %s attached to ReplicaSet %s %s after the container started", v1, rs1.Name, firstAttach.Round(time.Millisecond))
 	r.expectLeaderIn(p)
-	// 90% of the 512Mi limit, rounded down: 536870912 * 9 / 10.
-	if want := `"bytes":483183820`; !strings.Contains(p.logs(), want) {
+	// 80% of the 512Mi limit, rounded down: 536870912 * 8 / 10.
+	if want := `"bytes":429496729`; !strings.Contains(p.logs(), want) {
 		t.Fatalf("the controller did not take its soft memory limit from the container's (want %s in its log):\n%s", want, p.logs())
 	}
 	t.Logf("then: its soft memory limit is 90%% of the container's %s", limit.String())
