@@ -95,21 +95,16 @@ func configKey(kind refs.Kind, namespace, name string) string {
 }
 
 func (c *Controller) configHandler(kind refs.Kind) cache.ResourceEventHandler {
-	enqueue := func(obj any) {
-		if m, ok := caches.MetaOf(obj); ok {
+	enqueueIf := func(obj any, when func(*metav1.PartialObjectMetadata) bool) {
+		if m, ok := caches.MetaOf(obj); ok && when(m) {
 			c.loop.Queue.Add(configKey(kind, m.Namespace, m.Name))
 		}
 	}
-	changed := func(obj any) {
-		if m, ok := caches.MetaOf(obj); ok && needsLook(m) {
-			enqueue(m)
-		}
-	}
 	return cache.ResourceEventHandlerFuncs{
-		AddFunc:    changed,
-		UpdateFunc: func(_, cur any) { changed(cur) },
+		AddFunc:    func(obj any) { enqueueIf(obj, needsLook) },
+		UpdateFunc: func(_, cur any) { enqueueIf(cur, needsLook) },
 		// Deleted, or opted out: a label-selected watch reports an object losing the label as deleted.
-		DeleteFunc: enqueue,
+		DeleteFunc: func(obj any) { enqueueIf(obj, always) },
 	}
 }
 
@@ -311,7 +306,6 @@ func (c *Controller) namespaceTerminating(ctx context.Context, ns string) (bool,
 	return n.DeletionTimestamp != nil || n.Status.Phase == corev1.NamespaceTerminating, nil
 }
 
-// isHeld: being deleted, and our finalizer holds it.
 // needsLook reports whether sync could write anything for a cached object, as pvcprotection decides
 // which claims to queue (NeedToAddFinalizer or IsDeletionCandidate):
 //
@@ -328,6 +322,9 @@ func needsLook(m *metav1.PartialObjectMetadata) bool {
 	return (m.DeletionTimestamp == nil) != api.HasFinalizer(m.Finalizers, api.InUseFinalizer)
 }
 
+func always(*metav1.PartialObjectMetadata) bool { return true }
+
+// isHeld: being deleted, and our finalizer holds it.
 func isHeld(m *metav1.PartialObjectMetadata) bool {
 	return m.DeletionTimestamp != nil && api.HasFinalizer(m.Finalizers, api.InUseFinalizer)
 }
