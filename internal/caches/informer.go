@@ -471,6 +471,26 @@ func (c *Caches) UsersOf(namespace string, r refs.Ref, owners ...metav1.OwnerRef
 	return out, errors.Join(errs...)
 }
 
+// EachRevision calls fn for every cached object of kind that may be a revision of its own. A pod with
+// a controller is none (its controller's revision reads the config): its record is passed over before
+// a view is made of it, as 150,000 Users would be made for nothing at 150,000 Pods.
+func (c *Caches) EachRevision(kind Kind, fn func(*User)) {
+	inf, ok := c.Users[kind]
+	if !ok {
+		return
+	}
+	for _, s := range inf.informers {
+		for _, o := range s.GetIndexer().List() {
+			if _, controlled := o.(*podStub); controlled {
+				continue
+			}
+			if u, ok := inf.shows(o); ok {
+				fn(u)
+			}
+		}
+	}
+}
+
 // OwnedConfigs returns the cached opted-in objects of a kind in namespace among whose owners is uid:
 // what a revision owns. Each object's record is looked at before any view is made of it: a sync of
 // each of a cluster's ~100,000 revisions asks, and each namespace holds dozens of config objects.

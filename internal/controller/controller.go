@@ -10,6 +10,7 @@
 package controller
 
 import (
+	"context"
 	"errors"
 	"slices"
 	"time"
@@ -22,6 +23,7 @@ import (
 	"github.com/configmap-attacher/configmap-attacher/internal/api"
 	"github.com/configmap-attacher/configmap-attacher/internal/attach"
 	"github.com/configmap-attacher/configmap-attacher/internal/caches"
+	"github.com/configmap-attacher/configmap-attacher/internal/logging"
 	"github.com/configmap-attacher/configmap-attacher/internal/metrics"
 	"github.com/configmap-attacher/configmap-attacher/internal/reconcile"
 	"github.com/configmap-attacher/configmap-attacher/internal/refs"
@@ -63,7 +65,7 @@ func New(c *caches.Caches, writer *attach.Writer, m *metrics.Metrics, o Options)
 		o.ReplicaSetSelector = labels.Everything()
 	}
 	ctl := &Controller{caches: c, writer: writer, metrics: m, opts: o, pending: newExpectations(expectationsTTL)}
-	ctl.loop = &reconcile.Loop{Name: Name, Queue: reconcile.NewQueue(Name, m), Sync: ctl.sync, Metrics: m,
+	ctl.loop = &reconcile.Loop{Name: Name, Queue: reconcile.NewQueue(Name, m), Sync: ctl.sync, Metrics: m, Start: ctl.queueUnsynced,
 		Permanent: func(err error) bool { return errors.Is(err, attach.ErrInvalid) }}
 	for _, kind := range RevisionKinds() {
 		if inf, ok := c.Users[kind]; ok {
@@ -102,10 +104,13 @@ func (c *Controller) enqueue(u *caches.User) {
 	c.loop.Queue.Add(u.Key())
 }
 
+// revisionHandler enqueues a revision when it appears or changes in what it uses. Not for the
+// revisions of the caches' first list: queueUnsynced looks at those once the caches hold everything,
+// and queues only those it finds unsynced.
 func (c *Controller) revisionHandler() cache.ResourceEventHandler {
-	return cache.ResourceEventHandlerFuncs{
-		AddFunc: func(obj any) {
-			if u, ok := caches.UserOf(obj); ok {
+	return cache.ResourceEventHandlerDetailedFuncs{
+		AddFunc: func(obj any, initial bool) {
+			if u, ok := caches.UserOf(obj); ok && !initial {
 				c.enqueue(u)
 			}
 		},
@@ -129,8 +134,8 @@ func sameController(a, b *metav1.OwnerReference) bool {
 
 // configHandler enqueues the revisions that use a config object whenever it appears, changes (for
 // example someone removed our ownerReference) or goes away. Not for the objects of the caches' first
-// list: every revision is queued by its own first add then, and looking for the users of each of a
-// cluster's config objects would make the start's work grow with objects × revisions per namespace.
+// list: queueUnsynced looks at every revision then, and looking for the users of each of a cluster's
+// config objects would make the start's work grow with objects × revisions per namespace.
 func (c *Controller) configHandler(kind refs.Kind) cache.ResourceEventHandler {
 	enqueue := func(obj any) {
 		m, ok := caches.MetaOf(obj)
@@ -153,7 +158,7 @@ func (c *Controller) configHandler(kind refs.Kind) cache.ResourceEventHandler {
 }
 
 // workloadHandler enqueues a workload's revisions when its attach-all annotation changes (and when it
-// appears after the caches' first list, whose revisions are each queued by their own first add).
+// appears after the caches' first list, whose revisions queueUnsynced looks at).
 func (c *Controller) workloadHandler() cache.ResourceEventHandler {
 	return cache.ResourceEventHandlerDetailedFuncs{
 		AddFunc: func(obj any, initial bool) {
@@ -186,4 +191,23 @@ func (c *Controller) enqueueUsers(find func(caches.Kind) ([]*caches.User, error)
 			c.enqueue(u)
 		}
 	}
+}
+
+// queueUnsynced queues the revisions the caches show unsynced: the start's look at what the caches'
+// first list brought, whose adds queue nothing. Each revision is asked once every cache holds
+// everything, so the answer is whole; a controller restarted on a cluster it keeps attached queues a
+// handful of keys, not each of 150,000 revisions (whose keys, sets and timestamps the queue keeps room
+// for after they drain, and whose syncs would hold the first new attach back behind them).
+func (c *Controller) queueUnsynced(ctx context.Context) {
+	queued, looked := 0, 0
+	for _, kind := range RevisionKinds() {
+		c.caches.EachRevision(kind, func(u *caches.User) {
+			looked++
+			if c.unsynced(ctx, u) {
+				c.loop.Queue.Add(u.Key())
+				queued++
+			}
+		})
+	}
+	logging.FromContext(ctx).Info("queued the revisions whose config is not attached", "queued", queued, "revisions", looked)
 }

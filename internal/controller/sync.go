@@ -84,6 +84,20 @@ func (c *Controller) sync(ctx context.Context, key string) (reconcile.Result, er
 // ConfigMap deleted through us). Such an object goes with the revision instead, e.g. a CronJob that
 // changed its config before any Job ran keeps the earlier config until it is deleted.
 func (c *Controller) detachUnused(ctx context.Context, u *caches.User) error {
+	unused, err := c.unusedOwned(u)
+	errs := []error{err}
+	for _, o := range unused {
+		if _, err := c.writer.DetachUnlessLast(ctx, o.Kind, o.Meta.Namespace, o.Meta.Name, u.UID); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// unusedOwned returns the cached opted-in objects the revision owns but its pod template no longer
+// references.
+func (c *Controller) unusedOwned(u *caches.User) ([]attach.Object, error) {
+	var out []attach.Object
 	var errs []error
 	for kind := range c.caches.Configs {
 		owned, err := c.caches.OwnedConfigs(kind, u.Namespace, u.UID)
@@ -96,15 +110,39 @@ func (c *Controller) detachUnused(ctx context.Context, u *caches.User) error {
 			// original object: that ownership is the pin (internal/pinning), not a use to take back.
 			// Detaching it (a revision sharing its snapshot with the one before, an image-only deploy)
 			// unpinned the revision, and the pinning controller pinned it again, without end.
-			if u.Uses(refs.Ref{Kind: kind, Name: m.Name}) || m.Labels[api.SnapshotLabel] == api.SnapshotValue {
-				continue
-			}
-			if _, err := c.writer.DetachUnlessLast(ctx, kind, m.Namespace, m.Name, u.UID); err != nil {
-				errs = append(errs, err)
+			if !u.Uses(refs.Ref{Kind: kind, Name: m.Name}) && m.Labels[api.SnapshotLabel] != api.SnapshotValue {
+				out = append(out, attach.Object{Kind: kind, Meta: m})
 			}
 		}
 	}
-	return errors.Join(errs...)
+	return out, errors.Join(errs...)
+}
+
+// unsynced reports whether a sync of the revision would write, as far as the caches tell:
+//
+//	followed and not being deleted | its workload attaches all | a used opted-in object it does not own | an owned object it no longer uses | unsynced
+//	no                             | -                         | -                                      | -                                 | no
+//	yes                            | yes                       | -                                      | -                                 | yes: it uses objects the caches do not hold
+//	yes                            | no                        | yes                                    | -                                 | yes
+//	yes                            | no                        | no                                     | yes                               | yes
+//	yes                            | no                        | no                                     | no                                | no
+//
+// A cache that cannot answer counts as yes: the sync reports why. An owned object it no longer uses is
+// queued even when it is the object's last reference, which the sync keeps (rare: a CronJob's template
+// changed in place).
+func (c *Controller) unsynced(ctx context.Context, u *caches.User) bool {
+	if !c.follows(u) || u.DeletionTimestamp != nil {
+		return false
+	}
+	if c.attachAll(u) {
+		return true
+	}
+	used, err := c.usedObjects(ctx, u, false) // without attach-all: the caches only
+	if err != nil || slices.ContainsFunc(used, func(o attach.Object) bool { return !revision.OwnedBy(&o.Meta.ObjectMeta, u.UID) }) {
+		return true
+	}
+	unused, err := c.unusedOwned(u)
+	return err != nil || len(unused) > 0
 }
 
 // cachedOwnedBy reports whether the config cache already shows o owned by uid.

@@ -264,23 +264,101 @@ func TestConfigEventEnqueuesItsReplicaSets(t *testing.T) {
 	}
 }
 
-// The caches' first list queues every revision by its own add: the adds of config objects and
-// workloads in that list look for no users (at 150,000 Pods, a look through its namespace for each of
-// ~90,000 config objects and ~30,000 workloads, for nothing).
-func TestTheFirstListQueuesEachRevisionOnce(t *testing.T) {
+// The caches' first list queues nothing by its adds (at 150,000 Pods, ~150,000 revision keys whose
+// room the queue keeps after they drain, and a look through its namespace for each of ~90,000 config
+// objects); the start then queues the revisions a sync would write for, and only those.
+func TestTheStartQueuesOnlyTheRevisionsASyncWouldWriteFor(t *testing.T) {
+	no := false
+	ownedBy := func(uids ...types.UID) []metav1.OwnerReference {
+		var out []metav1.OwnerReference
+		for _, uid := range uids {
+			out = append(out, metav1.OwnerReference{APIVersion: "apps/v1", Kind: "ReplicaSet", Name: "rs-" + string(uid), UID: uid, Controller: &no})
+		}
+		return out
+	}
+	d := testutil.Deployment("web", "d-uid", testutil.PodSpec([]string{"shared"}))
+	rs := testutil.ReplicaSet(d, workload.Deployment, "aaa", 1, d.Spec.Template.Spec)
+	deleting := rs.DeepCopy()
+	deleting.DeletionTimestamp = &metav1.Time{Time: time.Now()}
+	dep, err := caches.Reduce(d)
+	if err != nil {
+		t.Fatal(err)
+	}
+	d.Annotations = map[string]string{api.AttachAllAnnotation: "true"}
+	attachAll, err := caches.Reduce(d)
+	if err != nil {
+		t.Fatal(err)
+	}
+	yes := true
+	pod := func(name string, owners ...metav1.OwnerReference) *caches.User {
+		u, err := caches.Reduce(&corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: testutil.Namespace, UID: types.UID("uid-" + name),
+			OwnerReferences: owners}, Spec: testutil.PodSpec([]string{"shared"})})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return u
+	}
+	snapshot := testutil.ConfigMeta(refs.ConfigMap, "shared-1f2e3d4c5b", true, ownedBy("older", rs.UID)...)
+	snapshot.Labels[api.SnapshotLabel] = api.SnapshotValue
+	shared := func(owners ...types.UID) *metav1.PartialObjectMetadata {
+		return testutil.ConfigMeta(refs.ConfigMap, "shared", true, ownedBy(owners...)...)
+	}
+	goingShared := shared()
+	goingShared.DeletionTimestamp = &metav1.Time{Time: time.Now()}
+	for _, tt := range []struct {
+		name    string
+		users   []*caches.User
+		configs []*metav1.PartialObjectMetadata
+		want    []string
+	}{
+		{name: "a ReplicaSet its config is not attached to", users: []*caches.User{user(rs)}, configs: []*metav1.PartialObjectMetadata{shared()},
+			want: []string{key(rs)}},
+		{name: "a ReplicaSet already attached", users: []*caches.User{user(rs)}, configs: []*metav1.PartialObjectMetadata{shared("older", rs.UID)}},
+		{name: "a ReplicaSet whose config is not opted in", users: []*caches.User{user(rs)}},
+		{name: "a ReplicaSet whose config is being deleted", users: []*caches.User{user(rs)}, configs: []*metav1.PartialObjectMetadata{goingShared}},
+		{name: "a ReplicaSet being deleted", users: []*caches.User{user(deleting)}, configs: []*metav1.PartialObjectMetadata{shared()}},
+		{name: "a ReplicaSet owning an object it no longer uses", users: []*caches.User{user(rs)},
+			configs: []*metav1.PartialObjectMetadata{shared(rs.UID), testutil.ConfigMeta(refs.ConfigMap, "old", true, ownedBy("older", rs.UID)...)},
+			want:    []string{key(rs)}},
+		{name: "a ReplicaSet pinned to a snapshot its template does not name", users: []*caches.User{user(rs)},
+			configs: []*metav1.PartialObjectMetadata{shared(rs.UID), snapshot}},
+		{name: "a ReplicaSet of an attach-all Deployment (objects outside the caches)", users: []*caches.User{user(rs), attachAll},
+			configs: []*metav1.PartialObjectMetadata{shared(rs.UID)}, want: []string{key(rs)}},
+		{name: "a Deployment is no revision", users: []*caches.User{dep}, configs: []*metav1.PartialObjectMetadata{shared()}},
+		{name: "a bare pod and a controller's pod", configs: []*metav1.PartialObjectMetadata{shared()},
+			users: []*caches.User{pod("bare"), pod("web-aaa-x1", metav1.OwnerReference{APIVersion: "apps/v1", Kind: "ReplicaSet", Name: rs.Name, UID: rs.UID, Controller: &yes})},
+			want:  []string{caches.Key(caches.Pod, testutil.Namespace, "bare")}},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			f := newFixture(t, tt.users, tt.configs)
+			for _, u := range tt.users {
+				f.c.revisionHandler().OnAdd(u, true)
+				f.c.workloadHandler().OnAdd(u, true)
+			}
+			for _, m := range tt.configs {
+				f.c.configHandler(refs.ConfigMap).OnAdd(m, true)
+			}
+			if got := f.drainQueue(); len(got) != 0 {
+				t.Fatalf("the first list's adds queued %v", got)
+			}
+			f.c.loop.Start(context.Background())
+			if got := f.drainQueue(); !slices.Equal(got, tt.want) {
+				t.Errorf("the start queued %v, want %v", got, tt.want)
+			}
+		})
+	}
+}
+
+// After the first list, a revision's add queues it, and so does a workload's that may attach all.
+func TestAddsAfterTheFirstListQueueTheirRevisions(t *testing.T) {
 	d := testutil.Deployment("web", "d-uid", testutil.PodSpec([]string{"shared"}))
 	rs := testutil.ReplicaSet(d, workload.Deployment, "aaa", 1, d.Spec.Template.Spec)
 	f := newFixture(t, []*caches.User{user(rs)}, nil)
-	f.c.configHandler(refs.ConfigMap).OnAdd(testutil.ConfigMeta(refs.ConfigMap, "shared", true), true)
-	du, _ := caches.Reduce(d)
-	f.c.workloadHandler().OnAdd(du, true)
-	if got := f.drainQueue(); len(got) != 0 {
-		t.Fatalf("the first list's config object and workload queued %v", got)
-	}
-	f.c.revisionHandler().OnAdd(user(rs), true)
+	f.c.revisionHandler().OnAdd(user(rs), false)
 	if got := f.drainQueue(); !slices.Equal(got, []string{key(rs)}) {
-		t.Fatalf("the first list's ReplicaSet queued %v, want itself", got)
+		t.Fatalf("a new ReplicaSet queued %v, want itself", got)
 	}
+	du, _ := caches.Reduce(d)
 	f.c.workloadHandler().OnAdd(du, false) // a workload made later (its ReplicaSets may have come first)
 	if got := f.drainQueue(); !slices.Equal(got, []string{key(rs)}) {
 		t.Fatalf("a later workload queued %v, want its ReplicaSet", got)
@@ -405,8 +483,8 @@ func TestRevisionEventsQueueBarePodsButNotAControllersPods(t *testing.T) {
 		event func(f *fixture)
 		want  []string
 	}{
-		{"a controller's pod appears", func(f *fixture) { f.c.revisionHandler().OnAdd(controlled, true) }, nil},
-		{"a bare pod appears", func(f *fixture) { f.c.revisionHandler().OnAdd(bare, true) }, []string{bare.Key()}},
+		{"a controller's pod appears", func(f *fixture) { f.c.revisionHandler().OnAdd(controlled, false) }, nil},
+		{"a bare pod appears", func(f *fixture) { f.c.revisionHandler().OnAdd(bare, false) }, []string{bare.Key()}},
 		{"a config object both use appears", func(f *fixture) {
 			f.c.configHandler(refs.ConfigMap).OnAdd(testutil.ConfigMeta(refs.ConfigMap, "shared", true), false)
 		}, []string{bare.Key(), key(rs)}},

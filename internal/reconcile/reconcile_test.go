@@ -36,6 +36,34 @@ func TestSplitKey(t *testing.T) {
 	}
 }
 
+// Start runs once as the loop starts, and the workers sync what it queued; it runs again only when
+// the loop does (a new leader's caches may hold what the last one's did not).
+func TestLoopStartQueuesBeforeTheWorkersSync(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		var starts atomic.Int32
+		var synced []string
+		l := &Loop{Name: "test", Queue: NewQueue("test", nil),
+			Sync: func(_ context.Context, key string) (Result, error) {
+				synced = append(synced, key)
+				return Result{}, nil
+			}}
+		l.Start = func(context.Context) { starts.Add(1); l.Queue.Add("ReplicaSet/ns/unsynced") }
+		ctx, cancel := context.WithCancel(t.Context())
+		done := make(chan struct{})
+		go func() { l.Run(ctx, 2); close(done) }()
+		time.Sleep(time.Minute)
+		synctest.Wait()
+		if got := starts.Load(); got != 1 {
+			t.Errorf("Start ran %d times, want once", got)
+		}
+		if len(synced) != 1 || synced[0] != "ReplicaSet/ns/unsynced" {
+			t.Errorf("synced %v, want the key Start queued", synced)
+		}
+		cancel()
+		<-done
+	})
+}
+
 // Resync runs every ResyncPeriod while the loop runs (not at once: the initial list queued everything),
 // never with a period of 0, and stops with the loop.
 func TestLoopResync(t *testing.T) {
