@@ -239,3 +239,40 @@ func TestUsersUsingAndControlledBy(t *testing.T) {
 		t.Errorf("pods of ReplicaSet 1: %v", got)
 	}
 }
+
+// A handler added after the first list gets none of its adds, and no view is made of those objects for
+// it; it gets every later event, as a handler added plainly does.
+func TestAHandlerAfterTheFirstListGetsNoneOfItsAddsAndNoViews(t *testing.T) {
+	src := newTestInformer(nil)
+	views := 0
+	inf := newViewInformer(func(obj any) (*metav1.PartialObjectMetadata, bool) {
+		views++
+		return configView(refs.ConfigMap)(obj)
+	}, src)
+	var every, after recorder
+	if err := inf.AddEventHandler(every.handler()); err != nil {
+		t.Fatal(err)
+	}
+	if err := inf.AddEventHandlerAfterFirstList(after.handler()); err != nil {
+		t.Fatal(err)
+	}
+	deliver := func(typ cache.DeltaType, obj *metav1.PartialObjectMetadata, initial bool) {
+		t.Helper()
+		if err := src.process(cache.Deltas{{Type: typ, Object: obj}}, initial); err != nil {
+			t.Fatal(err)
+		}
+	}
+	deliver(cache.Replaced, cm("listed", optedIn), true)
+	if views != 1 {
+		t.Errorf("%d views made of the first list's object, want 1 (for the plain handler only)", views)
+	}
+	deliver(cache.Added, cm("made-later", optedIn), false)
+	deliver(cache.Updated, cm("listed", optedIn), false)
+	deliver(cache.Deleted, cm("made-later", optedIn), false)
+	if want := []string{"add listed", "add made-later", "update listed", "delete made-later"}; !slices.Equal(every.got, want) {
+		t.Errorf("the plain handler got %v, want %v", every.got, want)
+	}
+	if want := []string{"add made-later", "update listed", "delete made-later"}; !slices.Equal(after.got, want) {
+		t.Errorf("the handler after the first list got %v, want %v", after.got, want)
+	}
+}

@@ -69,19 +69,19 @@ func New(c *caches.Caches, writer *attach.Writer, m *metrics.Metrics, o Options)
 		Permanent: func(err error) bool { return errors.Is(err, attach.ErrInvalid) }}
 	for _, kind := range RevisionKinds() {
 		if inf, ok := c.Users[kind]; ok {
-			if err := inf.AddEventHandler(ctl.revisionHandler()); err != nil {
+			if err := inf.AddEventHandlerAfterFirstList(ctl.revisionHandler()); err != nil {
 				return nil, err
 			}
 		}
 	}
 	for kind, inf := range c.Configs {
-		if err := inf.AddEventHandler(ctl.configHandler(kind)); err != nil {
+		if err := inf.AddEventHandlerAfterFirstList(ctl.configHandler(kind)); err != nil {
 			return nil, err
 		}
 	}
 	for _, kind := range []caches.Kind{caches.Deployment, caches.Rollout, caches.StatefulSet, caches.DaemonSet, caches.CronJob} {
 		if inf, ok := c.Users[kind]; ok {
-			if err := inf.AddEventHandler(ctl.workloadHandler()); err != nil {
+			if err := inf.AddEventHandlerAfterFirstList(ctl.workloadHandler()); err != nil {
 				return nil, err
 			}
 		}

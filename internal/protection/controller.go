@@ -70,7 +70,7 @@ func New(c *caches.Caches, writer *attach.Writer, live UserLister, kube kubernet
 	}
 	for _, kind := range caches.UserKinds() {
 		if inf, ok := c.Users[kind]; ok {
-			if err := inf.AddEventHandler(ctl.userHandler()); err != nil {
+			if err := inf.AddEventHandlerAfterFirstList(ctl.userHandler()); err != nil {
 				return nil, err
 			}
 		}
