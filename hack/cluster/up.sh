@@ -10,6 +10,7 @@ set -euo pipefail
 source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 
 CLUSTER_NODES=${CLUSTER_NODES:-3}
+CLUSTER_NODE_PODS=${CLUSTER_NODE_PODS:-110}
 WAIT_TIMEOUT=${WAIT_TIMEOUT:-120}
 
 # The control plane's binaries (etcd, kube-apiserver, kube-controller-manager, kube-scheduler):
@@ -94,8 +95,8 @@ metadata:
     node-role.kubernetes.io/agent: \"\"
     type: kwok
 status:
-  allocatable: {cpu: \"32\", memory: 256Gi, pods: \"110\"}
-  capacity: {cpu: \"32\", memory: 256Gi, pods: \"110\"}
+  allocatable: {cpu: \"32\", memory: 256Gi, pods: \"$CLUSTER_NODE_PODS\"}
+  capacity: {cpu: \"32\", memory: 256Gi, pods: \"$CLUSTER_NODE_PODS\"}
 "
   done
   log "applying $CLUSTER_NODES kwok nodes"
@@ -103,6 +104,12 @@ status:
   # takes node.alpha.kubernetes.io/ttl over (it raises it with the cluster's size), and re-running
   # this script on such a cluster (bench scale -scale-resume) must not fail on it; it sets it again.
   kctl apply --server-side --force-conflicts --field-manager=hack-cluster -f - <<<"$manifest" >&2
+  # A node that exists keeps the status it was made with: a re-run asking for another
+  # CLUSTER_NODE_PODS (the e2e suite's, on a cluster made with the default) sets it there.
+  local pods="{\"status\":{\"allocatable\":{\"pods\":\"$CLUSTER_NODE_PODS\"},\"capacity\":{\"pods\":\"$CLUSTER_NODE_PODS\"}}}"
+  for ((i = 0; i < CLUSTER_NODES; i++)); do
+    kctl patch node "kwok-node-$i" --subresource=status --type=merge -p "$pods" >/dev/null
+  done
   wait_until "$CLUSTER_NODES Ready nodes" nodes_ready
 }
 

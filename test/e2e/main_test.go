@@ -48,6 +48,10 @@ func run(m *testing.M) int {
 	}
 	c, err := framework.Start(ctx, framework.StartOptions{
 		RepoRoot: root, Kubeconfig: os.Getenv("KUBECONFIG"), Name: name, Progress: os.Stderr,
+		// A failed story's namespace is kept for a look, pods and all: at 110 pods a node, one story's
+		// 168 kept pods and a storm's 200 filled the three nodes, and every story after them waited
+		// for pods that could not be scheduled.
+		NodePods: 330,
 	})
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "e2e: starting the cluster:", err)

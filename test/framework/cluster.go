@@ -28,9 +28,10 @@ type Cluster struct {
 	Kube       kubernetes.Interface
 	Dynamic    dynamic.Interface
 
-	root  string
-	name  string // set when we started it, so Stop tears it down
-	owned bool
+	root     string
+	name     string // set when we started it, so Stop tears it down
+	owned    bool
+	nodePods int // StartOptions.NodePods, given again whenever up.sh runs
 }
 
 // StartOptions say which cluster to use.
@@ -42,16 +43,18 @@ type StartOptions struct {
 	Name string
 	// Progress receives up.sh's progress lines (tool builds, component starts).
 	Progress io.Writer
+	// NodePods is how many pods each fake node holds (CLUSTER_NODE_PODS; 0: up.sh's default).
+	NodePods int
 }
 
 // Start reuses the cluster opts.Kubeconfig names, or creates one with hack/cluster/up.sh, whose last
 // stdout line is KUBECONFIG=<path>.
 func Start(ctx context.Context, opts StartOptions) (*Cluster, error) {
-	c := &Cluster{root: opts.RepoRoot, Kubeconfig: opts.Kubeconfig}
+	c := &Cluster{root: opts.RepoRoot, Kubeconfig: opts.Kubeconfig, nodePods: opts.NodePods}
 	if c.Kubeconfig == "" {
 		c.name, c.owned = opts.Name, true
 		cmd := exec.CommandContext(ctx, filepath.Join(opts.RepoRoot, "hack/cluster/up.sh"))
-		cmd.Env = append(os.Environ(), "CLUSTER_NAME="+opts.Name)
+		cmd.Env = c.upEnv()
 		cmd.Stderr = opts.Progress
 		out, err := cmd.Output()
 		if err != nil {
@@ -173,10 +176,19 @@ func (c *Cluster) RestartAPIServer(ctx context.Context, progress io.Writer) erro
 	return c.up(ctx, progress)
 }
 
+// upEnv is the environment of hack/cluster/up.sh for this cluster.
+func (c *Cluster) upEnv() []string {
+	env := append(os.Environ(), "CLUSTER_NAME="+c.name)
+	if c.nodePods > 0 {
+		env = append(env, fmt.Sprintf("CLUSTER_NODE_PODS=%d", c.nodePods))
+	}
+	return env
+}
+
 // up runs hack/cluster/up.sh again on the cluster we started: it restarts stopped components.
 func (c *Cluster) up(ctx context.Context, progress io.Writer, env ...string) error {
 	cmd := exec.CommandContext(ctx, filepath.Join(c.root, "hack/cluster/up.sh"))
-	cmd.Env = append(append(os.Environ(), "CLUSTER_NAME="+c.name, "SKIP_TOOLS_BUILD=1"), env...)
+	cmd.Env = append(append(c.upEnv(), "SKIP_TOOLS_BUILD=1"), env...)
 	cmd.Stdout, cmd.Stderr = io.Discard, progress
 	return cmd.Run()
 }
