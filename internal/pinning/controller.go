@@ -62,24 +62,25 @@ func New(c *caches.Caches, taker *Taker, events record.EventRecorder, m *metrics
 		return nil, errors.New("pinning caches missing")
 	}
 	ctl := &Controller{caches: c, taker: taker, events: events}
-	ctl.loop = &reconcile.Loop{Name: Name, Queue: reconcile.NewQueue(Name, m), Sync: ctl.sync, Metrics: m}
+	ctl.loop = &reconcile.Loop{Name: Name, Queue: reconcile.NewQueue(Name, m), Sync: ctl.sync, Metrics: m, Start: ctl.queueUnsynced}
+	// None of the handlers looks at the caches' first list: queueUnsynced does, once they hold it all.
 	for _, kind := range revisionKinds() {
 		if inf, ok := c.Users[kind]; ok {
-			if err := inf.AddEventHandler(ctl.revisionHandler()); err != nil {
+			if err := inf.AddEventHandlerAfterFirstList(ctl.revisionHandler()); err != nil {
 				return nil, err
 			}
 		}
 	}
 	for kind, inf := range c.Pinning.Pins {
-		if err := inf.AddEventHandler(ctl.pinHandler(kind)); err != nil {
+		if err := inf.AddEventHandlerAfterFirstList(ctl.pinHandler(kind)); err != nil {
 			return nil, err
 		}
 	}
-	if err := c.Pinning.Namespaces.AddEventHandler(ctl.namespaceHandler()); err != nil {
+	if err := c.Pinning.Namespaces.AddEventHandlerAfterFirstList(ctl.namespaceHandler()); err != nil {
 		return nil, err
 	}
 	if pods, ok := c.Users[caches.Pod]; ok {
-		if err := pods.AddEventHandler(cache.ResourceEventHandlerFuncs{AddFunc: ctl.enqueueAudit}); err != nil {
+		if err := pods.AddEventHandlerAfterFirstList(cache.ResourceEventHandlerFuncs{AddFunc: ctl.enqueueAudit}); err != nil {
 			return nil, err
 		}
 	}
@@ -177,6 +178,60 @@ func (c *Controller) enqueueAudit(obj any) {
 	if u, ok := caches.UserOf(obj); ok {
 		c.loop.Queue.Add("audit/" + u.Namespace + "/" + u.Name)
 	}
+}
+
+// queueUnsynced queues what the caches' first list brought that a sync would act on: the revisions
+// needsSync names and the pods the audit would report. At a start on a cluster of 150,000 Pods this is
+// a handful of keys instead of every revision and a key per Pod, whose room the work queue's maps keep
+// after they drain.
+func (c *Controller) queueUnsynced(ctx context.Context) {
+	revisions, pods := 0, 0
+	for _, kind := range revisionKinds() {
+		c.caches.EachRevision(kind, func(u *caches.User) {
+			if c.needsSync(u) {
+				c.loop.Queue.Add(u.Key())
+				revisions++
+			}
+		})
+	}
+	if inf, ok := c.caches.Users[caches.Pod]; ok {
+		for _, n := range c.caches.Pinning.Namespaces.List() {
+			if !c.caches.Pinning.Enabled(n.Name) {
+				continue
+			}
+			unpinned, _ := inf.InNamespace(n.Name, func(u *caches.User) bool { return len(c.unpinned(u)) > 0 })
+			for _, u := range unpinned {
+				c.loop.Queue.Add("audit/" + u.Namespace + "/" + u.Name)
+				pods++
+			}
+		}
+	}
+	logging.FromContext(ctx).Info("queued the revisions to pin and the pods to report", "revisions", revisions, "pods", pods)
+}
+
+// needsSync reports whether a sync of the revision would act, as the caches tell:
+//
+//	a revision of a pinning namespace, not being deleted | an object it reads                                    | needsSync
+//	no                                                   | -                                                     | no
+//	yes                                                  | pinned, without its snapshot (and snapshots are ours) | yes: take it
+//	yes                                                  | not pinned, though earlier revisions have snapshots   | yes: PinRemoved
+//	yes                                                  | none of those                                         | no
+func (c *Controller) needsSync(u *caches.User) bool {
+	if u.DeletionTimestamp != nil || !isRevision(u) || !c.caches.Pinning.Enabled(u.Namespace) {
+		return false
+	}
+	for _, r := range u.Refs {
+		if _, pinned := c.caches.Pinning.Pin(u.Namespace, r); !pinned {
+			if _, removed := c.pinRemoved(u.Namespace, string(u.UID), r); removed {
+				return true
+			}
+			continue
+		}
+		if _, taken := c.caches.Pinning.Snapshot(u.Namespace, string(u.UID), r); !taken && c.taker != nil {
+			return true
+		}
+	}
+	return false
 }
 
 func (c *Controller) sync(ctx context.Context, key string) (reconcile.Result, error) {

@@ -233,3 +233,66 @@ func TestControllerPinsRevisionsOfAnObjectLabelledLate(t *testing.T) {
 		t.Errorf("snapshot %s of app-config for rs-new: %v %v", v1, snap, err)
 	}
 }
+
+// A start queues what a sync would act on, and nothing else (the first list's adds queue nothing: at
+// 150,000 Pods, every revision and a key per Pod): a revision of a pinning namespace missing a
+// snapshot, one reading an object that lost its pin label, and a pod reading a pinned object by its
+// own name.
+func TestTheStartQueuesOnlyWhatASyncWouldActOn(t *testing.T) {
+	cfg, _ := SnapshotName(appConfig("v1"))
+	sec, _ := SnapshotName(appSecret())
+	rs := replicaSet(t, "web-5d8f", "rs-new")
+	going := replicaSet(t, "web-5d8f", "rs-new")
+	going.DeletionTimestamp = &metav1.Time{}
+	podReading := func(name string, namespace string) *caches.User {
+		p := pod(controlledBy("ReplicaSet", "web-5d8f", "rs-new"), nil)
+		p.Name, p.Namespace, p.UID = name, namespace, types.UID("uid-"+name)
+		u, err := caches.Reduce(p)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return u
+	}
+	both := []*metav1.PartialObjectMetadata{snapshot(refs.ConfigMap, cfg, "app-config", "rs-new"), snapshot(refs.Secret, sec, "app-env", "rs-new")}
+	for _, tt := range []struct {
+		name    string
+		users   []*caches.User
+		snaps   []*metav1.PartialObjectMetadata
+		pins    []runtime.Object // nil: app-config and app-env
+		noTaker bool             // admission policy mode: the table controller takes the snapshots
+		want    []string
+	}{
+		{name: "a revision without its snapshots", users: []*caches.User{rs}, want: []string{rs.Key()}},
+		{name: "a revision with one of its two", users: []*caches.User{rs}, snaps: both[1:], want: []string{rs.Key()}},
+		{name: "a revision with both", users: []*caches.User{rs}, snaps: both},
+		{name: "a revision being deleted", users: []*caches.User{going}},
+		{name: "policy mode: a revision without its snapshots is the table controller's", users: []*caches.User{rs}, noTaker: true},
+		{name: "a revision reading an object that lost its pin label", users: []*caches.User{rs},
+			snaps: append(both[1:], snapshot(refs.ConfigMap, "app-config-aaaaaaaaaa", "app-config", "rs-old")), pins: []runtime.Object{appSecret()},
+			want: []string{rs.Key()}},
+		{name: "a pod reading app-config by its own name, and one of a namespace without pinning",
+			users: []*caches.User{rs, podReading("web-5d8f-a1", ns), podReading("web-5d8f-b2", "elsewhere")}, snaps: both,
+			want: []string{"audit/" + ns + "/web-5d8f-a1"}},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			f := newFixture(t, tt.users, tt.snaps)
+			pins := tt.pins
+			if pins == nil {
+				pins = []runtime.Object{appConfig("v1"), appSecret()}
+			}
+			f.hook.Caches.Pinning = caches.NewPinningForTest(pins, tt.snaps, ns)
+			taker := f.hook.Taker
+			if tt.noTaker {
+				taker = nil
+			}
+			c, err := New(f.hook.Caches, taker, record.NewFakeRecorder(5), nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			c.loop.Start(context.Background())
+			if got := queued(c); !slices.Equal(got, tt.want) {
+				t.Errorf("the start queued %v, want %v", got, tt.want)
+			}
+		})
+	}
+}
