@@ -102,6 +102,13 @@ func (f *fixture) drainQueue() []string {
 	return got
 }
 
+// sharedPod is the cached pod ns/name, with owners, reading the ConfigMap "shared".
+func sharedPod(t *testing.T, name string, owners ...metav1.OwnerReference) *caches.User {
+	t.Helper()
+	return reduced(t, &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: testutil.Namespace, UID: types.UID("uid-" + name),
+		OwnerReferences: owners}, Spec: testutil.PodSpec([]string{"shared"})})
+}
+
 func key(rs *appsv1.ReplicaSet) string { return caches.Key(caches.ReplicaSet, rs.Namespace, rs.Name) }
 
 func TestSyncAttachesOnlyOptedInObjects(t *testing.T) {
@@ -180,15 +187,9 @@ func TestSyncAttachAllAnnotation(t *testing.T) {
 func TestAnAttachAllWorkloadSeenAfterItsRevisionBringsItBack(t *testing.T) {
 	d := testutil.Deployment("web", "d-uid", testutil.PodSpec([]string{"plain-cm"}))
 	rs := testutil.ReplicaSet(d, workload.Deployment, "aaa", 1, d.Spec.Template.Spec)
-	plain, err := caches.Reduce(d)
-	if err != nil {
-		t.Fatal(err)
-	}
+	plain := reduced(t, d)
 	d.Annotations = map[string]string{api.AttachAllAnnotation: "true"}
-	all, err := caches.Reduce(d)
-	if err != nil {
-		t.Fatal(err)
-	}
+	all := reduced(t, d)
 	for _, tt := range []struct {
 		name   string
 		before []*caches.User // cached when the ReplicaSet is first synced
@@ -280,24 +281,10 @@ func TestTheStartQueuesOnlyTheRevisionsASyncWouldWriteFor(t *testing.T) {
 	rs := testutil.ReplicaSet(d, workload.Deployment, "aaa", 1, d.Spec.Template.Spec)
 	deleting := rs.DeepCopy()
 	deleting.DeletionTimestamp = &metav1.Time{Time: time.Now()}
-	dep, err := caches.Reduce(d)
-	if err != nil {
-		t.Fatal(err)
-	}
+	dep := reduced(t, d)
 	d.Annotations = map[string]string{api.AttachAllAnnotation: "true"}
-	attachAll, err := caches.Reduce(d)
-	if err != nil {
-		t.Fatal(err)
-	}
+	attachAll := reduced(t, d)
 	yes := true
-	pod := func(name string, owners ...metav1.OwnerReference) *caches.User {
-		u, err := caches.Reduce(&corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: testutil.Namespace, UID: types.UID("uid-" + name),
-			OwnerReferences: owners}, Spec: testutil.PodSpec([]string{"shared"})})
-		if err != nil {
-			t.Fatal(err)
-		}
-		return u
-	}
 	snapshot := testutil.ConfigMeta(refs.ConfigMap, "shared-1f2e3d4c5b", true, ownedBy("older", rs.UID)...)
 	snapshot.Labels[api.SnapshotLabel] = api.SnapshotValue
 	shared := func(owners ...types.UID) *metav1.PartialObjectMetadata {
@@ -326,7 +313,7 @@ func TestTheStartQueuesOnlyTheRevisionsASyncWouldWriteFor(t *testing.T) {
 			configs: []*metav1.PartialObjectMetadata{shared(rs.UID)}, want: []string{key(rs)}},
 		{name: "a Deployment is no revision", users: []*caches.User{dep}, configs: []*metav1.PartialObjectMetadata{shared()}},
 		{name: "a bare pod and a controller's pod", configs: []*metav1.PartialObjectMetadata{shared()},
-			users: []*caches.User{pod("bare"), pod("web-aaa-x1", metav1.OwnerReference{APIVersion: "apps/v1", Kind: "ReplicaSet", Name: rs.Name, UID: rs.UID, Controller: &yes})},
+			users: []*caches.User{sharedPod(t, "bare"), sharedPod(t, "web-aaa-x1", metav1.OwnerReference{APIVersion: "apps/v1", Kind: "ReplicaSet", Name: rs.Name, UID: rs.UID, Controller: &yes})},
 			want:  []string{caches.Key(caches.Pod, testutil.Namespace, "bare")}},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
@@ -468,16 +455,8 @@ func TestRevisionEventsQueueBarePodsButNotAControllersPods(t *testing.T) {
 	ro := testutil.Rollout("demo", "ro-uid", "aaa")
 	rs := testutil.ReplicaSet(ro, workload.Rollout, "aaa", 1, testutil.PodSpec([]string{"shared"}))
 	yes := true
-	pod := func(name string, owners ...metav1.OwnerReference) *caches.User {
-		u, err := caches.Reduce(&corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: testutil.Namespace, UID: types.UID("uid-" + name),
-			OwnerReferences: owners}, Spec: testutil.PodSpec([]string{"shared"})})
-		if err != nil {
-			t.Fatal(err)
-		}
-		return u
-	}
-	bare := pod("bare")
-	controlled := pod("demo-aaa-x1", metav1.OwnerReference{APIVersion: "apps/v1", Kind: "ReplicaSet", Name: rs.Name, UID: rs.UID, Controller: &yes})
+	bare := sharedPod(t, "bare")
+	controlled := sharedPod(t, "demo-aaa-x1", metav1.OwnerReference{APIVersion: "apps/v1", Kind: "ReplicaSet", Name: rs.Name, UID: rs.UID, Controller: &yes})
 	for _, tt := range []struct {
 		name  string
 		event func(f *fixture)

@@ -94,8 +94,8 @@ func (l *Loop) Run(ctx context.Context, workers int) {
 	wg.Wait()
 }
 
-// resync calls Resync every ResyncPeriod until ctx ends; not at once: the informers' initial list has
-// just queued every key.
+// resync calls Resync every ResyncPeriod until ctx ends; not at once: the start has just queued what
+// the informers' first list needed (its adds, or Start).
 func (l *Loop) resync(ctx context.Context) {
 	t := time.NewTicker(l.ResyncPeriod)
 	defer t.Stop()
