@@ -40,15 +40,18 @@ func (w triggered) waitCurrent(kind workload.Kind, name string, n int32, data ma
 			return false, err.Error(), nil
 		}
 		cur, err := res.Current()
-		if err != nil || !ok(cur) {
-			return false, fmt.Sprintf("current %v (%v)", cur, err), nil
+		if err != nil {
+			return false, "current: " + err.Error(), nil
+		}
+		if !ok(cur) {
+			return false, fmt.Sprintf("current %s (config-hash %q), not the revision awaited", cur.Name, hashOf(cur)), nil
 		}
 		pods, err := e2e.cluster.PodsOf(ctx, cur)
 		if err != nil {
 			return false, "", err
 		}
 		rs = cur
-		return len(pods) == int(n) && framework.ReadyPods(pods) == int(n) && cur.Status.Replicas == n, cur.Name + ": " + framework.DescribePods(pods), nil
+		return len(pods) == int(n) && framework.ReadyPods(pods) == int(n) && cur.Status.Replicas == n, fmt.Sprintf("%s (status.replicas %d): %s", cur.Name, cur.Status.Replicas, framework.DescribePods(pods)), nil
 	}))
 	pinnedRollout{t: w.t, ns: w.ns}.expectReads(rs, data)
 	return rs

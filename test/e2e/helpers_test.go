@@ -4,10 +4,12 @@ package e2e
 
 import (
 	"context"
+	"slices"
 	"strings"
 	"testing"
 	"time"
 
+	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
@@ -40,11 +42,38 @@ func givenNamespace(t *testing.T, ns string) string {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() {
-		if !t.Failed() { // a failed story's namespace is kept for a look; the next run removes it
-			releaseAndDelete(t, ns)
+		if t.Failed() { // a failed story's namespace is kept for a look; the next run removes it
+			logWarnings(t, ns)
+			return
 		}
+		releaseAndDelete(t, ns)
 	})
 	return ns
+}
+
+// logWarnings logs the namespace's last Warning events: on CI, where the namespace is not kept, they
+// often say why a story waited in vain (a pod refused, unschedulable, a failed sync).
+func logWarnings(t *testing.T, ns string) {
+	t.Helper()
+	list, err := e2e.cluster.Kube.CoreV1().Events(ns).List(context.Background(), metav1.ListOptions{FieldSelector: "type=Warning"})
+	if err != nil {
+		t.Logf("the Warning events of namespace %s: %v", ns, err)
+		return
+	}
+	last := func(e corev1.Event) time.Time { // events.k8s.io writers set eventTime only
+		if e.LastTimestamp.IsZero() {
+			return e.EventTime.Time
+		}
+		return e.LastTimestamp.Time
+	}
+	events := list.Items
+	slices.SortFunc(events, func(a, b corev1.Event) int { return last(a).Compare(last(b)) })
+	events = events[max(0, len(events)-15):]
+	for _, e := range events {
+		t.Logf("Warning event in %s: %s %s/%s: %s (×%d, last %s)", ns, e.Reason, e.InvolvedObject.Kind, e.InvolvedObject.Name,
+			e.Message, max(e.Count, 1), last(e).UTC().Format(time.TimeOnly))
+	}
+	t.Logf("the namespace %s had %d Warning events (the last %d above)", ns, len(list.Items), len(events))
 }
 
 // releaseAndDelete does what uninstall does, then deletes the namespace: objects carrying our finalizer
