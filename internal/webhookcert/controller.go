@@ -122,9 +122,18 @@ func (i *Informers) Serve(s *Serving, target Target) error {
 	if err != nil {
 		return err
 	}
-	// A caBundle that changed may now trust a certificate passed over before.
-	again := func(any) { s.recheck() }
-	bundles, err := i.Configuration.AddEventHandler(cache.ResourceEventHandlerFuncs{AddFunc: again, UpdateFunc: func(_, obj any) { again(obj) }, DeleteFunc: again})
+	// A caBundle that changed may now trust a certificate passed over before; Ready waits for a new one
+	// to settle.
+	again := func(obj any, initial bool) {
+		var bundle []*x509.Certificate
+		if cfg, ok := obj.(*admissionregistrationv1.MutatingWebhookConfiguration); ok {
+			bundle = ParseBundle(target.Bundle(cfg))
+		}
+		s.observe(bundle, initial)
+		s.recheck()
+	}
+	bundles, err := i.Configuration.AddEventHandler(cache.ResourceEventHandlerDetailedFuncs{AddFunc: again,
+		UpdateFunc: func(_, obj any) { again(obj, false) }, DeleteFunc: func(any) { again(nil, false) }})
 	if err != nil {
 		return err
 	}

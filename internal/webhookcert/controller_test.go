@@ -137,6 +137,10 @@ func TestTheControllerMakesTheSecretRegistersTheBundleAndRestoresAWipe(t *testin
 	if err != nil || !bytes.Equal(cfg.Webhooks[0].ClientConfig.CABundle, s.Data["ca.crt"]) {
 		t.Fatalf("the registered caBundle is not the Secret's ca.crt: %v", err)
 	}
+	if h.serving.Ready() {
+		t.Fatal("Ready the moment its new caBundle is registered: kube-apiserver may not have it yet")
+	}
+	h.serving.now = func() time.Time { return time.Now().Add(readySettle) }
 	if !h.serving.Ready() {
 		t.Fatal("the leader does not serve the certificate it stored")
 	}
@@ -298,7 +302,9 @@ func TestServingNeverTradesATrustedCertificateForOneNotRegisteredYet(t *testing.
 	registered := a.bundle
 	s := NewServing()
 	s.registered = func() ([]*x509.Certificate, bool) { return registered, true }
-	s.now = func() time.Time { return t0.Add(time.Minute) }
+	now = t0.Add(time.Minute)
+	s.now = func() time.Time { return now }
+	s.observe(registered, true)
 	s.Load(secretOf(t, a))
 	s.Load(secretOf(t, b))
 	if !s.current.Load().Leaf.Equal(a.serving.Leaf) || !s.Ready() {
@@ -306,12 +312,66 @@ func TestServingNeverTradesATrustedCertificateForOneNotRegisteredYet(t *testing.
 	}
 	s.secret = func() *corev1.Secret { return secretOf(t, b) }
 	registered = append(slices.Clone(a.bundle), b.bundle...)
+	s.observe(registered, false)
 	s.recheck()
+	now = now.Add(readySettle)
 	if !s.current.Load().Leaf.Equal(b.serving.Leaf) || !s.Ready() {
 		t.Fatal("the new certificate was not taken once its CA was registered")
 	}
 	registered = a.bundle
 	if s.Ready() {
 		t.Fatal("ready while serving a certificate the registered caBundle does not verify")
+	}
+}
+
+// Ready (its table in serving.go): a certificate only a CA just registered signs waits readySettle
+// after this replica's cache showed the CA; one registered before the replica started does not wait.
+func TestReadyWaitsUntilANewlyRegisteredCAHasSettled(t *testing.T) {
+	a := installed(t, time.Hour)
+	other := installed(t, time.Hour)
+	at := t0.Add(time.Minute)
+	cases := []struct {
+		name string
+		// serve: the Secret's content the replica loads (nil: none); bundle: the registered caBundle,
+		// nil with configured false for no configuration; shown: how long before at the cache showed it,
+		// initial for its first list.
+		serve      *authority
+		configured bool
+		bundle     []*x509.Certificate
+		initial    bool
+		shown      time.Duration
+		expired    bool
+		want       bool
+	}{
+		{name: "no certificate served", configured: true, bundle: a.bundle, initial: true, want: false},
+		{name: "served, expired by this clock", serve: a, configured: true, bundle: a.bundle, initial: true, expired: true, want: false},
+		{name: "served, no configuration: no pod is sent here", serve: a, want: true},
+		{name: "served, the bundle holds another CA only", serve: a, configured: true, bundle: other.bundle, initial: true, want: false},
+		{name: "served, its CA in the first list", serve: a, configured: true, bundle: a.bundle, initial: true, want: true},
+		{name: "served, its CA shown just now", serve: a, configured: true, bundle: a.bundle, shown: 0, want: false},
+		{name: "served, its CA shown a second ago", serve: a, configured: true, bundle: a.bundle, shown: time.Second, want: false},
+		{name: "served, its CA shown two seconds ago", serve: a, configured: true, bundle: a.bundle, shown: 2 * time.Second, want: true},
+		{name: "served, its CA shown long ago beside a new one", serve: a, configured: true, bundle: append(slices.Clone(a.bundle), other.bundle...), shown: time.Hour, want: true},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			s := NewServing()
+			s.registered = func() ([]*x509.Certificate, bool) { return c.bundle, c.configured }
+			now := at.Add(-c.shown)
+			s.now = func() time.Time { return now }
+			if c.configured {
+				s.observe(c.bundle, c.initial)
+			}
+			if c.serve != nil {
+				s.Load(secretOf(t, c.serve))
+			}
+			now = at
+			if c.expired {
+				now = at.Add(2 * time.Hour)
+			}
+			if got := s.Ready(); got != c.want {
+				t.Fatalf("Ready() = %v; want %v", got, c.want)
+			}
+		})
 	}
 }

@@ -41,6 +41,11 @@ type Serving struct {
 	registered func() (bundle []*x509.Certificate, exists bool)
 	// secret is the Secret as cached, for the periodic re-check; nil before Informers.Serve.
 	secret func() *corev1.Secret
+	// since is when this replica's cache first showed each registered CA (by fingerprint),
+	// continuously; the zero time for a CA its first list showed (registered before this process
+	// started). Ready reads it.
+	sinceMu sync.Mutex
+	since   map[string]time.Time
 	// loading serializes Load: the watch, the re-check and the leader's own writes all call it.
 	loading sync.Mutex
 	// loaded is closed once a certificate is served.
@@ -49,7 +54,42 @@ type Serving struct {
 }
 
 // NewServing returns a Serving with nothing loaded yet.
-func NewServing() *Serving { return &Serving{now: time.Now, loaded: make(chan struct{})} }
+func NewServing() *Serving {
+	return &Serving{now: time.Now, loaded: make(chan struct{}), since: map[string]time.Time{}}
+}
+
+// readySettle is how long a CA must have been in the registered caBundle, as this replica's cache
+// shows it, before a certificate it alone signs makes the replica Ready. kube-apiserver reads the
+// configuration through an informer of its own: a bundle just registered (a first install, a
+// reinstall beside a configuration left behind) reaches its webhook client a moment after ours, and a
+// pod sent to a replica Ready that moment was refused (x509: unknown authority), 10 ms after Ready on
+// a loaded control plane. Unlike caPropagation, nothing served waits for it: it delays only the first
+// Ready of a new bundle.
+const readySettle = 2 * time.Second
+
+// observe records the caBundle the configuration holds as this replica's cache delivers it; initial:
+// its first list (the CAs it shows were registered before this process started).
+func (s *Serving) observe(bundle []*x509.Certificate, initial bool) {
+	now := s.now()
+	s.sinceMu.Lock()
+	defer s.sinceMu.Unlock()
+	in := make(map[string]bool, len(bundle))
+	for _, ca := range bundle {
+		fp := Fingerprint(ca)
+		in[fp] = true
+		if _, ok := s.since[fp]; !ok {
+			s.since[fp] = now
+			if initial {
+				s.since[fp] = time.Time{}
+			}
+		}
+	}
+	for fp := range s.since {
+		if !in[fp] {
+			delete(s.since, fp)
+		}
+	}
+}
 
 // Load takes what secret holds, if it should be served.
 func (s *Serving) Load(secret *corev1.Secret) {
@@ -88,6 +128,11 @@ func (s *Serving) recheck() {
 // trusted reports whether the registered caBundle verifies leaf; with no configuration (or none
 // known) nothing can be checked, and leaf counts as trusted.
 func (s *Serving) trusted(leaf *x509.Certificate) bool {
+	return s.trustedBy(leaf, func(*x509.Certificate) bool { return true })
+}
+
+// trustedBy reports whether a registered CA for which ok holds verifies leaf, as trusted does.
+func (s *Serving) trustedBy(leaf *x509.Certificate, ok func(ca *x509.Certificate) bool) bool {
 	if s.registered == nil {
 		return true
 	}
@@ -95,7 +140,15 @@ func (s *Serving) trusted(leaf *x509.Certificate) bool {
 	if !exists {
 		return true
 	}
-	return slices.ContainsFunc(bundle, func(ca *x509.Certificate) bool { return signedBy(leaf, ca) })
+	return slices.ContainsFunc(bundle, func(ca *x509.Certificate) bool { return signedBy(leaf, ca) && ok(ca) })
+}
+
+// settled reports whether ca has been in the registered caBundle for readySettle, as observe saw it.
+func (s *Serving) settled(ca *x509.Certificate, now time.Time) bool {
+	s.sinceMu.Lock()
+	defer s.sinceMu.Unlock()
+	t, ok := s.since[Fingerprint(ca)]
+	return ok && now.Sub(t) >= readySettle
 }
 
 // GetCertificate serves the current certificate (tls.Config.GetCertificate).
@@ -112,11 +165,20 @@ var errNoCertificate = errors.New("no webhook serving certificate yet: the leade
 // handshake without a certificate can only fail.
 func (s *Serving) Loaded() <-chan struct{} { return s.loaded }
 
-// Ready reports whether this replica may get traffic: it serves a certificate that has not expired by
-// its clock and that the registered caBundle verifies (no refusal once Ready).
+// Ready reports whether this replica may get traffic (no refusal once Ready):
+//
+//	certificate served                  webhook configuration   a registered CA that signs it         Ready
+//	none, or expired by this clock      any                     any                                   no
+//	yes                                 none                    -                                     yes: no pod is sent here
+//	yes                                 exists                  none                                  no
+//	yes                                 exists                  shown by the first list, or for       yes
+//	                                                            readySettle since
+//	yes                                 exists                  shown for less than readySettle       not yet
 func (s *Serving) Ready() bool {
 	cur := s.current.Load()
-	return cur != nil && s.now().Before(cur.Leaf.NotAfter) && s.trusted(cur.Leaf)
+	now := s.now()
+	return cur != nil && now.Before(cur.Leaf.NotAfter) &&
+		s.trustedBy(cur.Leaf, func(ca *x509.Certificate) bool { return s.settled(ca, now) })
 }
 
 // NotAfter is when the certificate served now expires; zero before one is loaded.
