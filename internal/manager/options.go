@@ -46,11 +46,14 @@ type Options struct {
 	// MemoryLimitRatio is the share of the container's memory limit (its cgroup's) given to the Go
 	// runtime as its soft limit, unless GOMEMLIMIT is set; 0: none (memlimit.go).
 	MemoryLimitRatio float64
-	LeaderElect      bool
-	LeaderElection   LeaderElectionOptions
-	Client           kube.ClientOptions
-	Pinning          PinningOptions
-	Trigger          TriggerOptions
+	// StartGCPercent is the Go GC's target (GOGC) until the caches synced, unless GOGC is set; 0:
+	// none (memlimit.go).
+	StartGCPercent int
+	LeaderElect    bool
+	LeaderElection LeaderElectionOptions
+	Client         kube.ClientOptions
+	Pinning        PinningOptions
+	Trigger        TriggerOptions
 }
 
 // TriggerOptions: a config change starts a revision (docs/config-starts.md), with or without pinning.
@@ -165,6 +168,7 @@ func NewOptions(lookup func(string) (string, bool)) *Options {
 		Workers:          8,
 		HeldResync:       5 * time.Minute,
 		MemoryLimitRatio: 0.8,
+		StartGCPercent:   50,
 		MetricsAddr:      ":8080",
 		ProbeAddr:        ":8081",
 		LeaderElect:      true,
@@ -210,6 +214,8 @@ func (o *Options) AddFlags(fs *flag.FlagSet) {
 	fs.BoolVar(&o.Profiling, "profiling", o.Profiling, "serve Go's runtime profiles at /debug/pprof/ on the metrics address (heap, CPU, goroutines; for diagnosis, off by default)")
 	fs.Float64Var(&o.MemoryLimitRatio, "memory-limit-ratio", o.MemoryLimitRatio, "the Go runtime's soft memory limit as this share of the container's memory limit (its cgroup's), unless GOMEMLIMIT is set: "+
 		"the heap is collected before the container reaches its limit (0 disables)")
+	fs.IntVar(&o.StartGCPercent, "start-gc-percent", o.StartGCPercent, "the Go GC's target (as GOGC) while the caches fill at start, unless GOGC is set: "+
+		"a start marks far more than the caches keep, and the default target (100) doubles it into the process's peak; 100 back once they synced (0 disables)")
 	fs.BoolVar(&o.LeaderElect, "leader-elect", o.LeaderElect, "elect a leader through a Lease so several replicas are safe")
 	fs.StringVar(&o.LeaderElection.Namespace, "leader-election-namespace", o.LeaderElection.Namespace, "namespace of the Lease (default: $POD_NAMESPACE, else kube-system)")
 	fs.StringVar(&o.LeaderElection.Name, "leader-election-id", o.LeaderElection.Name, "name of the Lease")
@@ -282,6 +288,9 @@ func (o *Options) Validate() error {
 	}
 	if o.MemoryLimitRatio < 0 || o.MemoryLimitRatio > 1 {
 		errs = append(errs, fmt.Sprintf("-memory-limit-ratio %g is not a share: give a number from 0 (no soft limit) to 1, e.g. 0.8", o.MemoryLimitRatio))
+	}
+	if o.StartGCPercent < 0 {
+		errs = append(errs, fmt.Sprintf("-start-gc-percent %d is negative: give a GC target such as 50, or 0 to keep GOGC's throughout", o.StartGCPercent))
 	}
 	if o.HeldResync < 0 {
 		errs = append(errs, fmt.Sprintf("-held-resync %s is negative: give a period such as 5m, or 0 to disable the resync", o.HeldResync))

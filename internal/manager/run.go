@@ -55,6 +55,7 @@ func Run(parent context.Context, o *Options, clients *kube.Clients) (err error) 
 	}()
 	log := logging.FromContext(ctx)
 	setMemoryLimit(ctx, o.MemoryLimitRatio)
+	startOver := startGC(ctx, o.StartGCPercent)
 	if err := kube.WaitReachable(ctx, clients.Kube, clients.Config.Host); err != nil {
 		return err
 	}
@@ -137,6 +138,7 @@ func Run(parent context.Context, o *Options, clients *kube.Clients) (err error) 
 		defer func() { stop(); <-hook.stopped }()
 	}
 	synced.Store(true)
+	startOver()
 
 	run := func(ctx context.Context) error {
 		log.Info("reconciling every existing revision and config object", "workers", o.Workers)
