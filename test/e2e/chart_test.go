@@ -244,7 +244,7 @@ func (r *chartRelease) runController(d *appsv1.Deployment, extraArgs ...string) 
 }
 
 // runPinningController runs the chart's controller (pinning.enabled) as its ServiceAccount
-// (runController), its webhook served at a free loopback URL, and waits until it leads.
+// (runController), its webhook served at a free loopback URL, and waits until it leads and is Ready.
 func (r *chartRelease) runPinningController(d *appsv1.Deployment) *framework.Process {
 	t := r.t
 	t.Helper()
@@ -259,6 +259,10 @@ func (r *chartRelease) runPinningController(d *appsv1.Deployment) *framework.Pro
 	must(t, err)
 	p := r.runController(d, "-webhook-url="+url)
 	r.expectLeader(p)
+	// A pod created before then meets a webhook not listening yet, or one whose caBundle kube-apiserver
+	// has not loaded yet: refused under failurePolicy Fail, as it would be in a cluster before the
+	// Service has a Ready endpoint.
+	must(t, p.WaitReady(ctx, 30*time.Second))
 	return p
 }
 

@@ -68,6 +68,7 @@ func startPinningControllerWith(t *testing.T, failurePolicy string, extraArgs []
 		}
 		return err == nil && len(c.Webhooks) == 1 && len(c.Webhooks[0].ClientConfig.CABundle) > 0, "no caBundle yet", err
 	}))
+	must(t, p.WaitReady(ctx, 30*time.Second)) // its caBundle loaded by kube-apiserver too (Serving.Ready)
 	t.Logf("given: the controller runs with -pinning %s, its webhook registered at https://127.0.0.1:%d (failurePolicy %s)", strings.Join(extraArgs, " "), port, failurePolicy)
 	return p
 }

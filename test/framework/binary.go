@@ -5,6 +5,7 @@ import (
 	"cmp"
 	"context"
 	"fmt"
+	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -163,4 +164,42 @@ func (p *Process) Exited() bool {
 	default:
 		return false
 	}
+}
+
+// WaitReady waits until the controller's /readyz answers 200 at the probe address it logged
+// ("serving" server=probes, as with -health-probe-bind-address=127.0.0.1:0): what a Service's
+// endpoints, and so kube-apiserver's calls to the webhook, wait for in a cluster.
+func (p *Process) WaitReady(ctx context.Context, timeout time.Duration) error {
+	return Eventually(ctx, timeout, "the controller's /readyz", func(ctx context.Context) (bool, string, error) {
+		if p.Exited() {
+			return false, "", fmt.Errorf("the controller exited:\n%s", p.Logs())
+		}
+		addr := probeAddress(p.Logs())
+		if addr == "" {
+			return false, "no probe address logged yet", nil
+		}
+		req, err := http.NewRequestWithContext(ctx, http.MethodGet, "http://"+addr+"/readyz", nil)
+		if err != nil {
+			return false, "", err
+		}
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			return false, err.Error(), nil
+		}
+		resp.Body.Close()
+		return resp.StatusCode == http.StatusOK, resp.Status, nil
+	})
+}
+
+// probeAddress is the address of the "serving" server=probes line of the controller's (text) logs.
+func probeAddress(logs string) string {
+	for line := range strings.Lines(logs) {
+		if !strings.Contains(line, "msg=serving server=probes address=") {
+			continue
+		}
+		_, addr, _ := strings.Cut(strings.TrimSpace(line), "server=probes address=")
+		addr, _, _ = strings.Cut(addr, " ")
+		return addr
+	}
+	return ""
 }
