@@ -5,6 +5,7 @@ import (
 	"crypto/x509"
 	"errors"
 	"fmt"
+	"maps"
 	"sync"
 	"time"
 
@@ -167,7 +168,7 @@ type Controller struct {
 
 	mu sync.Mutex
 	// seen is when each registered CA (by fingerprint) was first seen in the caBundle, continuously.
-	seen map[string]time.Time
+	seen firstSeen
 	// missing: the configuration was absent at the last sync (said once).
 	missing bool
 	// seenConfiguration: it existed at some sync. A configuration deleted after that stays deleted,
@@ -184,7 +185,7 @@ func NewController(kube kubernetes.Interface, inf *Informers, s *Serving, target
 	if opts.Validity < MinValidity || opts.Validity > MaxValidity {
 		return nil, fmt.Errorf("serving certificate validity %s is not within %s and %s", opts.Validity, MinValidity, MaxValidity)
 	}
-	c := &Controller{kube: kube, opts: opts, inf: inf, serving: s, target: target, now: time.Now, seen: map[string]time.Time{}}
+	c := &Controller{kube: kube, opts: opts, inf: inf, serving: s, target: target, now: time.Now, seen: firstSeen{}}
 	c.loop = &reconcile.Loop{Name: Name, Queue: reconcile.NewQueue(Name, m), Sync: c.sync, Metrics: m,
 		Resync: func(context.Context) { c.loop.Queue.Add(key) }, ResyncPeriod: time.Minute}
 	enqueue := func(any) { c.loop.Queue.Add(key) }
@@ -283,23 +284,8 @@ func (c *Controller) mayMake(live *admissionregistrationv1.MutatingWebhookConfig
 func (c *Controller) observe(registered []*x509.Certificate, now time.Time) func(*x509.Certificate) bool {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	in := map[string]bool{}
-	for _, ca := range registered {
-		fp := Fingerprint(ca)
-		in[fp] = true
-		if _, ok := c.seen[fp]; !ok {
-			c.seen[fp] = now
-		}
-	}
-	for fp := range c.seen {
-		if !in[fp] {
-			delete(c.seen, fp)
-		}
-	}
-	since := make(map[string]time.Time, len(in))
-	for fp := range in {
-		since[fp] = c.seen[fp]
-	}
+	c.seen.update(registered, now)
+	since := maps.Clone(c.seen) // the decision reads this sync's view, not later ones
 	return func(ca *x509.Certificate) bool {
 		t, ok := since[Fingerprint(ca)]
 		return ok && now.Sub(t) >= caPropagation

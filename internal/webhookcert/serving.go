@@ -45,7 +45,7 @@ type Serving struct {
 	// continuously; the zero time for a CA its first list showed (registered before this process
 	// started). Ready reads it.
 	sinceMu sync.Mutex
-	since   map[string]time.Time
+	since   firstSeen
 	// loading serializes Load: the watch, the re-check and the leader's own writes all call it.
 	loading sync.Mutex
 	// loaded is closed once a certificate is served.
@@ -55,7 +55,7 @@ type Serving struct {
 
 // NewServing returns a Serving with nothing loaded yet.
 func NewServing() *Serving {
-	return &Serving{now: time.Now, loaded: make(chan struct{}), since: map[string]time.Time{}}
+	return &Serving{now: time.Now, loaded: make(chan struct{}), since: firstSeen{}}
 }
 
 // readySettle is how long a CA must have been in the registered caBundle, as this replica's cache
@@ -67,28 +67,36 @@ func NewServing() *Serving {
 // Ready of a new bundle.
 const readySettle = 2 * time.Second
 
-// observe records the caBundle the configuration holds as this replica's cache delivers it; initial:
-// its first list (the CAs it shows were registered before this process started).
-func (s *Serving) observe(bundle []*x509.Certificate, initial bool) {
-	now := s.now()
-	s.sinceMu.Lock()
-	defer s.sinceMu.Unlock()
+// firstSeen is when each registered CA (by fingerprint) was first seen in the caBundle, continuously.
+type firstSeen map[string]time.Time
+
+// update records the bundle seen at now: a CA new to it at now, a CA no longer in it forgotten.
+func (f firstSeen) update(bundle []*x509.Certificate, now time.Time) {
 	in := make(map[string]bool, len(bundle))
 	for _, ca := range bundle {
 		fp := Fingerprint(ca)
 		in[fp] = true
-		if _, ok := s.since[fp]; !ok {
-			s.since[fp] = now
-			if initial {
-				s.since[fp] = time.Time{}
-			}
+		if _, ok := f[fp]; !ok {
+			f[fp] = now
 		}
 	}
-	for fp := range s.since {
+	for fp := range f {
 		if !in[fp] {
-			delete(s.since, fp)
+			delete(f, fp)
 		}
 	}
+}
+
+// observe records the caBundle the configuration holds as this replica's cache delivers it; initial:
+// its first list (the CAs it shows were registered before this process started: the zero time).
+func (s *Serving) observe(bundle []*x509.Certificate, initial bool) {
+	now := s.now()
+	if initial {
+		now = time.Time{}
+	}
+	s.sinceMu.Lock()
+	defer s.sinceMu.Unlock()
+	s.since.update(bundle, now)
 }
 
 // Load takes what secret holds, if it should be served.

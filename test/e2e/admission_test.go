@@ -239,11 +239,7 @@ func refusalsSince(ctx context.Context, ns string, since time.Time) (waiting, ot
 		return nil, nil, err
 	}
 	for _, e := range evs.Items {
-		last := e.LastTimestamp.Time
-		if last.IsZero() {
-			last = e.EventTime.Time
-		}
-		if e.Reason != "FailedCreate" || last.Before(since) {
+		if e.Reason != "FailedCreate" || lastSeen(e).Before(since) {
 			continue
 		}
 		line := fmt.Sprintf("%s ×%d: %s", e.InvolvedObject.Name, max(e.Count, 1), e.Message)

@@ -51,6 +51,14 @@ func givenNamespace(t *testing.T, ns string) string {
 	return ns
 }
 
+// lastSeen is when an Event last happened: events.k8s.io writers set eventTime only.
+func lastSeen(e corev1.Event) time.Time {
+	if e.LastTimestamp.IsZero() {
+		return e.EventTime.Time
+	}
+	return e.LastTimestamp.Time
+}
+
 // logWarnings logs the namespace's last Warning events: on CI, where the namespace is not kept, they
 // often say why a story waited in vain (a pod refused, unschedulable, a failed sync).
 func logWarnings(t *testing.T, ns string) {
@@ -60,18 +68,12 @@ func logWarnings(t *testing.T, ns string) {
 		t.Logf("the Warning events of namespace %s: %v", ns, err)
 		return
 	}
-	last := func(e corev1.Event) time.Time { // events.k8s.io writers set eventTime only
-		if e.LastTimestamp.IsZero() {
-			return e.EventTime.Time
-		}
-		return e.LastTimestamp.Time
-	}
 	events := list.Items
-	slices.SortFunc(events, func(a, b corev1.Event) int { return last(a).Compare(last(b)) })
+	slices.SortFunc(events, func(a, b corev1.Event) int { return lastSeen(a).Compare(lastSeen(b)) })
 	events = events[max(0, len(events)-15):]
 	for _, e := range events {
 		t.Logf("Warning event in %s: %s %s/%s: %s (×%d, last %s)", ns, e.Reason, e.InvolvedObject.Kind, e.InvolvedObject.Name,
-			e.Message, max(e.Count, 1), last(e).UTC().Format(time.TimeOnly))
+			e.Message, max(e.Count, 1), lastSeen(e).UTC().Format(time.TimeOnly))
 	}
 	t.Logf("the namespace %s had %d Warning events (the last %d above)", ns, len(list.Items), len(events))
 }

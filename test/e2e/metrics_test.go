@@ -246,14 +246,10 @@ func parseMetrics(t *testing.T, text string) map[string]*dto.MetricFamily {
 // metricsAddress is where a controller process serves /metrics, from its "serving" log line.
 func metricsAddress(t *testing.T, p *framework.Process) string {
 	t.Helper()
-	re := regexp.MustCompile(`"server":"metrics","address":"([^"]+)"|server=metrics address=(\S+)`)
 	var addr string
 	must(t, framework.Eventually(context.Background(), 30*time.Second, "the metrics address in the log", func(context.Context) (bool, string, error) {
-		if m := re.FindStringSubmatch(p.Logs()); m != nil {
-			addr = m[1] + m[2]
-			return true, "", nil
-		}
-		return false, "not logged yet", nil
+		addr = p.ServingAddress("metrics")
+		return addr != "", "not logged yet", nil
 	}))
 	return addr
 }

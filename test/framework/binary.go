@@ -5,10 +5,10 @@ import (
 	"cmp"
 	"context"
 	"fmt"
-	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"sync"
 	"syscall"
@@ -166,40 +166,28 @@ func (p *Process) Exited() bool {
 	}
 }
 
-// WaitReady waits until the controller's /readyz answers 200 at the probe address it logged
-// ("serving" server=probes, as with -health-probe-bind-address=127.0.0.1:0): what a Service's
-// endpoints, and so kube-apiserver's calls to the webhook, wait for in a cluster.
+// WaitReady waits until the controller's /readyz answers 200 at the probe address it logged (as with
+// -health-probe-bind-address=127.0.0.1:0): what a Service's endpoints, and so kube-apiserver's calls to
+// the webhook, wait for in a cluster.
 func (p *Process) WaitReady(ctx context.Context, timeout time.Duration) error {
 	return Eventually(ctx, timeout, "the controller's /readyz", func(ctx context.Context) (bool, string, error) {
 		if p.Exited() {
 			return false, "", fmt.Errorf("the controller exited:\n%s", p.Logs())
 		}
-		addr := probeAddress(p.Logs())
+		addr := p.ServingAddress("probes")
 		if addr == "" {
 			return false, "no probe address logged yet", nil
 		}
-		req, err := http.NewRequestWithContext(ctx, http.MethodGet, "http://"+addr+"/readyz", nil)
-		if err != nil {
-			return false, "", err
-		}
-		resp, err := http.DefaultClient.Do(req)
-		if err != nil {
-			return false, err.Error(), nil
-		}
-		resp.Body.Close()
-		return resp.StatusCode == http.StatusOK, resp.Status, nil
+		return HTTPOK(ctx, "http://"+addr+"/readyz")
 	})
 }
 
-// probeAddress is the address of the "serving" server=probes line of the controller's (text) logs.
-func probeAddress(logs string) string {
-	for line := range strings.Lines(logs) {
-		if !strings.Contains(line, "msg=serving server=probes address=") {
-			continue
-		}
-		_, addr, _ := strings.Cut(strings.TrimSpace(line), "server=probes address=")
-		addr, _, _ = strings.Cut(addr, " ")
-		return addr
+// ServingAddress is the address of the controller's "serving" log line for server (metrics, probes,
+// webhook), in text or JSON logs; empty until it is logged.
+func (p *Process) ServingAddress(server string) string {
+	re := regexp.MustCompile(`"server":"` + regexp.QuoteMeta(server) + `","address":"([^"]+)"|server=` + regexp.QuoteMeta(server) + ` address=(\S+)`)
+	if m := re.FindStringSubmatch(p.Logs()); m != nil {
+		return m[1] + m[2]
 	}
 	return ""
 }
