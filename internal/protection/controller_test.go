@@ -12,10 +12,12 @@ import (
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
 	kubefake "k8s.io/client-go/kubernetes/fake"
 	metafake "k8s.io/client-go/metadata/fake"
+	clienttesting "k8s.io/client-go/testing"
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/client-go/tools/record"
 
@@ -275,6 +277,44 @@ func TestSweepLeavesJobModeAttachmentsAlone(t *testing.T) {
 	}
 	if got := f.get("protected"); !api.HasFinalizer(got.Finalizers, api.InUseFinalizer) {
 		t.Errorf("an opted-in object lost its finalizer: %v", got.Finalizers)
+	}
+}
+
+// The sweep asks the API server for the objects not opted in only: the opted-in ones, most of a
+// cluster's config objects, are the caches' already.
+func TestSweepListsOnlyObjectsNotOptedIn(t *testing.T) {
+	f := newFixture(t, nil, nil, []*metav1.PartialObjectMetadata{config("protected", true, false, true)})
+	if err := Sweep(context.Background(), f.c.writer, []string{testutil.Namespace}, []refs.Kind{refs.ConfigMap, refs.Secret}); err != nil {
+		t.Fatal(err)
+	}
+	lists := 0
+	for _, a := range f.meta.Actions() {
+		l, ok := a.(clienttesting.ListAction)
+		if !ok {
+			continue
+		}
+		lists++
+		selector := l.GetListRestrictions().Labels
+		for _, c := range []struct {
+			labels   labels.Set
+			selected bool
+		}{
+			{labels.Set{"configmap-attacher.io/revisioned": "true"}, false},
+			{labels.Set{"configmap-attacher.io/revisioned": "true", "app": "web"}, false},
+			{labels.Set{}, true},
+			{labels.Set{"configmap-attacher.io/revisioned": "false"}, true},
+			{labels.Set{"app": "web"}, true},
+		} {
+			if got := selector.Matches(c.labels); got != c.selected {
+				t.Errorf("listing %s with selector %q: objects labelled %v selected %v, want %v", l.GetResource().Resource, selector, c.labels, got, c.selected)
+			}
+		}
+	}
+	if lists != 2 {
+		t.Errorf("%d lists, want one of ConfigMaps and one of Secrets", lists)
+	}
+	if n := f.patches(); n != 0 {
+		t.Errorf("%d patches: the sweep wrote to an opted-in object", n)
 	}
 }
 

@@ -18,9 +18,11 @@ import (
 	"github.com/configmap-attacher/configmap-attacher/internal/refs"
 )
 
-// eachObject calls fn for every ConfigMap and Secret (of kinds) in namespaces ("" is all), read page by
-// page through the metadata API: no data, and never the whole list in memory at once.
-func eachObject(ctx context.Context, w *attach.Writer, namespaces []string, kinds []refs.Kind, fn func(refs.Kind, *metav1.PartialObjectMetadata) error) error {
+// eachObject calls fn for every ConfigMap and Secret (of kinds) in namespaces ("" is all) that selector
+// (a label selector, "" for every object) selects, read page by page through the metadata API: no
+// data, and never the whole list in memory at once.
+func eachObject(ctx context.Context, w *attach.Writer, namespaces []string, kinds []refs.Kind, selector string,
+	fn func(refs.Kind, *metav1.PartialObjectMetadata) error) error {
 	if len(namespaces) == 0 {
 		namespaces = []string{metav1.NamespaceAll}
 	}
@@ -30,7 +32,7 @@ func eachObject(ctx context.Context, w *attach.Writer, namespaces []string, kind
 			p := pager.New(func(ctx context.Context, opts metav1.ListOptions) (runtime.Object, error) {
 				return w.Client.Resource(kind.GVR()).Namespace(ns).List(ctx, opts)
 			})
-			err := p.EachListItem(ctx, metav1.ListOptions{}, func(obj runtime.Object) error {
+			err := p.EachListItem(ctx, metav1.ListOptions{LabelSelector: selector}, func(obj runtime.Object) error {
 				m, ok := obj.(*metav1.PartialObjectMetadata)
 				if !ok {
 					return fmt.Errorf("listing %s: got a %T", kind.Resource(), obj)
@@ -47,6 +49,9 @@ func eachObject(ctx context.Context, w *attach.Writer, namespaces []string, kind
 	}
 	return errors.Join(errs...)
 }
+
+// notOptedIn selects the objects api.OptedIn does not: without our label, or with another value.
+const notOptedIn = api.RevisionedLabel + "!=" + api.RevisionedValue
 
 // releaseWorkers patch at once: one at a time, a remote API server's latency, not the rate limit,
 // would set the pace.
@@ -66,7 +71,7 @@ func Release(ctx context.Context, w *attach.Writer, namespaces []string, kinds [
 	}
 	g := parallel.New(releaseWorkers)
 	n := 0
-	err := eachObject(ctx, w, namespaces, kinds, func(kind refs.Kind, m *metav1.PartialObjectMetadata) error {
+	err := eachObject(ctx, w, namespaces, kinds, "", func(kind refs.Kind, m *metav1.PartialObjectMetadata) error {
 		if !api.HasFinalizer(m.Finalizers, api.InUseFinalizer) {
 			return nil
 		}
@@ -95,11 +100,13 @@ func Release(ctx context.Context, w *attach.Writer, namespaces []string, kinds [
 // gone, so the label-selected caches never show them. Our finalizer is the proof an object was opted in:
 // an unlabelled object with our ownerReferences and no finalizer may have been attached by the Job mode
 // (which attaches named objects whatever their labels) or under attach-all, and keeps them.
-// Run once when the caches have synced.
+// Run once when the caches have synced. The API server lists only objects not opted in: at 150,000
+// Pods of the scale benchmark's mix the opted-in ones are 7 in 10 of ~130,000, whose metadata a leader
+// decoded as it started, at the start's peak of memory.
 func Sweep(ctx context.Context, w *attach.Writer, namespaces []string, kinds []refs.Kind) error {
 	f := Finalizers{Client: w.Client}
 	n := 0
-	err := eachObject(ctx, w, namespaces, kinds, func(kind refs.Kind, m *metav1.PartialObjectMetadata) error {
+	err := eachObject(ctx, w, namespaces, kinds, notOptedIn, func(kind refs.Kind, m *metav1.PartialObjectMetadata) error {
 		if api.OptedIn(m.Labels) || !api.HasFinalizer(m.Finalizers, api.InUseFinalizer) {
 			return nil
 		}
