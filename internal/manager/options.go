@@ -46,8 +46,8 @@ type Options struct {
 	// MemoryLimitRatio is the share of the container's memory limit (its cgroup's) given to the Go
 	// runtime as its soft limit, unless GOMEMLIMIT is set; 0: none (memlimit.go).
 	MemoryLimitRatio float64
-	// StartGCPercent is the Go GC's target (GOGC) until the caches synced, unless GOGC is set; 0:
-	// none (memlimit.go).
+	// StartGCPercent is the Go GC's target (GOGC) until the start's work is done (the caches synced,
+	// and a leader's first pass queued and its sweep listed), unless GOGC is set; 0: none (memlimit.go).
 	StartGCPercent int
 	LeaderElect    bool
 	LeaderElection LeaderElectionOptions
@@ -215,7 +215,7 @@ func (o *Options) AddFlags(fs *flag.FlagSet) {
 	fs.Float64Var(&o.MemoryLimitRatio, "memory-limit-ratio", o.MemoryLimitRatio, "the Go runtime's soft memory limit as this share of the container's memory limit (its cgroup's), unless GOMEMLIMIT is set: "+
 		"the heap is collected before the container reaches its limit (0 disables)")
 	fs.IntVar(&o.StartGCPercent, "start-gc-percent", o.StartGCPercent, "the Go GC's target (as GOGC) while the caches fill at start, unless GOGC is set: "+
-		"a start marks far more than the caches keep, and the default target (100) doubles it into the process's peak; 100 back once they synced (0 disables)")
+		"a start marks far more than the caches keep, and the default target (100) doubles it into the process's peak; 100 back once the caches synced and, on the leader, its first pass is queued (0 disables)")
 	fs.BoolVar(&o.LeaderElect, "leader-elect", o.LeaderElect, "elect a leader through a Lease so several replicas are safe")
 	fs.StringVar(&o.LeaderElection.Namespace, "leader-election-namespace", o.LeaderElection.Namespace, "namespace of the Lease (default: $POD_NAMESPACE, else kube-system)")
 	fs.StringVar(&o.LeaderElection.Name, "leader-election-id", o.LeaderElection.Name, "name of the Lease")

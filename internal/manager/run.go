@@ -138,7 +138,9 @@ func Run(parent context.Context, o *Options, clients *kube.Clients) (err error) 
 		defer func() { stop(); <-hook.stopped }()
 	}
 	synced.Store(true)
-	startOver()
+	// The start's GC target holds until the start's work is done: a leader's first pass queued and its
+	// sweep listed (what they allocate, at twice the live heap, was the start's peak), or standing by.
+	endStart := sync.OnceFunc(startOver)
 
 	run := func(ctx context.Context) error {
 		log.Info("reconciling every existing revision and config object", "workers", o.Workers)
@@ -151,6 +153,13 @@ func Run(parent context.Context, o *Options, clients *kube.Clients) (err error) 
 		if err := protection.Sweep(ctx, writer, o.Namespaces, kinds); err != nil {
 			log.Warn("sweeping objects opted out while the controller was away", "err", err)
 		}
+		for _, l := range loops {
+			select {
+			case <-l.Started():
+			case <-ctx.Done():
+			}
+		}
+		endStart()
 		wg.Wait()
 		log.Info("workers stopped")
 		return nil
@@ -186,6 +195,7 @@ func Run(parent context.Context, o *Options, clients *kube.Clients) (err error) 
 		Callbacks: leaderelection.LeaderCallbacks{OnNewLeader: func(identity string) {
 			if identity != id {
 				log.Info("standing by", "leader", identity)
+				endStart()
 			}
 		}},
 	}, m.Leading, run)

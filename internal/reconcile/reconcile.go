@@ -53,7 +53,18 @@ type Loop struct {
 	// WorkersPer is how many workers Run starts per worker it is asked for (0 or 1: one each): a
 	// controller whose syncs mostly wait on the API server runs more.
 	WorkersPer int
+
+	startedOnce, closeOnce sync.Once
+	started                chan struct{}
 }
+
+func (l *Loop) startedChan() chan struct{} {
+	l.startedOnce.Do(func() { l.started = make(chan struct{}) })
+	return l.started
+}
+
+// Started is closed once Run has run Start: the loop's first pass is queued.
+func (l *Loop) Started() <-chan struct{} { return l.startedChan() }
 
 // NewQueue makes the rate-limited queue a Loop uses. With m, the queue reports how long keys wait,
 // the longest sync running and retries under the controller's name, and the controller's series
@@ -74,6 +85,7 @@ func (l *Loop) Run(ctx context.Context, workers int) {
 	if l.Start != nil {
 		l.Start(ctx)
 	}
+	l.closeOnce.Do(func() { close(l.startedChan()) })
 	var wg sync.WaitGroup
 	for range workers {
 		wg.Add(1)

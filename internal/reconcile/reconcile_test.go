@@ -64,6 +64,44 @@ func TestLoopStartQueuesBeforeTheWorkersSync(t *testing.T) {
 	})
 }
 
+// Started tells the one who ran the loop when its first pass is queued: not before Start returned
+// (the manager ends the start's GC target then), at once for a loop without Start.
+func TestLoopStartedOnceStartReturned(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		release := make(chan struct{})
+		with := &Loop{Name: "with", Queue: NewQueue("with", nil), Sync: func(context.Context, string) (Result, error) { return Result{}, nil },
+			Start: func(context.Context) { <-release }}
+		without := &Loop{Name: "without", Queue: NewQueue("without", nil), Sync: func(context.Context, string) (Result, error) { return Result{}, nil }}
+		ctx, cancel := context.WithCancel(t.Context())
+		var done [2]chan struct{}
+		for i, l := range []*Loop{with, without} {
+			done[i] = make(chan struct{})
+			go func() { l.Run(ctx, 1); close(done[i]) }()
+		}
+		synctest.Wait()
+		select {
+		case <-with.Started():
+			t.Error("started while Start still runs")
+		default:
+		}
+		select {
+		case <-without.Started():
+		default:
+			t.Error("a loop without Start not started")
+		}
+		close(release)
+		synctest.Wait()
+		select {
+		case <-with.Started():
+		default:
+			t.Error("not started once Start returned")
+		}
+		cancel()
+		<-done[0]
+		<-done[1]
+	})
+}
+
 // Resync runs every ResyncPeriod while the loop runs (not at once: the initial list queued everything),
 // never with a period of 0, and stops with the loop.
 func TestLoopResync(t *testing.T) {
