@@ -4,6 +4,8 @@ import (
 	"time"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/runtime/schema"
 
 	"github.com/configmap-attacher/configmap-attacher/internal/refs"
 )
@@ -34,8 +36,19 @@ const (
 // key ("namespace/name") as the name, and no namespace, makes the store keep the record's own string
 // as its key instead of a copy: with 400,000 objects cached, the second copy of every name is ~15 MiB.
 // (The caches' stores are their own, store.go; the key matters to client-go's reflector, whose
-// watch-list keeps the objects of its first list in a store of client-go's until the list ends.)
+// watch-list keeps the objects of its first list in a store of client-go's until the list ends: they
+// reach it as records, initial.go.)
 func storeKey(key string) metav1.Object { return &metav1.ObjectMeta{Name: key} }
+
+// Records are runtime.Objects because a watch-list's initial events carry them to the reflector
+// (initial.go). A record is never modified once made: its copy is itself.
+
+func (p *podStub) GetObjectKind() schema.ObjectKind      { return schema.EmptyObjectKind }
+func (p *podStub) DeepCopyObject() runtime.Object        { return p }
+func (e *entry) GetObjectKind() schema.ObjectKind        { return schema.EmptyObjectKind }
+func (e *entry) DeepCopyObject() runtime.Object          { return e }
+func (c *configRecord) GetObjectKind() schema.ObjectKind { return schema.EmptyObjectKind }
+func (c *configRecord) DeepCopyObject() runtime.Object   { return c }
 
 // A podStub is a Pod with a controller: what protection and pinning read of it (its controller, the
 // config it reads, whether the kubelet still runs it), nothing else. Most pods read what their

@@ -38,10 +38,13 @@ type storeInformer struct {
 }
 
 // newStoreInformer makes the informer of a resource (example its type) listed and watched through lw,
-// transform applied to each object before it is queued (while the initial list streams, too).
+// transform applied to each object before it is queued, and to a watch-list's initial events before
+// the reflector sees them (initial.go). The reflector is told no type: it checks each event's type
+// against it, and the initial events carry records.
 func newStoreInformer(lw cache.ListerWatcher, example runtime.Object, transform cache.TransformFunc, indexers cache.Indexers) *storeInformer {
 	i := &storeInformer{store: newStore(indexers)}
-	i.ctl = cache.New(&cache.Config{Queue: newFIFO(i.store, transform), ListerWatcher: lw, ObjectType: example, Process: i.process})
+	i.ctl = cache.New(&cache.Config{Queue: newFIFO(i.store, transform), ListerWatcher: reducingWatcher{lw: lw, reduce: transform},
+		ObjectDescription: fmt.Sprintf("%T", example), Process: i.process})
 	return i
 }
 
