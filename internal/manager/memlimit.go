@@ -54,7 +54,7 @@ func startGCPercent(envSet bool, flag int) (int, bool) {
 // and returns what ends the start: the default target back, and the start's garbage returned to the
 // operating system at once. Run calls it once the caches synced and then either the leader's loops
 // queued their first pass and its sweep listed, or the replica stands by: with the target back at
-// the caches' sync, that pass and sweep took a start at 150,014 Pods 28-40 MiB beyond its peak so far. A start
+// the caches' sync, that pass and sweep took a start at 150,014 Pods 24-40 MiB beyond its peak so far. A start
 // marks far more than the caches keep (at 150,000 Pods ~150 MiB for 87 MiB live: objects being
 // decoded, client-go's watch-list stores), and GOGC=100 lets the heap grow to twice what was marked:
 // the process's peak, reached once per start and then mostly free but not yet released (the scavenger
