@@ -53,14 +53,14 @@ func startGCPercent(envSet bool, flag int) (int, bool) {
 // startGC lowers the GC's target while the first lists stream in and the leader's first pass is made,
 // and returns what ends the start: the default target back, and the start's garbage returned to the
 // operating system at once. Run calls it once the caches synced and then either the leader's loops
-// queued their first pass and its sweep listed, or the replica stands by: with the target back at
-// the caches' sync, that pass and sweep took a start at 150,014 Pods 24-40 MiB beyond its peak so far. A start
-// marks far more than the caches keep (at 150,000 Pods ~150 MiB for 87 MiB live: objects being
+// queued their first pass and its sweep listed, or the replica stands by: with the target back at the
+// caches' sync, that pass and sweep took a start at 150,014 Pods 24-40 MiB beyond its peak so far. A
+// start marks far more than the caches keep (at 150,000 Pods ~150 MiB for 87 MiB live: objects being
 // decoded, client-go's watch-list stores), and GOGC=100 lets the heap grow to twice what was marked:
 // the process's peak, reached once per start and then mostly free but not yet released (the scavenger
 // returns it over minutes). Measured at 150,014 Pods (docs/benchmarks.md, "fifth run"): 50 took the
 // peak from 342-363 to 270-288 MiB for ~2 s more CPU; 25 held no lower (279-281) for 25 s more; 75
-// reached 309.
+// reached 309; held to the start's end ("sixth run"), 240-253.
 func startGC(ctx context.Context, percent int) (done func()) {
 	_, envSet := os.LookupEnv("GOGC")
 	p, ok := startGCPercent(envSet, percent)
@@ -71,6 +71,6 @@ func startGC(ctx context.Context, percent int) (done func()) {
 	return func() {
 		debug.SetGCPercent(prev)
 		debug.FreeOSMemory()
-		logging.FromContext(ctx).Info("start over: the GC's target back from the start's", "GOGC", prev, "start", p)
+		logging.FromContext(ctx).Info("the start is done: the GC's target back from the start's", "GOGC", prev, "start", p)
 	}
 }
