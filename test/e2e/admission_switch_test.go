@@ -66,9 +66,13 @@ func (l *podLedger) result() (int, []string) {
 	return l.created, l.unpinned
 }
 
-// steadyPods deletes a pod of ns (label app=app) every interval until ctx ends: its ReplicaSet creates
-// another, as after spot interruptions.
-func steadyPods(ctx context.Context, ns, app string, interval time.Duration) {
+// steadyPods deletes a pod of ns (label app=app) every interval until ctx ends, as after spot
+// interruptions: its ReplicaSet creates another. It deletes only while the app is steady (replicas
+// live pods, all Ready), so a rollout always completes: deleting the first pod by name regardless
+// deleted the new revision's pods first when its name sorted first (web-94bbb994d after
+// web-c96589569), and on a loaded machine, where a replacement takes longer than the interval, a
+// deploy's 2-minute wait ran out (CI, stop 43).
+func steadyPods(ctx context.Context, ns, app string, replicas int, interval time.Duration) {
 	go func() {
 		tick := time.NewTicker(interval)
 		defer tick.Stop()
@@ -78,16 +82,15 @@ func steadyPods(ctx context.Context, ns, app string, interval time.Duration) {
 				return
 			case <-tick.C:
 			}
-			pods, err := e2e.cluster.Kube.CoreV1().Pods(ns).List(ctx, metav1.ListOptions{LabelSelector: "app=" + app})
+			list, err := e2e.cluster.Kube.CoreV1().Pods(ns).List(ctx, metav1.ListOptions{LabelSelector: "app=" + app})
 			if err != nil {
 				continue
 			}
-			for _, p := range pods.Items {
-				if p.DeletionTimestamp == nil {
-					_ = e2e.cluster.Kube.CoreV1().Pods(ns).Delete(ctx, p.Name, metav1.DeleteOptions{})
-					break
-				}
+			live := slices.DeleteFunc(list.Items, func(p corev1.Pod) bool { return p.DeletionTimestamp != nil })
+			if len(live) != replicas || framework.ReadyPods(live) != replicas {
+				continue
 			}
+			_ = e2e.cluster.Kube.CoreV1().Pods(ns).Delete(ctx, live[0].Name, metav1.DeleteOptions{})
 		}
 	}()
 }
@@ -132,9 +135,9 @@ func (r *chartRelease) expectAdmission(a admission) {
 }
 
 // helm upgrade from webhook mode to policy mode and back, the controller's pods rolled each time (real
-// processes, as the chart runs them), while a pod of web is deleted every 300 ms and a config change
-// is deployed in each mode: no pod is refused but while its revision's entry was missing (counted),
-// and none is unpinned.
+// processes, as the chart runs them), while a pod of web is deleted every 300 ms (when all 3 are
+// Ready) and a config change is deployed in each mode: no pod is refused but while its revision's
+// entry was missing (counted), and none is unpinned.
 func TestPolicyHelmUpgradeSwitchesModesRefusingNoPodAndLeavingNoneUnpinned(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
@@ -159,9 +162,10 @@ func TestPolicyHelmUpgradeSwitchesModesRefusingNoPodAndLeavingNoneUnpinned(t *te
 	ledger := watchPods(t, appNS)
 	churnCtx, stopChurn := context.WithCancel(ctx)
 	defer stopChurn()
-	steadyPods(churnCtx, appNS, "web", 300*time.Millisecond)
+	steadyPods(churnCtx, appNS, "web", 3, 300*time.Millisecond)
 	deploy := func(v map[string]string) {
 		t.Helper()
+		start := time.Now()
 		must(t, e2e.cluster.PutPinnedConfigMap(ctx, appNS, "app-config", v))
 		patch := fmt.Sprintf(`{"spec":{"template":{"metadata":{"annotations":{"checksum/config":%q}}}}}`, framework.Checksum(v))
 		_, err := e2e.cluster.Kube.AppsV1().Deployments(appNS).Patch(ctx, "web", types.StrategicMergePatchType, []byte(patch), metav1.PatchOptions{})
@@ -178,9 +182,9 @@ func TestPolicyHelmUpgradeSwitchesModesRefusingNoPodAndLeavingNoneUnpinned(t *te
 		must(t, err)
 		snap, err := e2e.cluster.SnapshotOf(ctx, appNS, "app-config", rs.UID)
 		must(t, err)
-		t.Logf("then: revision %s runs, its pods reading %s", rs.Name, snap.Name)
+		t.Logf("then: revision %s runs after %s, its pods reading %s", rs.Name, time.Since(start).Round(time.Second), snap.Name)
 	}
-	t.Log("when: pods are created steadily (one deleted every 300 ms) and a config change is deployed, in webhook mode")
+	t.Log("when: pods are created steadily (one of the 3 deleted every 300 ms while all 3 are Ready) and a config change is deployed, in webhook mode")
 	deploy(pinV2)
 
 	t.Log("when: helm upgrade --set pinning.admission=policy")
