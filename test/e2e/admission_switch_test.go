@@ -140,6 +140,7 @@ func (r *chartRelease) expectAdmission(a admission) {
 // entry was missing (counted), and none is unpinned.
 func TestPolicyHelmUpgradeSwitchesModesRefusingNoPodAndLeavingNoneUnpinned(t *testing.T) {
 	t.Parallel()
+	const webReplicas = 3 // what the churn keeps steady and each deploy waits for
 	ctx := context.Background()
 	ns := givenNamespace(t, "e2e-switch")
 	appNS := givenNamespace(t, "e2e-switch-app")
@@ -154,15 +155,15 @@ func TestPolicyHelmUpgradeSwitchesModesRefusingNoPodAndLeavingNoneUnpinned(t *te
 	pods.waitRunning(2, image)
 	r.expectAdmission(byWebhook)
 	rs := givenPinnedWeb(t, appNS)
-	_, err := e2e.cluster.Kube.AppsV1().Deployments(appNS).Patch(ctx, "web", types.MergePatchType, []byte(`{"spec":{"replicas":3}}`), metav1.PatchOptions{})
+	_, err := e2e.cluster.Kube.AppsV1().Deployments(appNS).Patch(ctx, "web", types.MergePatchType, []byte(fmt.Sprintf(`{"spec":{"replicas":%d}}`, webReplicas)), metav1.PatchOptions{})
 	must(t, err)
-	must(t, e2e.cluster.WaitPods(ctx, 60*time.Second, rs, 3))
+	must(t, e2e.cluster.WaitPods(ctx, 60*time.Second, rs, webReplicas))
 	t.Log("given: the chart in webhook mode (2 replicas), Deployment web (3 pods) reading app-config through its revision's snapshot")
 
 	ledger := watchPods(t, appNS)
 	churnCtx, stopChurn := context.WithCancel(ctx)
 	defer stopChurn()
-	steadyPods(churnCtx, appNS, "web", 3, 300*time.Millisecond)
+	steadyPods(churnCtx, appNS, "web", webReplicas, 300*time.Millisecond)
 	deploy := func(v map[string]string) {
 		t.Helper()
 		start := time.Now()
@@ -176,7 +177,7 @@ func TestPolicyHelmUpgradeSwitchesModesRefusingNoPodAndLeavingNoneUnpinned(t *te
 				return false, "not yet", nil
 			}
 			ps, err := e2e.cluster.PodsOf(ctx, rs)
-			return len(ps) >= 3 && framework.ReadyPods(ps) >= 3, framework.DescribePods(ps), err
+			return len(ps) >= webReplicas && framework.ReadyPods(ps) >= webReplicas, framework.DescribePods(ps), err
 		}))
 		rs, err := currentOf(ctx, appNS, "web")
 		must(t, err)
