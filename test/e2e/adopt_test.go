@@ -117,7 +117,7 @@ would adopt 1 objects (3 changes)
 	s.spotReplacement(old, cur)
 
 	t.Logf("when: the canary is promoted and ReplicaSet %s deleted", old.rs.Name)
-	must(t, e2e.cluster.Promote(ctx, ns, s.rollout))
+	promotePaused(t, ns, s.rollout)
 	must(t, e2e.cluster.WaitPods(ctx, helmWait, old.rs, 0))
 	deleteBackground(ctx, t, e2e.cluster.Kube.AppsV1().ReplicaSets(ns).Delete, old.rs.Name)
 	start := time.Now()

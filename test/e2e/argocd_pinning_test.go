@@ -91,7 +91,7 @@ func argoCDZeroTouchPinningKeepsTheDiffClean(t *testing.T, a admission) {
 	t.Logf("then: still Synced; Argo CD manages exactly app-config and the Rollout, and neither the %d snapshots nor the pods show in its diff", len(snaps))
 
 	t.Log("when: the canary is promoted")
-	must(t, e2e.cluster.Promote(ctx, ns, "demo"))
+	promotePaused(t, ns, "demo")
 	must(t, e2e.cluster.WaitPods(ctx, argoWait, rs2, 3))
 	r.expectReads(rs2, pinV2)
 	st, err = e2e.cluster.WaitSynced(ctx, argoWait, app.Name)

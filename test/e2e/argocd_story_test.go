@@ -235,7 +235,7 @@ func (s *argoStory) deploy(i int, d argoDeploy, prev *revisionOf) revisionOf {
 
 	t.Logf("when: kubectl argo rollouts promote %s (paused for %s)", s.rollout, time.Since(paused).Round(time.Second))
 	promoted := time.Now()
-	must(t, e2e.cluster.Promote(ctx, s.ns, s.rollout))
+	promotePaused(t, s.ns, s.rollout)
 	must(t, e2e.cluster.WaitPods(ctx, argoSyncWait, cur.rs, 3))
 	must(t, e2e.cluster.WaitPods(ctx, argoSyncWait, prev.rs, 0))
 	st := s.waitSynced(promoted)

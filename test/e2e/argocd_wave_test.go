@@ -63,7 +63,7 @@ func TestArgoCDSyncHookInWaveOneComesTooLateWithoutHistory(t *testing.T) {
 
 	t.Log("when: kubectl argo rollouts promote demo")
 	promoted := time.Now()
-	must(t, e2e.cluster.Promote(ctx, ns, "demo"))
+	promotePaused(t, ns, "demo")
 	must(t, e2e.cluster.WaitReplicaSetGone(ctx, argoSyncWait, ns, old.rs.Name))
 	must(t, e2e.cluster.WaitGone(ctx, argoSyncWait, ns, refs.ConfigMap, old.cm))
 	lostAfter := time.Since(promoted)
@@ -179,7 +179,7 @@ func TestArgoCDSyncHookInWaveZeroAttachesDuringThePause(t *testing.T) {
 		t.Logf("then: this time the hook's binary looked before the Rollout changed: it found %s current and exited; %s is NOT attached to the canary %s, "+
 			"and no other hook runs for this deploy:\n%s", v1.rs.Name, canary.cm, canary.rs.Name, logs)
 	}
-	must(t, e2e.cluster.Promote(ctx, ns, "demo"))
+	promotePaused(t, ns, "demo")
 	must(t, e2e.cluster.WaitPods(ctx, argoSyncWait, canary.rs, 3))
 	_, err = e2e.cluster.WaitApplication(ctx, argoSyncWait, app.Name, "to end its sync", func(st framework.AppStatus) bool {
 		return !st.OperationPending && st.Deployed

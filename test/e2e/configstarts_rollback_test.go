@@ -156,8 +156,8 @@ func configStartsANewCanaryAfterKubectlArgoRolloutsUndo(t *testing.T, a admissio
 	promoted := func(data map[string]string, before ...*appsv1.ReplicaSet) *appsv1.ReplicaSet {
 		t.Helper()
 		w.put(data)
-		rs := w.waitCurrent(workload.Rollout, "demo", 1, data, notAmong(before...)) // the canary's one pod, paused
-		must(t, e2e.cluster.Promote(ctx, ns, "demo"))
+		rs := w.waitCurrent(workload.Rollout, "demo", 1, data, notAmong(before...)) // the canary's one pod
+		promotePaused(t, ns, "demo")
 		waitStable(t, ns, "demo", rs)
 		return rs
 	}

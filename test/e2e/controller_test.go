@@ -33,8 +33,7 @@ func (a *app) deploy(content string) (string, *appsv1.ReplicaSet) {
 func (a *app) promote(rs *appsv1.ReplicaSet) {
 	a.t.Helper()
 	ctx := context.Background()
-	must(a.t, e2e.cluster.WaitPaused(ctx, 60*time.Second, a.ns, a.name))
-	must(a.t, e2e.cluster.Promote(ctx, a.ns, a.name))
+	promotePaused(a.t, a.ns, a.name)
 	hash := rs.Labels[workload.RolloutHashLabel]
 	must(a.t, framework.Eventually(ctx, 60*time.Second, rs.Name+" stable", func(ctx context.Context) (bool, string, error) {
 		ro, err := e2e.cluster.Rollout(ctx, a.ns, a.name)

@@ -57,7 +57,7 @@ func (s *fluxStory) deploy(config int, prev revisionOf) revisionOf {
 func (s *fluxStory) promote(cur, prev revisionOf) {
 	t, ctx := s.t, context.Background()
 	t.Logf("when: kubectl argo rollouts promote %s", s.rollout)
-	must(t, e2e.cluster.Promote(ctx, s.ns, s.rollout))
+	promotePaused(t, s.ns, s.rollout)
 	must(t, e2e.cluster.WaitPods(ctx, fluxWait, cur.rs, 3))
 	must(t, e2e.cluster.WaitPods(ctx, fluxWait, prev.rs, 0))
 	st, err := e2e.cluster.WaitHelmReleaseReady(ctx, fluxWait, s.ns, s.hr.Name)

@@ -159,7 +159,7 @@ func TestFluxConfigStartsTheCanaryWithoutDrift(t *testing.T) {
 	t.Logf("then: %d reconciliations with drift detection, exactly one template change in %s (%s), the annotation kept", rounds, watchFor, changes[0][:strings.Index(changes[0], ":")])
 
 	t.Log("when: the canary is promoted")
-	must(t, e2e.cluster.Promote(ctx, ns, "grafana"))
+	promotePaused(t, ns, "grafana")
 	must(t, e2e.cluster.WaitPods(ctx, fluxWait, rs2, 3))
 	r.expectReads(rs2, customV2)
 	expectNoDriftBut(t, ns, hr.Name, "Rollout/"+ns+"/grafana")

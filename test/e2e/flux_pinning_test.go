@@ -134,7 +134,7 @@ func fluxZeroTouchPinningOnAPublicChart(t *testing.T, a admission) {
 	t.Log("then: its replacement reads the old revision's snapshot, though graf-grafana (as Flux applied it) holds the new content")
 
 	t.Log("when: the canary is promoted")
-	must(t, e2e.cluster.Promote(ctx, ns, "grafana"))
+	promotePaused(t, ns, "grafana")
 	must(t, e2e.cluster.WaitPods(ctx, fluxWait, rs2, 3))
 	st, err := e2e.cluster.WaitHelmReleaseReady(ctx, fluxWait, ns, hr.Name)
 	must(t, err)
@@ -213,7 +213,7 @@ func TestFluxPostRendererDroppingThePinLabel(t *testing.T) {
 	t.Logf("then: its replacement still reads its revision's snapshot %s, not graf-grafana's new content", s1.Name)
 
 	t.Log("when: the canary is promoted")
-	must(t, e2e.cluster.Promote(ctx, g.ns, "grafana"))
+	promotePaused(t, g.ns, "grafana")
 	must(t, e2e.cluster.WaitPods(ctx, fluxWait, rs2, 3))
 	st, err := e2e.cluster.WaitHelmReleaseReady(ctx, fluxWait, g.ns, hr.Name)
 	must(t, err)

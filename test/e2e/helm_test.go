@@ -122,7 +122,7 @@ func (s *helmStory) run() []revisionOf {
 		}
 
 		t.Log("when: the canary is promoted")
-		must(t, e2e.cluster.Promote(ctx, s.ns, s.rollout))
+		promotePaused(t, s.ns, s.rollout)
 		must(t, e2e.cluster.WaitPods(ctx, helmWait, cur.rs, 3))
 		must(t, e2e.cluster.WaitPods(ctx, helmWait, prev.rs, 0))
 		cur.deploy = i
@@ -384,7 +384,7 @@ func TestHelmUpgradeWithoutKeepIsHeldWhileTheConfigIsInUse(t *testing.T) {
 	stillThere(t, ns, refs.ConfigMap, old.cm, "ReplicaSet "+old.rs.Name+" still runs pods mounting it")
 
 	t.Logf("when: the canary is promoted and ReplicaSet %s is pruned (revisionHistoryLimit)", old.rs.Name)
-	must(t, e2e.cluster.Promote(ctx, ns, s.rollout))
+	promotePaused(t, ns, s.rollout)
 	bg := metav1.DeletePropagationBackground
 	must(t, e2e.cluster.Kube.AppsV1().ReplicaSets(ns).Delete(ctx, old.rs.Name, metav1.DeleteOptions{PropagationPolicy: &bg}))
 	t.Logf("then: %s goes, and %s stays", old.cm, cur.cm)

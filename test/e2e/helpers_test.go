@@ -123,3 +123,9 @@ func must(t *testing.T, err error) {
 		t.Fatal(err)
 	}
 }
+
+// promotePaused promotes the canary of Rollout ns/name once it is paused (framework.PromotePaused).
+func promotePaused(t *testing.T, ns, name string) {
+	t.Helper()
+	must(t, e2e.cluster.PromotePaused(context.Background(), 2*time.Minute, ns, name))
+}

@@ -177,7 +177,7 @@ func TestHistoryAndDiff(t *testing.T) {
 	must(t, e2e.cluster.WaitPods(context.Background(), 90*time.Second, s.rs[0], 2))
 	s.deploy(1)
 	s.waitPaused()
-	must(t, e2e.cluster.Promote(context.Background(), s.ns, "demo"))
+	promotePaused(t, s.ns, "demo")
 	s.waitStable(s.rs[1])
 	s.deploy(2)
 	s.waitPaused()

@@ -229,8 +229,7 @@ func pinningTheWalkthroughWithAStaticConfigMap(t *testing.T, a admission) {
 	r.deploy(pinV3)
 	rs3 := r.current(pinV3, 1)
 	r.expectReads(rs3, pinV3)
-	must(t, e2e.cluster.WaitPaused(ctx, 90*time.Second, ns, "demo"))
-	must(t, e2e.cluster.Promote(ctx, ns, "demo"))
+	promotePaused(t, ns, "demo")
 	r.current(pinV3, 3)
 	must(t, e2e.cluster.SetRevisionHistoryLimit(ctx, ns, "demo", 0))
 	for _, rs := range []*appsv1.ReplicaSet{rs1, rs2} {

@@ -224,7 +224,7 @@ func TestPulumiTheWriteUpsRecipeWithRetainOnDelete(t *testing.T) {
 	}
 	promote := func(cur, prev revisionOf) {
 		t.Helper()
-		must(t, e2e.cluster.Promote(ctx, ns, "demo"))
+		promotePaused(t, ns, "demo")
 		must(t, e2e.cluster.WaitPods(ctx, pulumiCommandTimeout, cur.rs, 3))
 		must(t, e2e.cluster.WaitPods(ctx, pulumiCommandTimeout, prev.rs, 0))
 		stable.waitStable(cur.rs)
@@ -354,7 +354,7 @@ func TestPulumiZeroTouchPinningAConfigChangeStartsTheCanaryWithoutDrift(t *testi
 	t.Log("then: no changes anywhere; the template changed once (ours) and keeps our annotation; app-config has no owner, no finalizer")
 
 	t.Log("when: the canary is promoted")
-	must(t, e2e.cluster.Promote(ctx, ns, "demo"))
+	promotePaused(t, ns, "demo")
 	must(t, e2e.cluster.WaitPods(ctx, pulumiCommandTimeout, rs2, 3))
 	r.expectReads(rs2, pinV2)
 	pp.expectNoChanges("the promotion")

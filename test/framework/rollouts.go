@@ -234,7 +234,8 @@ func (c *Cluster) SetRevisionHistoryLimit(ctx context.Context, ns, name string, 
 }
 
 // Promote does what `kubectl argo rollouts promote` does: unpause the spec and clear the pause
-// conditions through the status subresource.
+// conditions through the status subresource, at whatever step the Rollout is (the soak's promote,
+// drawn at random); a story that waits at the canary's pause promotes with PromotePaused.
 func (c *Cluster) Promote(ctx context.Context, ns, name string) error {
 	ro, err := c.Rollout(ctx, ns, name)
 	if err != nil {
@@ -250,6 +251,16 @@ func (c *Cluster) Promote(ctx context.Context, ns, name string) error {
 		}
 	}
 	return nil
+}
+
+// PromotePaused promotes the way a person at the terminal does: once `kubectl argo rollouts get
+// rollout` shows the canary Paused (WaitPaused), never before, for a promotion that comes before the
+// pause is recorded clears nothing and the canary waits for ever.
+func (c *Cluster) PromotePaused(ctx context.Context, timeout time.Duration, ns, name string) error {
+	if err := c.WaitPaused(ctx, timeout, ns, name); err != nil {
+		return err
+	}
+	return c.Promote(ctx, ns, name)
 }
 
 // Abort does what `kubectl argo rollouts abort` does.

@@ -153,10 +153,7 @@ func (s *Story) revertTo(ctx context.Context, to revision, others ...revision) e
 // promotePinned promotes the paused canary next and waits until it runs every replica, the old stable
 // none.
 func (s *Story) promotePinned(ctx context.Context, next, old revision) error {
-	if err := s.C.WaitPaused(ctx, s.Wait, s.Namespace, s.Rollout); err != nil {
-		return err
-	}
-	if err := s.C.Promote(ctx, s.Namespace, s.Rollout); err != nil {
+	if err := s.C.PromotePaused(ctx, s.Wait, s.Namespace, s.Rollout); err != nil {
 		return err
 	}
 	s.say("kubectl argo rollouts promote %s", s.Rollout)

@@ -66,7 +66,7 @@ func (s *Story) canary(ctx context.Context, i int, stable revision) (revision, e
 
 // promote continues the paused canary and waits until the new revision runs everywhere.
 func (s *Story) promote(ctx context.Context, next revision, old ...revision) error {
-	if err := s.C.Promote(ctx, s.Namespace, s.Rollout); err != nil {
+	if err := s.C.PromotePaused(ctx, s.Wait, s.Namespace, s.Rollout); err != nil {
 		return err
 	}
 	s.say("kubectl argo rollouts promote %s", s.Rollout)
