@@ -4,8 +4,10 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"io"
 	"net/http"
 	"os"
+	"path/filepath"
 	"sort"
 	"strings"
 	"sync"
@@ -113,6 +115,9 @@ func (e env) controller(ctx context.Context, n int, keep bool) (stormRatios, err
 	if !e.stormAllNamespaces {
 		args = append(args, "-namespaces", ns)
 	}
+	if e.stormProfile != "" {
+		args = append(args, "-profiling")
+	}
 	args = append(args, e.controllerFlags...)
 	level, floorArgs := e.controllerLogLevel, []string{"-namespace", ns, "-prefix", attacherPrefix[floor]}
 	if e.breakdown {
@@ -216,7 +221,13 @@ func (e env) controller(ctx context.Context, n int, keep bool) (stormRatios, err
 	if err != nil {
 		return stormRatios{}, err
 	}
+	const waitMetric = "configmap_attacher_queue_wait_seconds"
+	waitsBefore, err := readHistogram(metricsURL, waitMetric, attachSyncs)
+	if err != nil {
+		return stormRatios{}, err
+	}
 	depth := sampleGauge(ctx, metricsURL, depthMetric, 100*time.Millisecond)
+	profiled := e.profileStorm("http://" + metricsAddr)
 	w.startMeasuring()
 	start := time.Now()
 	fmt.Printf("changing the config of all %d Rollouts at once...\n", n)
@@ -275,6 +286,11 @@ func (e env) controller(ctx context.Context, n int, keep bool) (stormRatios, err
 		return stormRatios{}, err
 	}
 	delays = delays.since(delaysBefore)
+	waits, err := readHistogram(metricsURL, waitMetric, attachSyncs)
+	if err != nil {
+		return stormRatios{}, err
+	}
+	waits = waits.since(waitsBefore)
 	floorAfter, floorErrors, err := floorCount(fl)
 	if err != nil {
 		return stormRatios{}, err
@@ -321,7 +337,11 @@ func (e env) controller(ctx context.Context, n int, keep bool) (stormRatios, err
 	fmt.Printf("our controller during the storm (its histograms, bucket upper bounds): %.0f syncs of one revision, p50 <= %s, p99 <= %s; "+
 		"revision created -> written p50 <= %s, p99 <= %s (creationTimestamp has 1 s resolution)\n", syncs[len(syncs)-1].count,
 		bound(syncs.quantile(0.5)), bound(syncs.quantile(0.99)), bound(delays.quantile(0.5)), bound(delays.quantile(0.99)))
-	fmt.Printf("our queue depth during the storm (sampled every 100 ms): max %.0f, mean %.1f\n", maxDepth, meanDepth)
+	fmt.Printf("our queue depth during the storm (sampled every 100 ms): max %.0f, mean %.1f; a key's wait there p50 <= %s, p99 <= %s\n",
+		maxDepth, meanDepth, bound(waits.quantile(0.5)), bound(waits.quantile(0.99)))
+	for _, line := range profiled() {
+		fmt.Println(line)
+	}
 	return ratios, nil
 }
 
@@ -596,4 +616,59 @@ func printBreakdown(w *watch, patched map[string]map[pairKey]time.Time) {
 		r, d := quantiles(react), quantiles(deliver)
 		fmt.Printf("  %-20s %4d pairs: reaction p50 %s p99 %s | delivery p50 %s p99 %s\n", a, len(react), ms(r.p50), ms(r.p99), ms(d.p50), ms(d.p99))
 	}
+}
+
+// stormProfileSeconds covers a storm's attaching (3–9 s in the scale runs).
+const stormProfileSeconds = 8
+
+// profileStorm starts fetching our controller's CPU profile and execution trace of the next
+// stormProfileSeconds from base (served with -profiling) into e.stormProfile; the function it returns
+// waits for both and says where they are. Without -storm-profile it does nothing.
+func (e env) profileStorm(base string) func() []string {
+	if e.stormProfile == "" {
+		return func() []string { return nil }
+	}
+	stamp := time.Now().Format("150405")
+	kinds := []struct{ path, file string }{
+		{"/debug/pprof/profile", "ours-storm-" + stamp + ".cpu.pprof"},
+		{"/debug/pprof/trace", "ours-storm-" + stamp + ".trace"},
+	}
+	lines := make([]string, len(kinds))
+	var wg sync.WaitGroup
+	for i, k := range kinds {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			file := filepath.Join(e.stormProfile, k.file)
+			if err := fetchTo(fmt.Sprintf("%s%s?seconds=%d", base, k.path, stormProfileSeconds), file); err != nil {
+				lines[i] = fmt.Sprintf("our %s during the storm: %v", k.path, err)
+				return
+			}
+			lines[i] = fmt.Sprintf("our %s during the storm: %s", k.path, file)
+		}()
+	}
+	return func() []string { wg.Wait(); return lines }
+}
+
+func fetchTo(url, file string) error {
+	resp, err := http.Get(url)
+	if err != nil {
+		return err
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		return fmt.Errorf("%s: %s", url, resp.Status)
+	}
+	if err := os.MkdirAll(filepath.Dir(file), 0o755); err != nil {
+		return err
+	}
+	f, err := os.Create(file)
+	if err != nil {
+		return err
+	}
+	if _, err := io.Copy(f, resp.Body); err != nil {
+		f.Close()
+		return err
+	}
+	return f.Close()
 }
