@@ -520,16 +520,60 @@ func (c *Caches) OwnedConfigs(kind refs.Kind, namespace string, uid types.UID) (
 	}, func(m *metav1.PartialObjectMetadata) bool { return revision.OwnedBy(&m.ObjectMeta, uid) })
 }
 
-// CountConfigs counts the cached opted-in objects of every kind that match: what the metrics of
-// protection read at each scrape.
-func (c *Caches) CountConfigs(match func(*metav1.PartialObjectMetadata) bool) int {
-	n := 0
-	for _, inf := range c.Configs {
-		for _, m := range inf.List() {
-			if match(m) {
-				n++
+// ConfigFacts is what a look at every cached config object reads of each (the protection metrics at
+// every scrape, its periodic look at held deletions): read from the object's record, with no view made
+// of it. At 150,000 Pods the caches hold ~87,000 objects; a view of each, for each of three gauges,
+// made every scrape allocate ~100 MB, and the bench's scrapes every 100 ms held our attaches back.
+type ConfigFacts struct {
+	Kind            refs.Kind
+	Namespace, Name string
+	Finalizers      []string
+	Deleted         *metav1.Time // the deletionTimestamp
+}
+
+// EachConfig calls fn with the facts of every cached opted-in object of every kind (with the config
+// trigger the stores hold every object, and Configs' views only the opted-in: so does this). fn runs
+// under its store's read lock: it must not call the caches.
+func (c *Caches) EachConfig(fn func(ConfigFacts)) {
+	for kind, inf := range c.Configs {
+		for _, src := range inf.informers {
+			visit := func(o any) {
+				switch r := o.(type) {
+				case *configRecord:
+					if !api.OptedIn(r.labels) {
+						return
+					}
+					ns, name := splitKey(r.key)
+					f := ConfigFacts{Kind: kind, Namespace: ns, Name: name, Deleted: r.deleted}
+					if r.finalizers != nil {
+						f.Finalizers = *r.finalizers
+					}
+					fn(f)
+				case *metav1.PartialObjectMetadata:
+					if !api.OptedIn(r.Labels) {
+						return
+					}
+					fn(ConfigFacts{Kind: kind, Namespace: r.Namespace, Name: r.Name, Finalizers: r.Finalizers, Deleted: r.DeletionTimestamp})
+				}
+			}
+			if s, ok := src.GetIndexer().(*store); ok {
+				s.each(visit)
+				continue
+			}
+			for _, o := range src.GetIndexer().List() {
+				visit(o)
 			}
 		}
 	}
+}
+
+// CountConfigs counts the cached opted-in objects of every kind that match.
+func (c *Caches) CountConfigs(match func(ConfigFacts) bool) int {
+	n := 0
+	c.EachConfig(func(f ConfigFacts) {
+		if match(f) {
+			n++
+		}
+	})
 	return n
 }

@@ -1,7 +1,9 @@
 package caches
 
 import (
+	"fmt"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -132,9 +134,60 @@ func TestCountConfigsCountsEveryKind(t *testing.T) {
 		obj(refs.Secret, "c", "example.com/other", api.InUseFinalizer),
 		obj(refs.Secret, "d", "example.com/other"),
 	})
-	protected := func(o *metav1.PartialObjectMetadata) bool { return api.HasFinalizer(o.Finalizers, api.InUseFinalizer) }
 	if n := cs.CountConfigs(protected); n != 2 {
 		t.Fatalf("protected objects: %d; want 2 (a ConfigMap and a Secret)", n)
+	}
+}
+
+func protected(f ConfigFacts) bool { return api.HasFinalizer(f.Finalizers, api.InUseFinalizer) }
+
+// recordCaches are caches whose ConfigMap store holds the records the controller's informers keep.
+func recordCaches(objs ...*metav1.PartialObjectMetadata) *Caches {
+	inf := newTestInformer(nil)
+	r := newReducer(nil, false, true)
+	for _, o := range objs {
+		_ = inf.store.Add(r.config(o, keepNone))
+	}
+	return &Caches{Configs: map[refs.Kind]*Informer[*metav1.PartialObjectMetadata]{refs.ConfigMap: newViewInformer(configView(refs.ConfigMap), inf)}}
+}
+
+// A look at every config object reads each one's record as it is: the facts below are written out by
+// hand from the objects.
+func TestEachConfigReadsTheRecords(t *testing.T) {
+	deleted := metav1.NewTime(time.Date(2026, 11, 28, 10, 0, 0, 0, time.UTC))
+	held := cm("held", optedIn)
+	held.Namespace, held.DeletionTimestamp, held.Finalizers = "shop", &deleted, []string{api.InUseFinalizer}
+	cs := recordCaches(cm("plain", optedIn), held, cm("not-opted-in", nil)) // the config trigger's stores hold every object
+	var got []string
+	cs.EachConfig(func(f ConfigFacts) {
+		got = append(got, fmt.Sprintf("%s %s/%s %v %v", f.Kind, f.Namespace, f.Name, f.Finalizers, f.Deleted))
+	})
+	slices.Sort(got)
+	want := []string{
+		"ConfigMap app/plain [] <nil>",
+		"ConfigMap shop/held [" + api.InUseFinalizer + "] 2026-11-28 10:00:00 +0000 UTC",
+	}
+	if !slices.Equal(got, want) {
+		t.Fatalf("facts:\n%s\nwant\n%s", strings.Join(got, "\n"), strings.Join(want, "\n"))
+	}
+}
+
+// The protection metrics count at every scrape: counting makes no view of any object. At 150,000 Pods
+// a view of each of ~87,000 objects, for three gauges, made each scrape allocate ~100 MB.
+func TestCountingConfigsAllocatesNothingPerObject(t *testing.T) {
+	objs := make([]*metav1.PartialObjectMetadata, 2000)
+	for i := range objs {
+		objs[i] = cm(fmt.Sprintf("cm-%d", i), optedIn)
+		objs[i].Finalizers = []string{api.InUseFinalizer}
+	}
+	cs := recordCaches(objs...)
+	var n int
+	allocs := testing.AllocsPerRun(5, func() { n = cs.CountConfigs(protected) })
+	if n != len(objs) {
+		t.Fatalf("counted %d, want %d", n, len(objs))
+	}
+	if allocs > 10 {
+		t.Fatalf("counting %d objects allocated %.0f times: a view per object", len(objs), allocs)
 	}
 }
 

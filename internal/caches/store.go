@@ -382,6 +382,16 @@ func (s *store) List() []any {
 	return out
 }
 
+// each calls fn for every stored object under the read lock, with no list made of them: fn must only
+// read the object, and must not call the store.
+func (s *store) each(fn func(any)) {
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	for _, b := range s.buckets {
+		b.each(fn)
+	}
+}
+
 func (s *store) ListKeys() []string {
 	s.mu.RLock()
 	defer s.mu.RUnlock()

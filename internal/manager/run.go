@@ -12,7 +12,6 @@ import (
 
 	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/uuid"
@@ -90,7 +89,7 @@ func Run(parent context.Context, o *Options, clients *kube.Clients) (err error) 
 	// (no leader while objects carry ours) reads it.
 	m.Gauge("configmap_attacher_protected_objects", "Opted-in objects carrying the in-use protection finalizer, which only a running controller lifts.",
 		func() float64 {
-			return float64(cs.CountConfigs(func(o *metav1.PartialObjectMetadata) bool { return api.HasFinalizer(o.Finalizers, api.InUseFinalizer) }))
+			return float64(cs.CountConfigs(func(f caches.ConfigFacts) bool { return api.HasFinalizer(f.Finalizers, api.InUseFinalizer) }))
 		})
 	events, stopEvents := attach.NewRecorderEvents(ctx, clients.Kube)
 	defer stopEvents()

@@ -296,3 +296,26 @@ func TestTheStartQueuesOnlyWhatASyncWouldActOn(t *testing.T) {
 		})
 	}
 }
+
+// The unpinned-pods gauge counts pods of pinning namespaces, controlled by a revision, that read a
+// pinned object (app-config, app-env) by its own name; a pod elsewhere reads what it reads.
+func TestUnpinnedPodsAreThoseOfPinningNamespaces(t *testing.T) {
+	reduce := func(name, namespace string) *caches.User {
+		p := pod(controlledBy("ReplicaSet", "web-5d8f", "rs-uid"), nil)
+		p.Name, p.Namespace = name, namespace
+		u, err := caches.Reduce(p)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return u
+	}
+	cs := caches.NewForTest([]*caches.User{reduce("web-a", ns), reduce("web-b", "elsewhere")}, nil)
+	cs.Pinning = caches.NewPinningForTest([]runtime.Object{appConfig("v1"), appSecret()}, nil, ns)
+	c, err := New(cs, nil, record.NewFakeRecorder(5), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got, want := c.unpinnedPods(), []string{ns + "/web-a"}; !slices.Equal(got, want) {
+		t.Errorf("unpinned pods %v, want %v", got, want)
+	}
+}

@@ -166,8 +166,8 @@ func (c *Controller) heldBy(u *caches.User) []string {
 // resyncHeld queues every held object: the backstop for a deletion a missed event would hold forever.
 func (c *Controller) resyncHeld(ctx context.Context) {
 	n := 0
-	c.eachHeld(func(kind refs.Kind, m *metav1.PartialObjectMetadata) {
-		c.loop.Queue.Add(configKey(kind, m.Namespace, m.Name))
+	c.eachHeld(func(f caches.ConfigFacts) {
+		c.loop.Queue.Add(configKey(f.Kind, f.Namespace, f.Name))
 		n++
 	})
 	if n > 0 {
@@ -329,15 +329,14 @@ func isHeld(m *metav1.PartialObjectMetadata) bool {
 	return m.DeletionTimestamp != nil && api.HasFinalizer(m.Finalizers, api.InUseFinalizer)
 }
 
-// eachHeld calls fn for every cached object our finalizer holds.
-func (c *Controller) eachHeld(fn func(refs.Kind, *metav1.PartialObjectMetadata)) {
-	for kind, inf := range c.caches.Configs {
-		for _, m := range inf.List() {
-			if isHeld(m) {
-				fn(kind, m)
-			}
+// eachHeld calls fn for every cached object our finalizer holds (under its store's read lock: fn must
+// not call the caches).
+func (c *Controller) eachHeld(fn func(caches.ConfigFacts)) {
+	c.caches.EachConfig(func(f caches.ConfigFacts) {
+		if f.Deleted != nil && api.HasFinalizer(f.Finalizers, api.InUseFinalizer) {
+			fn(f)
 		}
-	}
+	})
 }
 
 // holds counts the cached objects our finalizer holds, and returns the earliest deletionTimestamp
@@ -345,9 +344,9 @@ func (c *Controller) eachHeld(fn func(refs.Kind, *metav1.PartialObjectMetadata))
 func (c *Controller) holds() (int, time.Time) {
 	n := 0
 	var oldest time.Time
-	c.eachHeld(func(_ refs.Kind, m *metav1.PartialObjectMetadata) {
+	c.eachHeld(func(f caches.ConfigFacts) {
 		n++
-		if t := m.DeletionTimestamp.Time; oldest.IsZero() || t.Before(oldest) {
+		if t := f.Deleted.Time; oldest.IsZero() || t.Before(oldest) {
 			oldest = t
 		}
 	})
