@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"net/http"
@@ -115,7 +116,7 @@ func (e env) controller(ctx context.Context, n int, keep bool) (stormRatios, err
 	if !e.stormAllNamespaces {
 		args = append(args, "-namespaces", ns)
 	}
-	if e.stormProfile != "" {
+	if e.cpuProfiles != "" {
 		args = append(args, "-profiling")
 	}
 	args = append(args, e.controllerFlags...)
@@ -618,14 +619,14 @@ func printBreakdown(w *watch, patched map[string]map[pairKey]time.Time) {
 	}
 }
 
-// stormProfileSeconds covers a storm's attaching (3–9 s in the scale runs).
-const stormProfileSeconds = 8
+// cpuProfilesSeconds covers a storm's attaching (3–9 s in the scale runs).
+const cpuProfilesSeconds = 8
 
 // profileStorm starts fetching our controller's CPU profile and execution trace of the next
-// stormProfileSeconds from base (served with -profiling) into e.stormProfile; the function it returns
-// waits for both and says where they are. Without -storm-profile it does nothing.
+// cpuProfilesSeconds from base (served with -profiling) into e.cpuProfiles; the function it returns
+// waits for both and says where they are. Without -cpu-profiles it does nothing.
 func (e env) profileStorm(base string) func() []string {
-	if e.stormProfile == "" {
+	if e.cpuProfiles == "" {
 		return func() []string { return nil }
 	}
 	stamp := time.Now().Format("150405")
@@ -639,8 +640,8 @@ func (e env) profileStorm(base string) func() []string {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			file := filepath.Join(e.stormProfile, k.file)
-			if err := fetchTo(fmt.Sprintf("%s%s?seconds=%d", base, k.path, stormProfileSeconds), file); err != nil {
+			file := filepath.Join(e.cpuProfiles, k.file)
+			if err := fetchTo(fmt.Sprintf("%s%s?seconds=%d", base, k.path, cpuProfilesSeconds), file); err != nil {
 				lines[i] = fmt.Sprintf("our %s during the storm: %v", k.path, err)
 				return
 			}
@@ -671,4 +672,25 @@ func fetchTo(url, file string) error {
 		return err
 	}
 	return f.Close()
+}
+
+// startProfileSeconds covers a start to synced caches (34 s at 50,034 Pods, 40-76 s at 150,014).
+const startProfileSeconds = 90
+
+// profileStart keeps our controller's CPU profile from the moment its metrics address answers (its
+// first second, before the first lists) for startProfileSeconds, into e.cpuProfiles, and says where.
+func (e env) profileStart(ctx context.Context, base string) {
+	file := filepath.Join(e.cpuProfiles, "ours-start-"+time.Now().Format("150405")+".cpu.pprof")
+	for deadline := time.Now().Add(2 * time.Minute); ctx.Err() == nil && time.Now().Before(deadline); {
+		err := fetchTo(fmt.Sprintf("%s/debug/pprof/profile?seconds=%d", base, startProfileSeconds), file)
+		if err == nil {
+			fmt.Printf("  our CPU profile of the start: %s\n", file)
+			return
+		}
+		if !errors.Is(err, syscall.ECONNREFUSED) {
+			fmt.Printf("  our CPU profile of the start: %v\n", err)
+			return
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
 }

@@ -67,9 +67,9 @@ type env struct {
 	controllerEnv []string
 	// profiles: scale, a directory for our controller's heap profile at each measurement.
 	profiles string
-	// stormProfile: controller, a directory for our controller's CPU profile and execution trace
-	// during each storm.
-	stormProfile string
+	// cpuProfiles: controller and scale, a directory for our controller's CPU profile and execution
+	// trace during each storm, and (scale) its CPU profile from its start anew until synced.
+	cpuProfiles string
 }
 
 func run(ctx context.Context, args []string) error {
@@ -86,7 +86,7 @@ func run(ctx context.Context, args []string) error {
 	annotated := fs.Int("annotated", 0, "memory: Deployments (0 replicas) with reloader.stakater.com/auto to add last, each reading one unlabelled ConfigMap")
 	withPeers := fs.Bool("peers", true, "run the peers built by hack/tools/build.sh peers beside ours")
 	breakdown := fs.Bool("breakdown", false, "controller: split each latency of ours and the floor at the moment its PATCH returned (their logs)")
-	stormProfile := fs.String("storm-profile", "", "controller, scale: keep our controller's CPU profile and execution trace of each storm in this directory")
+	cpuProfiles := fs.String("cpu-profiles", "", "controller, scale: keep our controller's CPU profile and execution trace of each storm, and at scale the CPU profile of its start anew, in this directory")
 	keep := fs.Bool("keep", false, "keep the cluster and namespaces afterwards")
 	controllerLog := fs.String("controller-log", "", "controller scenario: write the controller's logs to this file")
 	controllerLogLevel := fs.String("controller-log-level", "warn", "LOG_LEVEL of the controller")
@@ -175,7 +175,7 @@ func run(ctx context.Context, args []string) error {
 	}
 	e := env{c: c, meta: meta, root: root, bin: framework.Binary{Path: bin, Kubeconfig: c.Kubeconfig}, floor: floor,
 		controllerFlags: strings.Fields(*controllerFlags), controllerEnv: strings.Fields(*controllerEnv), controllerLog: *controllerLog, controllerLogLevel: *controllerLogLevel, breakdown: *breakdown,
-		triggerObjects: triggerObjects{unlabelled: *unlabelled, annotated: *annotated}, profiles: *profiles, stormProfile: *stormProfile}
+		triggerObjects: triggerObjects{unlabelled: *unlabelled, annotated: *annotated}, profiles: *profiles, cpuProfiles: *cpuProfiles}
 	if *withPeers {
 		e.peers = findPeers(root)
 	}

@@ -345,6 +345,9 @@ func (e env) scaleProcs(peersMax int) *procSet {
 			return nil, err
 		}
 		ps.procs[0].pprof = addr
+		if e.cpuProfiles != "" {
+			go e.profileStart(ctx, "http://"+addr)
+		}
 		return e.startOurs(ctx, "-profiling", "-metrics-bind-address", addr)
 	})
 	ps.add(limitedName, 0, true, func(ctx context.Context) (*framework.Process, error) {
