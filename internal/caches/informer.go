@@ -525,11 +525,14 @@ func (c *Caches) OwnedConfigs(kind refs.Kind, namespace string, uid types.UID) (
 // of it. At 150,000 Pods the caches hold ~87,000 objects; a view of each, for each of three gauges,
 // made every scrape allocate ~100 MB, and the bench's scrapes every 100 ms held our attaches back.
 type ConfigFacts struct {
-	Kind            refs.Kind
-	Namespace, Name string
-	Finalizers      []string
-	Deleted         *metav1.Time // the deletionTimestamp
+	Kind       refs.Kind
+	Key        string // namespace/name
+	Finalizers []string
+	Deleted    *metav1.Time // the deletionTimestamp
 }
+
+// NamespaceName splits the key, for the few facts that need it (a scan's other objects do not).
+func (f ConfigFacts) NamespaceName() (namespace, name string) { return splitKey(f.Key) }
 
 // EachConfig calls fn with the facts of every cached opted-in object of every kind (with the config
 // trigger the stores hold every object, and Configs' views only the opted-in: so does this). fn runs
@@ -543,8 +546,7 @@ func (c *Caches) EachConfig(fn func(ConfigFacts)) {
 					if !api.OptedIn(r.labels) {
 						return
 					}
-					ns, name := splitKey(r.key)
-					f := ConfigFacts{Kind: kind, Namespace: ns, Name: name, Deleted: r.deleted}
+					f := ConfigFacts{Kind: kind, Key: r.key, Deleted: r.deleted}
 					if r.finalizers != nil {
 						f.Finalizers = *r.finalizers
 					}
@@ -553,7 +555,7 @@ func (c *Caches) EachConfig(fn func(ConfigFacts)) {
 					if !api.OptedIn(r.Labels) {
 						return
 					}
-					fn(ConfigFacts{Kind: kind, Namespace: r.Namespace, Name: r.Name, Finalizers: r.Finalizers, Deleted: r.DeletionTimestamp})
+					fn(ConfigFacts{Kind: kind, Key: r.Namespace + "/" + r.Name, Finalizers: r.Finalizers, Deleted: r.DeletionTimestamp})
 				}
 			}
 			if s, ok := src.GetIndexer().(*store); ok {

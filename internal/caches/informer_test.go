@@ -160,7 +160,8 @@ func TestEachConfigReadsTheRecords(t *testing.T) {
 	cs := recordCaches(cm("plain", optedIn), held, cm("not-opted-in", nil)) // the config trigger's stores hold every object
 	var got []string
 	cs.EachConfig(func(f ConfigFacts) {
-		got = append(got, fmt.Sprintf("%s %s/%s %v %v", f.Kind, f.Namespace, f.Name, f.Finalizers, f.Deleted))
+		ns, name := f.NamespaceName()
+		got = append(got, fmt.Sprintf("%s %s/%s %v %v", f.Kind, ns, name, f.Finalizers, f.Deleted))
 	})
 	slices.Sort(got)
 	want := []string{

@@ -167,7 +167,8 @@ func (c *Controller) heldBy(u *caches.User) []string {
 func (c *Controller) resyncHeld(ctx context.Context) {
 	n := 0
 	c.eachHeld(func(f caches.ConfigFacts) {
-		c.loop.Queue.Add(configKey(f.Kind, f.Namespace, f.Name))
+		ns, name := f.NamespaceName()
+		c.loop.Queue.Add(configKey(f.Kind, ns, name))
 		n++
 	})
 	if n > 0 {
