@@ -9,6 +9,7 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"slices"
 	"sort"
 	"strings"
 	"sync"
@@ -703,4 +704,36 @@ func (e env) profileStart(ctx context.Context, base string) {
 			return // stopped
 		}
 	}
+}
+
+// controllerRounds runs the storm rounds times; with alternate flags, each round runs it with ours as
+// built, then with those flags added: the two compare side by side, each against the floor of its
+// own storm, on a machine whose load changes between rounds.
+func (e env) controllerRounds(ctx context.Context, n, rounds int, alternate []string, keep bool) error {
+	variants := [][]string{nil}
+	if len(alternate) > 0 {
+		variants = append(variants, alternate)
+	}
+	got := make([][]stormRatios, len(variants))
+	for r := range max(rounds, 1) {
+		for i, flags := range variants {
+			v := e
+			v.controllerFlags = append(slices.Clone(e.controllerFlags), flags...)
+			fmt.Printf("\n== round %d: ours with %q\n", r+1, strings.Join(v.controllerFlags, " "))
+			ratios, err := v.controller(ctx, n, keep)
+			if err != nil {
+				return err
+			}
+			got[i] = append(got[i], ratios)
+		}
+	}
+	for i, flags := range variants {
+		var p50s, p99s []string
+		for _, r := range got[i] {
+			p50s, p99s = append(p50s, fmt.Sprintf("%.2f", r.p50)), append(p99s, fmt.Sprintf("%.2f", r.p99))
+		}
+		fmt.Printf("ours with %q: ratio to the floor per round p50 %s, p99 %s\n", strings.Join(append(slices.Clone(e.controllerFlags), flags...), " "),
+			strings.Join(p50s, " "), strings.Join(p99s, " "))
+	}
+	return nil
 }

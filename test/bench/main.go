@@ -88,6 +88,8 @@ func run(ctx context.Context, args []string) error {
 	breakdown := fs.Bool("breakdown", false, "controller: split each latency of ours and the floor at the moment its PATCH returned (their logs)")
 	cpuProfiles := fs.String("cpu-profiles", "", "controller, scale: keep our controller's CPU profile and execution trace of each storm, and at scale the CPU profile of its start anew, in this directory")
 	keep := fs.Bool("keep", false, "keep the cluster and namespaces afterwards")
+	stormRounds := fs.Int("storm-rounds", 1, "controller: storms, each in a fresh namespace")
+	alternate := fs.String("storm-alternate", "", "controller: each round runs the storm twice, ours as built and ours with these flags too, space-separated (e.g. \"-workers=32\")")
 	controllerLog := fs.String("controller-log", "", "controller scenario: write the controller's logs to this file")
 	controllerLogLevel := fs.String("controller-log-level", "warn", "LOG_LEVEL of the controller")
 	webhookPods := fs.Int("webhook-pods", 500, "webhook: pods created at once in each of the two namespaces")
@@ -189,8 +191,7 @@ func run(ctx context.Context, args []string) error {
 	case "job":
 		return e.job(ctx, *runs, *otherRS, *keep)
 	case "controller":
-		_, err := e.controller(ctx, *rollouts, *keep)
-		return err
+		return e.controllerRounds(ctx, *rollouts, *stormRounds, strings.Fields(*alternate), *keep)
 	case "memory":
 		return e.memory(ctx, counts, *pods, *size, *keep)
 	case "webhook":
