@@ -326,15 +326,17 @@ func needsLook(m *metav1.PartialObjectMetadata) bool {
 func always(*metav1.PartialObjectMetadata) bool { return true }
 
 // isHeld: being deleted, and our finalizer holds it.
-func isHeld(m *metav1.PartialObjectMetadata) bool {
-	return m.DeletionTimestamp != nil && api.HasFinalizer(m.Finalizers, api.InUseFinalizer)
+func isHeld(m *metav1.PartialObjectMetadata) bool { return held(m.DeletionTimestamp, m.Finalizers) }
+
+func held(deleted *metav1.Time, finalizers []string) bool {
+	return deleted != nil && api.HasFinalizer(finalizers, api.InUseFinalizer)
 }
 
 // eachHeld calls fn for every cached object our finalizer holds (under its store's read lock: fn must
 // not call the caches).
 func (c *Controller) eachHeld(fn func(caches.ConfigFacts)) {
 	c.caches.EachConfig(func(f caches.ConfigFacts) {
-		if f.Deleted != nil && api.HasFinalizer(f.Finalizers, api.InUseFinalizer) {
+		if held(f.Deleted, f.Finalizers) {
 			fn(f)
 		}
 	})

@@ -620,11 +620,11 @@ func printBreakdown(w *watch, patched map[string]map[pairKey]time.Time) {
 	}
 }
 
-// cpuProfilesSeconds covers a storm's attaching (3–9 s in the scale runs).
-const cpuProfilesSeconds = 8
+// stormProfileSeconds covers a storm's attaching (3–9 s in the scale runs).
+const stormProfileSeconds = 8
 
 // profileStorm starts fetching our controller's CPU profile and execution trace of the next
-// cpuProfilesSeconds from base (served with -profiling) into e.cpuProfiles; the function it returns
+// stormProfileSeconds from base (served with -profiling) into e.cpuProfiles; the function it returns
 // waits for both and says where they are. Without -cpu-profiles it does nothing.
 func (e env) profileStorm(base string) func() []string {
 	if e.cpuProfiles == "" {
@@ -642,7 +642,7 @@ func (e env) profileStorm(base string) func() []string {
 		go func() {
 			defer wg.Done()
 			file := filepath.Join(e.cpuProfiles, k.file)
-			if err := fetchTo(fmt.Sprintf("%s%s?seconds=%d", base, k.path, cpuProfilesSeconds), file); err != nil {
+			if err := fetchTo(fmt.Sprintf("%s%s?seconds=%d", base, k.path, stormProfileSeconds), file); err != nil {
 				lines[i] = fmt.Sprintf("our %s during the storm: %v", k.path, err)
 				return
 			}
@@ -714,12 +714,15 @@ func (e env) controllerRounds(ctx context.Context, n, rounds int, alternate []st
 	if len(alternate) > 0 {
 		variants = append(variants, alternate)
 	}
+	for i, flags := range variants {
+		variants[i] = append(slices.Clone(e.controllerFlags), flags...)
+	}
 	got := make([][]stormRatios, len(variants))
 	for r := range max(rounds, 1) {
 		for i, flags := range variants {
 			v := e
-			v.controllerFlags = append(slices.Clone(e.controllerFlags), flags...)
-			fmt.Printf("\n== round %d: ours with %q\n", r+1, strings.Join(v.controllerFlags, " "))
+			v.controllerFlags = flags
+			fmt.Printf("\n== round %d: ours with %q\n", r+1, strings.Join(flags, " "))
 			ratios, err := v.controller(ctx, n, keep)
 			if err != nil {
 				return err
@@ -732,8 +735,7 @@ func (e env) controllerRounds(ctx context.Context, n, rounds int, alternate []st
 		for _, r := range got[i] {
 			p50s, p99s = append(p50s, fmt.Sprintf("%.2f", r.p50)), append(p99s, fmt.Sprintf("%.2f", r.p99))
 		}
-		fmt.Printf("ours with %q: ratio to the floor per round p50 %s, p99 %s\n", strings.Join(append(slices.Clone(e.controllerFlags), flags...), " "),
-			strings.Join(p50s, " "), strings.Join(p99s, " "))
+		fmt.Printf("ours with %q: ratio to the floor per round p50 %s, p99 %s\n", strings.Join(flags, " "), strings.Join(p50s, " "), strings.Join(p99s, " "))
 	}
 	return nil
 }

@@ -68,7 +68,7 @@ type env struct {
 	// profiles: scale, a directory for our controller's heap profile at each measurement.
 	profiles string
 	// cpuProfiles: controller and scale, a directory for our controller's CPU profile and execution
-	// trace during each storm, and (scale) its CPU profile from its start anew until synced.
+	// trace during each storm, and (scale) its CPU profile from each of its starts until it stops.
 	cpuProfiles string
 }
 
@@ -86,7 +86,7 @@ func run(ctx context.Context, args []string) error {
 	annotated := fs.Int("annotated", 0, "memory: Deployments (0 replicas) with reloader.stakater.com/auto to add last, each reading one unlabelled ConfigMap")
 	withPeers := fs.Bool("peers", true, "run the peers built by hack/tools/build.sh peers beside ours")
 	breakdown := fs.Bool("breakdown", false, "controller: split each latency of ours and the floor at the moment its PATCH returned (their logs)")
-	cpuProfiles := fs.String("cpu-profiles", "", "controller, scale: keep our controller's CPU profile and execution trace of each storm, and at scale the CPU profile of its start anew, in this directory")
+	cpuProfiles := fs.String("cpu-profiles", "", "controller, scale: keep our controller's CPU profile and execution trace of each storm, and at scale its CPU profile from each of its starts, in this directory")
 	keep := fs.Bool("keep", false, "keep the cluster and namespaces afterwards")
 	stormRounds := fs.Int("storm-rounds", 1, "controller: storms, each in a fresh namespace")
 	alternate := fs.String("storm-alternate", "", "controller: each round runs the storm twice, ours as built and ours with these flags too, space-separated (e.g. \"-workers=32\")")
