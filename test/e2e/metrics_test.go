@@ -39,6 +39,10 @@ func TestEveryMetricTheAlertsAndDashboardUseIsExported(t *testing.T) {
 	t.Logf("given: the rules and the dashboard query %d metrics: %s", len(used), strings.Join(sortedKeys(used), ", "))
 
 	ns := givenNamespace(t, "e2e-metrics")
+	// The chart installs the PinTable CRD, and where it is served the controller keeps PinTables in
+	// webhook mode too (ready to switch) and exports their gauges. Without this the story depended on
+	// a policy story having installed it first on the shared cluster.
+	must(t, e2e.cluster.EnsurePinTableCRD(ctx, e2e.root))
 	ctl := startPinningController(t, "Fail", ns)
 	addr := metricsAddress(t, ctl)
 	cm, err := e2e.cluster.CreateConfigRevision(ctx, ns, "demo-cm", map[string]string{"k": "v"}, true)
