@@ -323,7 +323,8 @@ func TestUpgradeFromThePreviousReleaseLosesNothing(t *testing.T) {
 	sets := []string{"watchNamespaces={" + appNS + "}", "rbac.ownerReferencesPermissionEnforcement=true", "pinning.enabled=true",
 		"image.repository=localhost/configmap-attacher", "image.pullPolicy=Never"}
 	r := &chartRelease{t: t, name: "cma-skew", ns: ns, helm: helmCLI(t)}
-	args := []string{"upgrade", "--install", r.name, filepath.Join(prevCharts, "configmap-attacher"), "-n", ns, "--wait", "--timeout", "2m", "--set", "image.tag=" + commit}
+	args := []string{"upgrade", "--install", r.name, filepath.Join(prevCharts, "configmap-attacher"), "-n", ns, "--wait", "--timeout", "2m",
+		"--set-string", "image.tag=" + commit} // a short hash of digits only (9358371) is a number to --set
 	for _, s := range sets {
 		args = append(args, "--set", s)
 	}
