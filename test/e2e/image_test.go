@@ -393,7 +393,7 @@ func TestImageControllerAttachesInCluster(t *testing.T) {
 	if want := `"bytes":429496729`; !strings.Contains(p.logs(), want) {
 		t.Fatalf("the controller did not take its soft memory limit from the container's (want %s in its log):\n%s", want, p.logs())
 	}
-	t.Logf("then: its soft memory limit is 90%% of the container's %s", limit.String())
+	t.Logf("then: its soft memory limit is 80%% of the container's %s", limit.String())
 	waitHTTP(t, "http://"+probeAddr+"/readyz")
 	waitHTTP(t, "http://"+metricsAddr+"/metrics")
 	t.Logf("then: it holds the Lease %s/%s; /readyz and /metrics answer 200", ns, r.fullname())
