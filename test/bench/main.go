@@ -109,7 +109,7 @@ func run(ctx context.Context, args []string) error {
 	profiles := fs.String("scale-profiles", "", "scale: keep our controller's heap profile at each measurement in this directory")
 	controllerFlags := fs.String("controller-flags", "", "extra flags for the controller, space-separated (e.g. \"-workers=16 -kube-api-qps=300\")")
 	if len(args) == 0 {
-		return fmt.Errorf("usage: bench job|controller|memory|webhook|reloader|scale [flags]")
+		return fmt.Errorf("usage: bench job|controller|memory|webhook|reloader|scale [flags], or bench scale-plot [-scale-out DIR] scale.md...")
 	}
 	scenario := args[0]
 	if err := fs.Parse(args[1:]); err != nil {
@@ -126,6 +126,10 @@ func run(ctx context.Context, args []string) error {
 	root, err := framework.RepoRoot()
 	if err != nil {
 		return err
+	}
+	if scenario == "scale-plot" {
+		// No cluster: the curve of the scale.md files of runs that grew one cluster in turns.
+		return scalePlot(inRepo(root, *scaleOut), fs.Args())
 	}
 	name := "bench"
 	if *kubeconfig == "" {

@@ -5,6 +5,9 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"slices"
+	"sort"
+	"strconv"
 	"strings"
 	"time"
 
@@ -19,6 +22,18 @@ import (
 const (
 	scaleTableFile = "scale.md"
 	scaleSVGFile   = "scale-rss.svg"
+)
+
+// The memory table's columns that readScaleRSS reads back (scale-plot).
+const (
+	colPods       = "Pods"
+	colWatch      = "configmap-attacher, through the watch"
+	colAnew       = "configmap-attacher, started anew"
+	colLimited    = "ours with GOMEMLIMIT (sizing rule), started anew"
+	colKCM        = "kube-controller-manager"
+	colRSOperator = "configmap-rs-operator (watch / anew)"
+	colReloader   = "Reloader (watch / anew)"
+	colBaseline   = "baseline build (watch / anew)"
 )
 
 // withCommas writes n as 150,000.
@@ -48,11 +63,11 @@ func mibOrDash(b int64) string {
 
 // scaleTables renders the memory table and the time/load table.
 func scaleTables(steps []scaleStep, baseline int64) [][][]string {
-	mem := [][]string{{"Pods", "nodes", "configmap-attacher, through the watch", "configmap-attacher, started anew", "KiB per Pod (anew − empty cluster)",
+	mem := [][]string{{colPods, "nodes", colWatch, colAnew, "KiB per Pod (anew − empty cluster)",
 		"MiB per 10,000 Pods (anew − empty cluster)",
-		"ours, live heap (watch / anew)", "ours with GOMEMLIMIT (sizing rule), started anew", "with GOMEMLIMIT / kube-controller-manager",
-		"kube-controller-manager", "ours / kube-controller-manager", "configmap-rs-operator (watch / anew)", "Reloader (watch / anew)", "ours / best peer",
-		"baseline build (watch / anew)"}}
+		"ours, live heap (watch / anew)", colLimited, "with GOMEMLIMIT / kube-controller-manager",
+		colKCM, "ours / kube-controller-manager", colRSOperator, colReloader, "ours / best peer",
+		colBaseline}}
 	load := [][]string{{"Pods", "built in", "load average at start", "ours CPU (growth / start)", "caches synced", "first attach", "baseline build: caches synced",
 		"API requests at start: LISTs / watches opened",
 		"attach p50 / p99 ÷ floor", "webhook p50 / p99, with ÷ without", "admission policies p50 / p99, with ÷ without", "kube-apiserver RSS", "etcd RSS", "step took"}}
@@ -176,4 +191,103 @@ func plotRSS(path string, steps []scaleStep) error {
 		return err
 	}
 	return p.Save(8*vg.Inch, 5*vg.Inch, path)
+}
+
+// scalePlot redraws scale-rss.svg into dir from the scale.md files of runs that grew one cluster in
+// turns (a run stopped by its memory check or budget, then -scale-resume): their memory tables'
+// rows, by Pods, a later file's row winning.
+func scalePlot(dir string, files []string) error {
+	if len(files) == 0 {
+		return fmt.Errorf("usage: bench scale-plot [-scale-out DIR] scale.md...: no file given")
+	}
+	byPods := map[int]scaleStep{}
+	for _, f := range files {
+		b, err := os.ReadFile(f)
+		if err != nil {
+			return err
+		}
+		steps, err := readScaleRSS(string(b))
+		if err != nil {
+			return fmt.Errorf("%s: %w", f, err)
+		}
+		for _, s := range steps {
+			byPods[s.pods] = s
+		}
+	}
+	steps := make([]scaleStep, 0, len(byPods))
+	for _, s := range byPods {
+		steps = append(steps, s)
+	}
+	sort.Slice(steps, func(i, j int) bool { return steps[i].pods < steps[j].pods })
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return err
+	}
+	svg := filepath.Join(dir, scaleSVGFile)
+	if err := plotRSS(svg, steps); err != nil {
+		return fmt.Errorf("writing %s: %w", svg, err)
+	}
+	fmt.Printf("wrote %s: %d steps from %d files\n", svg, len(steps), len(files))
+	return nil
+}
+
+// readScaleRSS reads back the memory table of a scale.md (scaleTables): each row's Pods and the peak
+// RSS figures plotRSS draws. A cell it cannot read ("—") is 0, which plotRSS leaves out.
+func readScaleRSS(text string) ([]scaleStep, error) {
+	var cols map[string]int
+	var steps []scaleStep
+	for _, line := range strings.Split(text, "\n") {
+		if !strings.HasPrefix(line, "| ") {
+			if len(steps) > 0 {
+				break // the memory table ended
+			}
+			continue
+		}
+		cells := strings.Split(strings.TrimSuffix(strings.TrimPrefix(line, "| "), " |"), " | ")
+		if cols == nil {
+			if cells[0] == colPods && slices.Contains(cells, colWatch) {
+				cols = map[string]int{}
+				for i, c := range cells {
+					cols[c] = i
+				}
+			}
+			continue
+		}
+		if strings.HasPrefix(cells[0], "---") {
+			continue
+		}
+		cell := func(col string) string {
+			if i, ok := cols[col]; ok && i < len(cells) {
+				return cells[i]
+			}
+			return ""
+		}
+		pods, err := strconv.Atoi(strings.ReplaceAll(strings.TrimSuffix(cell(colPods), " Pods"), ",", ""))
+		if err != nil {
+			return nil, fmt.Errorf("row %q: Pods: %w", line, err)
+		}
+		anew := func(col string) int64 { // "watch / anew": the second
+			_, a, _ := strings.Cut(cell(col), " / ")
+			return mibCell(a)
+		}
+		steps = append(steps, scaleStep{pods: pods, watchRSS: mibCell(cell(colWatch)), startRSS: mibCell(cell(colAnew)), kcm: mibCell(cell(colKCM)),
+			peersStart: map[string]int64{limitedName: mibCell(cell(colLimited)), rsOperator: anew(colRSOperator), "reloader": anew(colReloader), baselineName: anew(colBaseline)}})
+	}
+	if cols == nil {
+		return nil, fmt.Errorf("no memory table (a header with %q)", colWatch)
+	}
+	return steps, nil
+}
+
+// mibCell reads the first figure of a cell as mib writes it ("47.2 MiB", "39.4 MiB (limit 96.0
+// MiB)"), in bytes; 0 for anything else.
+func mibCell(c string) int64 {
+	f := strings.Fields(c)
+	if len(f) < 2 || f[1] != "MiB" {
+		return 0
+	}
+	v, err := strconv.ParseFloat(strings.ReplaceAll(f[0], ",", ""), 64)
+	if err != nil {
+		return 0
+	}
+	return int64(v * (1 << 20))
 }
