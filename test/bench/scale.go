@@ -613,7 +613,7 @@ func peerRSS(f map[string]procFigures) map[string]int64 {
 // (cluster-wide: the other components' own requests in those seconds are counted too).
 func (e env) startAnew(ctx context.Context, procs *procSet, s *scaleStep, step int) error {
 	// Named for the moment too: a resumed run counts its steps from 1 again, and the earlier run's
-	// probe-1, attached long ago, read as an attach 53 ms after the start (seen at 150,014 Pods).
+	// probe-0, attached long ago, read as an attach 53 ms after the start (seen at 150,014 Pods).
 	cm, rs, err := e.probeRevision(ctx, fmt.Sprintf("probe-%d-%s", step, time.Now().UTC().Format("150405")))
 	if err != nil {
 		return err
