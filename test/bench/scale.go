@@ -240,7 +240,7 @@ func (e env) fastClient() (kubernetes.Interface, error) {
 // with a status write of its own, ~35 a second here, and at 150,000 Pods it was still working
 // through ~34,000 of them a quarter of an hour after the build, at ~0.7 of a core: every start measured
 // meanwhile shared the machine with that backlog (load average ~6). A Pod that stays Pending only
-// costs the wait: the step goes on, and says how many.
+// costs the wait: the step goes on, and says so.
 func (e env) waitPodsStarted(ctx context.Context) {
 	start := time.Now()
 	err := wait.PollUntilContextTimeout(ctx, 10*time.Second, 30*time.Minute, true, func(ctx context.Context) (bool, error) {
@@ -612,8 +612,8 @@ func peerRSS(f map[string]procFigures) map[string]int64 {
 // process's start. The API requests of the start are kube-apiserver's counters before and after
 // (cluster-wide: the other components' own requests in those seconds are counted too).
 func (e env) startAnew(ctx context.Context, procs *procSet, s *scaleStep, step int) error {
-	// Named for the moment too: a resumed run counts its steps from 1 again, and the earlier run's
-	// probe-0, attached long ago, read as an attach 53 ms after the start (seen at 150,014 Pods).
+	// Named for the moment too: a resumed run numbers its steps anew, and the earlier run's probe-0,
+	// attached long ago, read as an attach 53 ms after the start (seen at 150,014 Pods).
 	cm, rs, err := e.probeRevision(ctx, fmt.Sprintf("probe-%d-%s", step, time.Now().UTC().Format("150405")))
 	if err != nil {
 		return err

@@ -6,7 +6,6 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
-	"sort"
 	"strconv"
 	"strings"
 	"time"
@@ -218,7 +217,7 @@ func scalePlot(dir string, files []string) error {
 	for _, s := range byPods {
 		steps = append(steps, s)
 	}
-	sort.Slice(steps, func(i, j int) bool { return steps[i].pods < steps[j].pods })
+	slices.SortFunc(steps, func(a, b scaleStep) int { return a.pods - b.pods })
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return err
 	}
