@@ -166,7 +166,6 @@ func (e env) scale(ctx context.Context, o scaleOptions) error {
 		s.pods, s.nodes, s.tenants = g.pods(), len(g.nodes), g.tenants
 		fmt.Printf("  %d Pods on %d nodes (%d tenants) built in %s\n", s.pods, s.nodes, s.tenants, s.build.Round(time.Second))
 		e.waitPodsStarted(ctx)
-		e.quietKwok(ctx)
 
 		through, err := procs.measure(ctx)
 		if err != nil {
@@ -257,24 +256,6 @@ func (e env) waitPodsStarted(ctx context.Context) {
 		return
 	}
 	fmt.Printf("  every Pod Running (or done) %s after the build\n", time.Since(start).Round(time.Second))
-}
-
-// quietKwok restarts kwok's controller once the Pods are started, and waits until it has listed them
-// again (its RSS settled). kwok 0.8.0 replays its pod-ready stage on Pods that are already Running, with
-// a second address the API server refuses (status.podIPs: two IPv4 addresses), and retries for ever:
-// at 150,014 Pods (2026-11-28) ~2,100 Pods in turn, ~0.9 of a core of kwok's and as much of
-// kube-apiserver's, the machine's load average 5-6 with nothing else to do, which every start measured
-// shared. A restart drops that queue (0 refusals in the next 30 s, load 0.8). A failed restart only
-// says so: the step goes on.
-func (e env) quietKwok(ctx context.Context) {
-	pid, err := e.restartComponent("kwok-controller")
-	if err != nil {
-		fmt.Printf("  restarting kwok's controller: %v (measuring anyway)\n", err)
-		return
-	}
-	start := time.Now()
-	settle(ctx, pid)
-	fmt.Printf("  kwok's controller restarted (its retries dropped), settled after %s\n", time.Since(start).Round(time.Second))
 }
 
 // canGrow says why the next step should not run ("" when it may): the machine's memory, from the

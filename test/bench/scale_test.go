@@ -1,7 +1,6 @@
 package main
 
 import (
-	"slices"
 	"strings"
 	"testing"
 )
@@ -126,21 +125,5 @@ func TestReadScaleRSSReadsWhatTheScaleRunWrites(t *testing.T) {
 func TestReadScaleRSSRefusesATextWithoutTheTable(t *testing.T) {
 	if _, err := readScaleRSS("| Pods | built in |\n| --- | --- |\n| 1,032 Pods | 14s |\n"); err == nil {
 		t.Error("no error for a text without the memory table")
-	}
-}
-
-func TestNulSeparatedKeepsEmptyArgumentsAndDropsOnlyTheLastNUL(t *testing.T) {
-	for _, tc := range []struct {
-		in   string
-		want []string
-	}{
-		{"", nil},
-		{"kwok\x00", []string{"kwok"}},
-		{"kwok\x00--kubeconfig=a\x00\x00-v\x00", []string{"kwok", "--kubeconfig=a", "", "-v"}},
-		{"GOMEMLIMIT=9GiB\x00PATH=/bin\x00", []string{"GOMEMLIMIT=9GiB", "PATH=/bin"}},
-	} {
-		if got := nulSeparated([]byte(tc.in)); !slices.Equal(got, tc.want) {
-			t.Errorf("nulSeparated(%q) = %q, want %q", tc.in, got, tc.want)
-		}
 	}
 }
