@@ -13,6 +13,7 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"time"
 
 	appsv1 "k8s.io/api/apps/v1"
@@ -81,6 +82,9 @@ type scaleOptions struct {
 	keep          bool
 	// resume: the cluster is one an earlier run built (-scale-resume); the grower takes what it holds.
 	resume bool
+	// watchLimit, when set, is the GOMEMLIMIT of a second ours run through the watch
+	// (watchLimitedName; -scale-watch-limit).
+	watchLimit int64
 }
 
 // scaleStep is what one step measured.
@@ -101,7 +105,9 @@ type scaleStep struct {
 	// caches synced (0 when it did not run).
 	baselineSynced time.Duration
 	// load is the machine's load average (1 minute) when ours started anew.
-	load           string
+	load string
+	// quiet: ours started anew once more with kwok's controller stopped (quietStart).
+	quiet          quietStart
 	lists, watches int
 	listResources  []string
 	kcm, apiserver int64 // VmRSS
@@ -133,7 +139,7 @@ func (e env) scale(ctx context.Context, o scaleOptions) error {
 			return err
 		}
 	}
-	procs := e.scaleProcs(o.peersMax)
+	procs := e.scaleProcs(o.peersMax, o.watchLimit)
 	defer procs.stop()
 	base, err := procs.start(ctx, o.steps[0])
 	if err != nil {
@@ -182,6 +188,10 @@ func (e env) scale(ctx context.Context, o scaleOptions) error {
 		s.limit = sizedLimit(s.watchHeap)
 		procs.limit = s.limit
 		if err := e.startAnew(ctx, procs, &s, i); err != nil {
+			return err
+		}
+		procs.stop()
+		if s.quiet, err = e.startQuiet(ctx, procs, i); err != nil {
 			return err
 		}
 		procs.stop()
@@ -419,7 +429,7 @@ func cpuSeconds(pid int) float64 {
 // scaleProcs are ours and the peers, run on the whole cluster (their default scope); the peers and
 // the baseline build only up to peersMax Pods (0: at every size), to leave the machine's memory to the
 // cluster, ours and kube-controller-manager at the largest steps.
-func (e env) scaleProcs(peersMax int) *procSet {
+func (e env) scaleProcs(peersMax int, watchLimit int64) *procSet {
 	ps := &procSet{profiles: e.profiles}
 	ps.add(ours, 0, false, func(ctx context.Context) (*framework.Process, error) {
 		// With profiling on its own address: measure reads its live heap there.
@@ -436,6 +446,11 @@ func (e env) scaleProcs(peersMax int) *procSet {
 	ps.add(limitedName, 0, true, func(ctx context.Context) (*framework.Process, error) {
 		return e.startControllerWith(ctx, e.bin, []string{fmt.Sprintf("GOMEMLIMIT=%dMiB", ps.limit>>20)})
 	})
+	if watchLimit > 0 {
+		ps.add(watchLimitedName, 0, false, func(ctx context.Context) (*framework.Process, error) {
+			return e.startControllerWith(ctx, e.bin, []string{fmt.Sprintf("GOMEMLIMIT=%dMiB", watchLimit>>20)})
+		})
+	}
 	if e.baseline.Path != "" {
 		ps.add(baselineName, peersMax, false, func(ctx context.Context) (*framework.Process, error) { return e.startController(ctx, e.baseline) })
 	}
@@ -453,10 +468,12 @@ func (e env) scaleProcs(peersMax int) *procSet {
 }
 
 // baselineName names the -baseline-bin controller (another build of ours, e.g. main's) in the tables,
-// limitedName ours started anew with the sizing rule's GOMEMLIMIT.
+// limitedName ours started anew with the sizing rule's GOMEMLIMIT, watchLimitedName ours under
+// -scale-watch-limit's from the first step on.
 const (
-	baselineName = "configmap-attacher (baseline)"
-	limitedName  = "configmap-attacher (GOMEMLIMIT)"
+	baselineName     = "configmap-attacher (baseline)"
+	limitedName      = "configmap-attacher (GOMEMLIMIT)"
+	watchLimitedName = "configmap-attacher (-scale-watch-limit)"
 )
 
 // sizedLimit is the soft memory limit (GOMEMLIMIT) docs/controller.md's sizing rule gives for a
@@ -612,46 +629,14 @@ func peerRSS(f map[string]procFigures) map[string]int64 {
 // process's start. The API requests of the start are kube-apiserver's counters before and after
 // (cluster-wide: the other components' own requests in those seconds are counted too).
 func (e env) startAnew(ctx context.Context, procs *procSet, s *scaleStep, step int) error {
-	// Named for the moment too: a resumed run numbers its steps anew, and the earlier run's probe-0,
-	// attached long ago, read as an attach 53 ms after the start (seen at 150,014 Pods).
-	cm, rs, err := e.probeRevision(ctx, fmt.Sprintf("probe-%d-%s", step, time.Now().UTC().Format("150405")))
-	if err != nil {
-		return err
-	}
 	before, err := e.startRequests(ctx)
 	if err != nil {
 		return err
 	}
 	s.load = loadAverage()
-	start := time.Now()
-	var attachedAfter atomic.Int64
-	probeCtx, stopProbe := context.WithCancel(ctx)
-	defer stopProbe()
-	go func() {
-		for probeCtx.Err() == nil {
-			owners, _, err := e.c.Owners(probeCtx, probeNamespace, "ConfigMap", cm)
-			if err == nil {
-				for _, o := range owners {
-					if string(o.UID) == rs {
-						attachedAfter.Store(int64(time.Since(start)))
-						return
-					}
-				}
-			}
-			time.Sleep(50 * time.Millisecond)
-		}
-	}()
-	oursProc := procs.procs[0]
-	if oursProc.p, err = oursProc.start(ctx); err != nil { // returns once /readyz answers 200
+	if s.synced, s.firstAttach, err = e.timedStart(ctx, procs.procs[0], fmt.Sprintf("probe-%d-%s", step, time.Now().UTC().Format("150405"))); err != nil {
 		return err
 	}
-	s.synced = time.Since(start)
-	if err := framework.Eventually(ctx, 5*time.Minute, "the probe's first attach", func(context.Context) (bool, string, error) {
-		return attachedAfter.Load() > 0, "not yet", nil
-	}); err != nil {
-		return err
-	}
-	s.firstAttach = time.Duration(attachedAfter.Load())
 	after, err := e.startRequests(ctx)
 	if err != nil {
 		return err
@@ -706,6 +691,90 @@ func (e env) startAnew(ctx context.Context, procs *procSet, s *scaleStep, step i
 		fmt.Printf("  the baseline build, started anew alone after it: synced after %s\n", s.baselineSynced.Round(time.Millisecond))
 	}
 	return nil
+}
+
+// timedStart starts m anew and times it: to its caches synced (/readyz), and to its first attach, of
+// a revision made for it just before (probe, a new name each time: a resumed run numbers its steps
+// anew, and an earlier run's probe-0, attached long ago, read as an attach 53 ms after the start,
+// seen at 150,014 Pods).
+func (e env) timedStart(ctx context.Context, m *memProc, probe string) (synced, firstAttach time.Duration, err error) {
+	cm, rs, err := e.probeRevision(ctx, probe)
+	if err != nil {
+		return 0, 0, err
+	}
+	start := time.Now()
+	var attachedAfter atomic.Int64
+	probeCtx, stopProbe := context.WithCancel(ctx)
+	defer stopProbe()
+	go func() {
+		for probeCtx.Err() == nil {
+			owners, _, err := e.c.Owners(probeCtx, probeNamespace, "ConfigMap", cm)
+			if err == nil {
+				for _, o := range owners {
+					if string(o.UID) == rs {
+						attachedAfter.Store(int64(time.Since(start)))
+						return
+					}
+				}
+			}
+			time.Sleep(50 * time.Millisecond)
+		}
+	}()
+	if m.p, err = m.start(ctx); err != nil { // returns once /readyz answers 200
+		return 0, 0, err
+	}
+	synced = time.Since(start)
+	if err := framework.Eventually(ctx, 5*time.Minute, "the probe's first attach", func(context.Context) (bool, string, error) {
+		return attachedAfter.Load() > 0, "not yet", nil
+	}); err != nil {
+		return 0, 0, err
+	}
+	return synced, time.Duration(attachedAfter.Load()), nil
+}
+
+// quietStart is ours started anew with kwok's controller stopped (SIGSTOP): kwok 0.8.0, once a cluster
+// has grown to 150,000 Pods at once, keeps re-making Running Pods ready from a stale view, its status
+// writes refused (two pod IPs), ~50 a second for ever: ~0.9 core of kwok and as much of
+// kube-apiserver, which a cluster of kubelets does not spend (docs/benchmarks.md, tenth run). The
+// nodes' Leases stay valid meanwhile (20 minutes: scale-kwokctl.yaml's heartbeatFactor).
+type quietStart struct {
+	load                string
+	synced, firstAttach time.Duration
+	rss                 int64
+	cpu                 float64
+}
+
+// startQuiet starts ours anew once more, kwok's controller stopped for as long, and measures it.
+func (e env) startQuiet(ctx context.Context, procs *procSet, step int) (quietStart, error) {
+	var q quietStart
+	pid, err := e.componentPID("kwok-controller")
+	if err != nil {
+		return q, fmt.Errorf("kwok's controller: %w", err)
+	}
+	if err := syscall.Kill(pid, syscall.SIGSTOP); err != nil {
+		return q, fmt.Errorf("stopping kwok's controller (pid %d): %w", pid, err)
+	}
+	defer func() { _ = syscall.Kill(pid, syscall.SIGCONT) }()
+	// Until kube-apiserver has answered kwok's writes in flight and the load average has come down
+	// from them: a minute's average, sampled every 5 s, under 1.5 or after 2 minutes.
+	for waited := time.Duration(0); waited < 2*time.Minute; waited += 5 * time.Second {
+		if l, err := strconv.ParseFloat(loadAverage(), 64); err == nil && l < 1.5 {
+			break
+		}
+		time.Sleep(5 * time.Second)
+	}
+	q.load = loadAverage()
+	if q.synced, q.firstAttach, err = e.timedStart(ctx, procs.procs[0], fmt.Sprintf("probe-q%d-%s", step, time.Now().UTC().Format("150405"))); err != nil {
+		return q, err
+	}
+	f, err := procs.measure(ctx)
+	if err != nil {
+		return q, err
+	}
+	q.rss, q.cpu = f[ours].rss, f[ours].cpu
+	fmt.Printf("  started anew with kwok's controller stopped (load average %s): ours synced after %s, first attach after %s, peak RSS %s\n",
+		q.load, q.synced.Round(time.Millisecond), q.firstAttach.Round(time.Millisecond), mib(q.rss))
+	return q, nil
 }
 
 // startRequests reads the API requests a start makes: LISTs completed (apiserver_request_total) and

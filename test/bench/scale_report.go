@@ -33,6 +33,7 @@ const (
 	colRSOperator = "configmap-rs-operator (watch / anew)"
 	colReloader   = "Reloader (watch / anew)"
 	colBaseline   = "baseline build (watch / anew)"
+	colWatchLimit = "ours with -scale-watch-limit's GOMEMLIMIT (watch / anew)"
 )
 
 // withCommas writes n as 150,000.
@@ -66,8 +67,9 @@ func scaleTables(steps []scaleStep, baseline int64) [][][]string {
 		"MiB per 10,000 Pods (anew − empty cluster)",
 		"ours, live heap (watch / anew)", colLimited, "with GOMEMLIMIT / kube-controller-manager",
 		colKCM, "ours / kube-controller-manager", colRSOperator, colReloader, "ours / best peer",
-		colBaseline}}
+		colBaseline, colWatchLimit}}
 	load := [][]string{{"Pods", "built in", "load average at start", "ours CPU (growth / start)", "caches synced", "first attach", "baseline build: caches synced",
+		"kwok stopped: load average, caches synced, first attach, peak RSS",
 		"API requests at start: LISTs / watches opened",
 		"attach p50 / p99 ÷ floor", "webhook p50 / p99, with ÷ without", "admission policies p50 / p99, with ÷ without", "kube-apiserver RSS", "etcd RSS", "step took"}}
 	for _, s := range steps {
@@ -81,7 +83,7 @@ func scaleTables(steps []scaleStep, baseline int64) [][][]string {
 		best := int64(0)
 		for _, m := range []map[string]int64{s.peersWatch, s.peersStart} {
 			for name, v := range m {
-				if name != baselineName && name != limitedName && v > 0 && (best == 0 || v < best) {
+				if name != baselineName && name != limitedName && name != watchLimitedName && v > 0 && (best == 0 || v < best) {
 					best = v
 				}
 			}
@@ -94,13 +96,13 @@ func scaleTables(steps []scaleStep, baseline int64) [][][]string {
 		}
 		mem = append(mem, []string{podsLabel(s.pods), withCommas(s.nodes), mib(s.watchRSS), mib(s.startRSS), perPodKiB, per10k,
 			mibOrDash(s.watchHeap) + " / " + mibOrDash(s.startHeap),
-			fmt.Sprintf("%s (limit %s)", mibOrDash(s.peersStart[limitedName]), mibOrDash(s.limit)), ratioTo(s.peersStart[limitedName], s.kcm), mibOrDash(s.kcm), ratioTo(oursMax, s.kcm), peer(rsOperator), peer("reloader"), ratioTo(oursMax, best), peer(baselineName)})
+			fmt.Sprintf("%s (limit %s)", mibOrDash(s.peersStart[limitedName]), mibOrDash(s.limit)), ratioTo(s.peersStart[limitedName], s.kcm), mibOrDash(s.kcm), ratioTo(oursMax, s.kcm), peer(rsOperator), peer("reloader"), ratioTo(oursMax, best), peer(baselineName), peer(watchLimitedName)})
 		baselineSynced := "—"
 		if s.baselineSynced > 0 {
 			baselineSynced = secs(s.baselineSynced)
 		}
 		load = append(load, []string{podsLabel(s.pods), s.build.Round(time.Second).String(), s.load, fmt.Sprintf("%.1f s / %.1f s", s.watchCPU, s.startCPU),
-			secs(s.synced), secs(s.firstAttach), baselineSynced, fmt.Sprintf("%d / %d", s.lists, s.watches),
+			secs(s.synced), secs(s.firstAttach), baselineSynced, s.quiet.String(), fmt.Sprintf("%d / %d", s.lists, s.watches),
 			fmt.Sprintf("%.2f / %.2f", s.storm.p50, s.storm.p99), fmt.Sprintf("%.2f / %.2f", s.webhook.webhook.p50, s.webhook.webhook.p99), fmt.Sprintf("%.2f / %.2f", s.webhook.policy.p50, s.webhook.policy.p99),
 			mibOrDash(s.apiserver), mibOrDash(s.etcd), s.stepTime.Round(time.Second).String()})
 	}
@@ -169,6 +171,7 @@ func plotRSS(path string, steps []scaleStep) error {
 		{"configmap-attacher (started anew)", func(s scaleStep) int64 { return s.startRSS }},
 		{"configmap-attacher (through the watch)", func(s scaleStep) int64 { return s.watchRSS }},
 		{"configmap-attacher with GOMEMLIMIT (started anew)", func(s scaleStep) int64 { return s.peersStart[limitedName] }},
+		{"configmap-attacher with -scale-watch-limit (through the watch)", func(s scaleStep) int64 { return s.peersWatch[watchLimitedName] }},
 		{"kube-controller-manager", func(s scaleStep) int64 { return s.kcm }},
 		{"configmap-rs-operator (started anew)", func(s scaleStep) int64 { return s.peersStart[rsOperator] }},
 		{"Reloader (started anew)", func(s scaleStep) int64 { return s.peersStart["reloader"] }},
@@ -289,4 +292,11 @@ func mibCell(c string) int64 {
 		return 0
 	}
 	return int64(v * (1 << 20))
+}
+
+func (q quietStart) String() string {
+	if q.synced == 0 {
+		return "—"
+	}
+	return fmt.Sprintf("%s, %s, %s, %s", q.load, secs(q.synced), secs(q.firstAttach), mib(q.rss))
 }
