@@ -11,7 +11,7 @@ import (
 	"net/http"
 	"slices"
 	"strings"
-	"sync/atomic"
+	"sync"
 	"testing"
 	"time"
 
@@ -182,10 +182,60 @@ func refusalsOutside(ctx context.Context, t *testing.T, ns string, from, to time
 	return out
 }
 
-// churn deletes a pod of rs every interval until ctx ends, as spot interruptions do, and counts the
-// pods its ReplicaSet creates again.
-func churn(ctx context.Context, rs *appsv1.ReplicaSet, interval time.Duration) *atomic.Int64 {
-	created := new(atomic.Int64)
+// churned is what churn saw: the pods it deleted, each admitted (created) through the pod path at
+// its creationTimestamp.
+type churned struct {
+	mu   sync.Mutex
+	born []time.Time
+}
+
+func (c *churned) add(p corev1.Pod) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.born = append(c.born, p.CreationTimestamp.Time)
+}
+
+// Load is how many pods churn deleted, each one its ReplicaSet created again.
+func (c *churned) Load() int64 {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return int64(len(c.born))
+}
+
+// longestWait is the longest time within [from, to] in which no pod was admitted, and when it began:
+// how long the pod path went without a creation, whatever the pace the control plane kept.
+func (c *churned) longestWait(from, to time.Time, alive []corev1.Pod) (time.Duration, time.Time) {
+	c.mu.Lock()
+	times := append([]time.Time{from, to}, c.born...)
+	c.mu.Unlock()
+	for _, p := range alive {
+		times = append(times, p.CreationTimestamp.Time)
+	}
+	slices.SortFunc(times, func(a, b time.Time) int { return a.Compare(b) })
+	var longest time.Duration
+	var began time.Time
+	for i := 1; i < len(times); i++ {
+		if times[i].Before(from) || times[i-1].After(to) {
+			continue
+		}
+		lo, hi := times[i-1], times[i]
+		if lo.Before(from) {
+			lo = from
+		}
+		if hi.After(to) {
+			hi = to
+		}
+		if d := hi.Sub(lo); d > longest {
+			longest, began = d, lo
+		}
+	}
+	return longest, began
+}
+
+// churn deletes a pod of rs every interval until ctx ends, as spot interruptions do: its ReplicaSet
+// creates each again through the pod path.
+func churn(ctx context.Context, rs *appsv1.ReplicaSet, interval time.Duration) *churned {
+	c := new(churned)
 	go func() {
 		tick := time.NewTicker(interval)
 		defer tick.Stop()
@@ -200,11 +250,11 @@ func churn(ctx context.Context, rs *appsv1.ReplicaSet, interval time.Duration) *
 				continue
 			}
 			if e2e.cluster.Kube.CoreV1().Pods(rs.Namespace).Delete(ctx, pods[0].Name, metav1.DeleteOptions{}) == nil {
-				created.Add(1)
+				c.add(pods[0])
 			}
 		}
 	}()
-	return created
+	return c
 }
 
 func fingerprint(pem []byte) string {
@@ -300,9 +350,16 @@ func TestPinningWebhookRotatesCertificatesUnderLoadAndRefusesNoPod(t *testing.T)
 	if during := refusals(ctx, t, ns); len(during) > 0 {
 		t.Logf("then: refused while the caBundle was wiped: %s", strings.Join(during, "; "))
 	}
-	if created.Load() < int64(run/time.Second)/2 {
-		t.Fatalf("only %d pods created in %s", created.Load(), run)
+	// Pods throughout, not a pace: how fast a ReplicaSet creates pods again is the control plane's
+	// (179 in 3 min alone, 78 among the suite's parallel stories on 2 cores); what the story needs is
+	// pods admitted all along, so that no certificate (30 s) is served without one.
+	alive, err := e2e.cluster.PodsOf(ctx, rs)
+	must(t, err)
+	wait, began := created.longestWait(start, start.Add(run), alive)
+	if wait >= 30*time.Second {
+		t.Fatalf("no pod created for %s from %s on: the story needs pods created throughout (%d in %s)", wait.Round(time.Second), began.Sub(start).Round(time.Second), created.Load(), run)
 	}
+	t.Logf("then: at most %s without a pod created (from %s on)", wait.Round(time.Second), began.Sub(start).Round(time.Second))
 	pinnedRollout{t: t, ns: ns}.expectReads(rs, pinV1)
 	t.Log("then: no pod creation refused, every pod of " + rs.Name + " reads its revision's snapshot")
 }
