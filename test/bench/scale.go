@@ -82,9 +82,9 @@ type scaleOptions struct {
 	keep          bool
 	// resume: the cluster is one an earlier run built (-scale-resume); the grower takes what it holds.
 	resume bool
-	// watchLimit, when set, is the GOMEMLIMIT of a second ours run through the watch
-	// (watchLimitedName; -scale-watch-limit).
-	watchLimit int64
+	// watchLimits are the GOMEMLIMITs of more of ours run through the watch (watchLimitedName;
+	// -scale-watch-limit).
+	watchLimits []int64
 }
 
 // scaleStep is what one step measured.
@@ -139,7 +139,7 @@ func (e env) scale(ctx context.Context, o scaleOptions) error {
 			return err
 		}
 	}
-	procs := e.scaleProcs(o.peersMax, o.watchLimit)
+	procs := e.scaleProcs(o.peersMax, o.watchLimits)
 	defer procs.stop()
 	base, err := procs.start(ctx, o.steps[0])
 	if err != nil {
@@ -429,7 +429,7 @@ func cpuSeconds(pid int) float64 {
 // scaleProcs are ours and the peers, run on the whole cluster (their default scope); the peers and
 // the baseline build only up to peersMax Pods (0: at every size), to leave the machine's memory to the
 // cluster, ours and kube-controller-manager at the largest steps.
-func (e env) scaleProcs(peersMax int, watchLimit int64) *procSet {
+func (e env) scaleProcs(peersMax int, watchLimits []int64) *procSet {
 	ps := &procSet{profiles: e.profiles}
 	ps.add(ours, 0, false, func(ctx context.Context) (*framework.Process, error) {
 		// With profiling on its own address: measure reads its live heap there.
@@ -446,9 +446,9 @@ func (e env) scaleProcs(peersMax int, watchLimit int64) *procSet {
 	ps.add(limitedName, 0, true, func(ctx context.Context) (*framework.Process, error) {
 		return e.startControllerWith(ctx, e.bin, []string{fmt.Sprintf("GOMEMLIMIT=%dMiB", ps.limit>>20)})
 	})
-	if watchLimit > 0 {
-		ps.add(watchLimitedName, 0, false, func(ctx context.Context) (*framework.Process, error) {
-			return e.startControllerWith(ctx, e.bin, []string{fmt.Sprintf("GOMEMLIMIT=%dMiB", watchLimit>>20)})
+	for _, limit := range watchLimits {
+		ps.add(watchLimitedName(limit), 0, false, func(ctx context.Context) (*framework.Process, error) {
+			return e.startControllerWith(ctx, e.bin, []string{fmt.Sprintf("GOMEMLIMIT=%dMiB", limit>>20)})
 		})
 	}
 	if e.baseline.Path != "" {
@@ -468,13 +468,21 @@ func (e env) scaleProcs(peersMax int, watchLimit int64) *procSet {
 }
 
 // baselineName names the -baseline-bin controller (another build of ours, e.g. main's) in the tables,
-// limitedName ours started anew with the sizing rule's GOMEMLIMIT, watchLimitedName ours under
-// -scale-watch-limit's from the first step on.
+// limitedName ours started anew with the sizing rule's GOMEMLIMIT.
 const (
-	baselineName     = "configmap-attacher (baseline)"
-	limitedName      = "configmap-attacher (GOMEMLIMIT)"
-	watchLimitedName = "configmap-attacher (-scale-watch-limit)"
+	baselineName = "configmap-attacher (baseline)"
+	limitedName  = "configmap-attacher (GOMEMLIMIT)"
 )
+
+// watchLimitedName names ours run under one of -scale-watch-limit's GOMEMLIMITs from the first step on.
+func watchLimitedName(limit int64) string {
+	return fmt.Sprintf("configmap-attacher (GOMEMLIMIT=%dMiB)", limit>>20)
+}
+
+// isWatchLimited tells watchLimitedName's names.
+func isWatchLimited(name string) bool {
+	return strings.HasPrefix(name, "configmap-attacher (GOMEMLIMIT=")
+}
 
 // sizedLimit is the soft memory limit (GOMEMLIMIT) docs/controller.md's sizing rule gives for a
 // controller whose live heap is live (what it holds after a collection; it grows with the cluster):

@@ -33,7 +33,6 @@ const (
 	colRSOperator = "configmap-rs-operator (watch / anew)"
 	colReloader   = "Reloader (watch / anew)"
 	colBaseline   = "baseline build (watch / anew)"
-	colWatchLimit = "ours with -scale-watch-limit's GOMEMLIMIT (watch / anew)"
 )
 
 // withCommas writes n as 150,000.
@@ -67,7 +66,11 @@ func scaleTables(steps []scaleStep, baseline int64) [][][]string {
 		"MiB per 10,000 Pods (anew − empty cluster)",
 		"ours, live heap (watch / anew)", colLimited, "with GOMEMLIMIT / kube-controller-manager",
 		colKCM, "ours / kube-controller-manager", colRSOperator, colReloader, "ours / best peer",
-		colBaseline, colWatchLimit}}
+		colBaseline}}
+	limits := watchLimitedNames(steps)
+	for _, name := range limits {
+		mem[0] = append(mem[0], "ours with "+strings.TrimSuffix(strings.TrimPrefix(name, "configmap-attacher ("), ")")+" (watch / anew)")
+	}
 	load := [][]string{{"Pods", "built in", "load average at start", "ours CPU (growth / start)", "caches synced", "first attach", "baseline build: caches synced",
 		"kwok stopped: load average, caches synced, first attach, peak RSS",
 		"API requests at start: LISTs / watches opened",
@@ -83,7 +86,7 @@ func scaleTables(steps []scaleStep, baseline int64) [][][]string {
 		best := int64(0)
 		for _, m := range []map[string]int64{s.peersWatch, s.peersStart} {
 			for name, v := range m {
-				if name != baselineName && name != limitedName && name != watchLimitedName && v > 0 && (best == 0 || v < best) {
+				if name != baselineName && name != limitedName && !isWatchLimited(name) && v > 0 && (best == 0 || v < best) {
 					best = v
 				}
 			}
@@ -94,9 +97,13 @@ func scaleTables(steps []scaleStep, baseline int64) [][][]string {
 		if baseline < 0 { // resumed: no empty cluster measured
 			perPodKiB, per10k = "—", "—"
 		}
-		mem = append(mem, []string{podsLabel(s.pods), withCommas(s.nodes), mib(s.watchRSS), mib(s.startRSS), perPodKiB, per10k,
+		row := []string{podsLabel(s.pods), withCommas(s.nodes), mib(s.watchRSS), mib(s.startRSS), perPodKiB, per10k,
 			mibOrDash(s.watchHeap) + " / " + mibOrDash(s.startHeap),
-			fmt.Sprintf("%s (limit %s)", mibOrDash(s.peersStart[limitedName]), mibOrDash(s.limit)), ratioTo(s.peersStart[limitedName], s.kcm), mibOrDash(s.kcm), ratioTo(oursMax, s.kcm), peer(rsOperator), peer("reloader"), ratioTo(oursMax, best), peer(baselineName), peer(watchLimitedName)})
+			fmt.Sprintf("%s (limit %s)", mibOrDash(s.peersStart[limitedName]), mibOrDash(s.limit)), ratioTo(s.peersStart[limitedName], s.kcm), mibOrDash(s.kcm), ratioTo(oursMax, s.kcm), peer(rsOperator), peer("reloader"), ratioTo(oursMax, best), peer(baselineName)}
+		for _, name := range limits {
+			row = append(row, peer(name))
+		}
+		mem = append(mem, row)
 		baselineSynced := "—"
 		if s.baselineSynced > 0 {
 			baselineSynced = secs(s.baselineSynced)
@@ -171,11 +178,16 @@ func plotRSS(path string, steps []scaleStep) error {
 		{"configmap-attacher (started anew)", func(s scaleStep) int64 { return s.startRSS }},
 		{"configmap-attacher (through the watch)", func(s scaleStep) int64 { return s.watchRSS }},
 		{"configmap-attacher with GOMEMLIMIT (started anew)", func(s scaleStep) int64 { return s.peersStart[limitedName] }},
-		{"configmap-attacher with -scale-watch-limit (through the watch)", func(s scaleStep) int64 { return s.peersWatch[watchLimitedName] }},
 		{"kube-controller-manager", func(s scaleStep) int64 { return s.kcm }},
 		{"configmap-rs-operator (started anew)", func(s scaleStep) int64 { return s.peersStart[rsOperator] }},
 		{"Reloader (started anew)", func(s scaleStep) int64 { return s.peersStart["reloader"] }},
 		{"configmap-attacher baseline build (started anew)", func(s scaleStep) int64 { return s.peersStart[baselineName] }},
+	}
+	for _, name := range watchLimitedNames(steps) {
+		series = append(series, struct {
+			name string
+			rss  func(scaleStep) int64
+		}{name + " (through the watch)", func(s scaleStep) int64 { return s.peersWatch[name] }})
 	}
 	var args []any
 	for _, sr := range series {
@@ -299,4 +311,18 @@ func (q quietStart) String() string {
 		return "—"
 	}
 	return fmt.Sprintf("%s, %s, %s, %s", q.load, secs(q.synced), secs(q.firstAttach), mib(q.rss))
+}
+
+// watchLimitedNames are the -scale-watch-limit processes the steps measured, in order.
+func watchLimitedNames(steps []scaleStep) []string {
+	var names []string
+	for _, s := range steps {
+		for name := range s.peersWatch {
+			if isWatchLimited(name) && !slices.Contains(names, name) {
+				names = append(names, name)
+			}
+		}
+	}
+	slices.Sort(names)
+	return names
 }
