@@ -749,7 +749,6 @@ type quietStart struct {
 	load                string
 	synced, firstAttach time.Duration
 	rss                 int64
-	cpu                 float64
 }
 
 // startQuiet starts ours anew once more, kwok's controller stopped for as long, and measures it.
@@ -779,7 +778,7 @@ func (e env) startQuiet(ctx context.Context, procs *procSet, step int) (quietSta
 	if err != nil {
 		return q, err
 	}
-	q.rss, q.cpu = f[ours].rss, f[ours].cpu
+	q.rss = f[ours].rss
 	fmt.Printf("  started anew with kwok's controller stopped (load average %s): ours synced after %s, first attach after %s, peak RSS %s\n",
 		q.load, q.synced.Round(time.Millisecond), q.firstAttach.Round(time.Millisecond), mib(q.rss))
 	return q, nil

@@ -171,10 +171,11 @@ func plotRSS(path string, steps []scaleStep) error {
 	p.X.Scale, p.Y.Scale = plot.LogScale{}, plot.LogScale{}
 	p.X.Tick.Marker, p.Y.Tick.Marker = plot.LogTicks{Prec: -1}, plot.LogTicks{Prec: -1}
 	p.Legend.Top, p.Legend.Left = true, true
-	series := []struct {
+	type rssSeries struct {
 		name string
 		rss  func(scaleStep) int64
-	}{
+	}
+	series := []rssSeries{
 		{"configmap-attacher (started anew)", func(s scaleStep) int64 { return s.startRSS }},
 		{"configmap-attacher (through the watch)", func(s scaleStep) int64 { return s.watchRSS }},
 		{"configmap-attacher with GOMEMLIMIT (started anew)", func(s scaleStep) int64 { return s.peersStart[limitedName] }},
@@ -184,10 +185,7 @@ func plotRSS(path string, steps []scaleStep) error {
 		{"configmap-attacher baseline build (started anew)", func(s scaleStep) int64 { return s.peersStart[baselineName] }},
 	}
 	for _, name := range watchLimitedNames(steps) {
-		series = append(series, struct {
-			name string
-			rss  func(scaleStep) int64
-		}{name + " (through the watch)", func(s scaleStep) int64 { return s.peersWatch[name] }})
+		series = append(series, rssSeries{name + " (through the watch)", func(s scaleStep) int64 { return s.peersWatch[name] }})
 	}
 	var args []any
 	for _, sr := range series {
