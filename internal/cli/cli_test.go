@@ -53,7 +53,8 @@ func TestExitCodesAndUsage(t *testing.T) {
 		{"controller validates flags", nil, []string{"controller", "-workers", "0"}, ExitUsage, "", "-workers must be at least 1"},
 		{"a negative -held-resync is refused", nil, []string{"controller", "-held-resync=-1m"}, ExitUsage, "", "-held-resync -1m0s is negative"},
 		{"-memory-limit-ratio is a share", nil, []string{"controller", "-memory-limit-ratio=1.5"}, ExitUsage, "", "-memory-limit-ratio 1.5 is not a share: give a number from 0 (no soft limit) to 1, e.g. 0.8"},
-		{"a negative -start-gc-percent is refused", nil, []string{"controller", "-start-gc-percent=-5"}, ExitUsage, "", "-start-gc-percent -5 is negative: give a GC target such as 50, or 0 to keep GOGC's throughout"},
+		{"a negative -start-gc-percent is refused", nil, []string{"controller", "-start-gc-percent=-5"}, ExitUsage, "", "-start-gc-percent -5 is negative: give a GC target such as 50, or 0 to keep -gc-percent's throughout"},
+		{"a negative -gc-percent is refused", nil, []string{"controller", "-gc-percent=-1"}, ExitUsage, "", "-gc-percent -1 is negative: give a GC target such as 50, or 0 for Go's default (100)"},
 		{"profiling needs the metrics address", nil, []string{"controller", "-profiling", "-metrics-bind-address="}, ExitUsage, "", "-profiling serves on the metrics address: set -metrics-bind-address"},
 		{"version", nil, []string{"version"}, ExitOK, "devel", ""},
 		// Run by Helm 4 as the post-renderer plugin (deploy/helm-plugin).

@@ -37,40 +37,53 @@ func setMemoryLimit(ctx context.Context, ratio float64) {
 	}
 }
 
-// startGCPercent decides the Go GC's target (GOGC) while the caches fill at start:
+// gcPercents decides the Go GC's targets (GOGC): during the start (the caches filling, a leader's
+// first pass) and after it. A start never collects less often than the process will after it.
 //
-//	GOGC in the environment          -start-gc-percent   target during the start
-//	set (the operator's choice)      any                 none: GOGC throughout
-//	not set                          0, or 100 and over  none: GOGC's default (100) throughout
-//	not set                          p (1-99)            p, then 100 once the caches synced
-func startGCPercent(envSet bool, flag int) (int, bool) {
-	if envSet || flag <= 0 || flag >= 100 {
-		return 0, false
+//	GOGC in the environment   -start-gc-percent s   -gc-percent g   during the start   after it
+//	set (the operator's)      any                   any             GOGC's             GOGC's (nothing set)
+//	not set                   0                     0               100                100 (nothing set)
+//	not set                   0                     g               g                  g
+//	not set                   s                     0               min(s, 100)        100
+//	not set                   s                     g               min(s, g)          g
+func gcPercents(envSet bool, start, steady int) (during, after int, set bool) {
+	if envSet || (start <= 0 && steady <= 0) {
+		return 0, 0, false
 	}
-	return flag, true
+	after = steady
+	if after <= 0 {
+		after = 100 // Go's default
+	}
+	during = after
+	if start > 0 && start < after {
+		during = start
+	}
+	return during, after, true
 }
 
-// startGC lowers the GC's target while the first lists stream in and the leader's first pass is made,
-// and returns what ends the start: the default target back, and the start's garbage returned to the
-// operating system at once. Run calls it once the caches synced and then either the leader's loops
-// queued their first pass and its sweep listed, or the replica stands by: with the target back at the
-// caches' sync, that pass and sweep took a start at 150,014 Pods 24-40 MiB beyond its peak so far. A
-// start marks far more than the caches keep (at 150,000 Pods ~150 MiB for 87 MiB live: objects being
-// decoded, client-go's watch-list stores), and GOGC=100 lets the heap grow to twice what was marked:
-// the process's peak, reached once per start and then mostly free but not yet released (the scavenger
-// returns it over minutes). Measured at 150,014 Pods (docs/benchmarks.md, "fifth run"): 50 took the
-// peak from 342-363 to 270-288 MiB for ~2 s more CPU; 25 held no lower (279-281) for 25 s more; 75
-// reached 309; held to the start's end ("sixth run"), 240-253.
-func startGC(ctx context.Context, percent int) (done func()) {
+// startGC sets the GC's target for the start, and returns what ends the start: the target for after
+// it, and the start's garbage returned to the operating system at once. Run calls it once the caches
+// synced and then either the leader's loops queued their first pass and its sweep listed, or the
+// replica stands by: with the target back at the caches' sync, that pass and sweep took a start at
+// 150,014 Pods 24-40 MiB beyond its peak so far. A start marks far more than the caches keep (at
+// 150,000 Pods ~150 MiB for 87 MiB live: objects being decoded, client-go's watch-list stores), and
+// GOGC=100 lets the heap grow to twice what was marked: the process's peak, reached once per start and
+// then mostly free but not yet released (the scavenger returns it over minutes). Measured at 150,014
+// Pods (docs/benchmarks.md, "fifth run"): 50 took the peak from 342-363 to 270-288 MiB for ~2 s more
+// CPU; 25 held no lower (279-281) for 25 s more; 75 reached 309; held to the start's end ("sixth
+// run"), 240-253. After the start the same doubling applies to every event the watch brings: at
+// 150,000 Pods arriving at once, a live heap of ~110 MiB peaked at 286 MiB at GOGC=100 ("eleventh
+// run"), which is what -gc-percent lowers where no container limit gives a soft one.
+func startGC(ctx context.Context, start, steady int) (done func()) {
 	_, envSet := os.LookupEnv("GOGC")
-	p, ok := startGCPercent(envSet, percent)
+	during, after, ok := gcPercents(envSet, start, steady)
 	if !ok {
 		return func() {}
 	}
-	prev := debug.SetGCPercent(p)
+	debug.SetGCPercent(during)
 	return func() {
-		debug.SetGCPercent(prev)
+		debug.SetGCPercent(after)
 		debug.FreeOSMemory()
-		logging.FromContext(ctx).Info("the start is done: the GC's target back from the start's", "GOGC", prev, "start", p)
+		logging.FromContext(ctx).Info("the start is done: the GC's target from now on", "GOGC", after, "start", during)
 	}
 }

@@ -47,8 +47,10 @@ type Options struct {
 	// runtime as its soft limit, unless GOMEMLIMIT is set; 0: none (memlimit.go).
 	MemoryLimitRatio float64
 	// StartGCPercent is the Go GC's target (GOGC) until the start's work is done (the caches synced,
-	// and a leader's first pass queued and its sweep listed), unless GOGC is set; 0: none (memlimit.go).
+	// and a leader's first pass queued and its sweep listed), GCPercent its target after that, unless
+	// GOGC is set; 0: Go's default, 100 (gcPercents in memlimit.go).
 	StartGCPercent int
+	GCPercent      int
 	LeaderElect    bool
 	LeaderElection LeaderElectionOptions
 	Client         kube.ClientOptions
@@ -169,6 +171,7 @@ func NewOptions(lookup func(string) (string, bool)) *Options {
 		HeldResync:       5 * time.Minute,
 		MemoryLimitRatio: 0.8,
 		StartGCPercent:   50,
+		GCPercent:        50,
 		MetricsAddr:      ":8080",
 		ProbeAddr:        ":8081",
 		LeaderElect:      true,
@@ -215,7 +218,9 @@ func (o *Options) AddFlags(fs *flag.FlagSet) {
 	fs.Float64Var(&o.MemoryLimitRatio, "memory-limit-ratio", o.MemoryLimitRatio, "the Go runtime's soft memory limit as this share of the container's memory limit (its cgroup's), unless GOMEMLIMIT is set: "+
 		"the heap is collected before the container reaches its limit (0 disables)")
 	fs.IntVar(&o.StartGCPercent, "start-gc-percent", o.StartGCPercent, "the Go GC's target (as GOGC) while the caches fill at start, unless GOGC is set: "+
-		"a start marks far more than the caches keep, and the default target (100) doubles it into the process's peak; 100 back once the caches synced and, on the leader, its first pass is queued (0 disables)")
+		"a start marks far more than the caches keep, and Go's default target (100) doubles it into the process's peak; -gc-percent's once the caches synced and, on the leader, its first pass is queued (0: -gc-percent's throughout)")
+	fs.IntVar(&o.GCPercent, "gc-percent", o.GCPercent, "the Go GC's target (as GOGC) once the start is done, unless GOGC is set: "+
+		"the heap grows to live × (1 + this/100) between collections, the process's peak where no container memory limit gives a soft one (0: Go's default, 100)")
 	fs.BoolVar(&o.LeaderElect, "leader-elect", o.LeaderElect, "elect a leader through a Lease so several replicas are safe")
 	fs.StringVar(&o.LeaderElection.Namespace, "leader-election-namespace", o.LeaderElection.Namespace, "namespace of the Lease (default: $POD_NAMESPACE, else kube-system)")
 	fs.StringVar(&o.LeaderElection.Name, "leader-election-id", o.LeaderElection.Name, "name of the Lease")
@@ -290,7 +295,10 @@ func (o *Options) Validate() error {
 		errs = append(errs, fmt.Sprintf("-memory-limit-ratio %g is not a share: give a number from 0 (no soft limit) to 1, e.g. 0.8", o.MemoryLimitRatio))
 	}
 	if o.StartGCPercent < 0 {
-		errs = append(errs, fmt.Sprintf("-start-gc-percent %d is negative: give a GC target such as 50, or 0 to keep GOGC's throughout", o.StartGCPercent))
+		errs = append(errs, fmt.Sprintf("-start-gc-percent %d is negative: give a GC target such as 50, or 0 to keep -gc-percent's throughout", o.StartGCPercent))
+	}
+	if o.GCPercent < 0 {
+		errs = append(errs, fmt.Sprintf("-gc-percent %d is negative: give a GC target such as 50, or 0 for Go's default (100)", o.GCPercent))
 	}
 	if o.HeldResync < 0 {
 		errs = append(errs, fmt.Sprintf("-held-resync %s is negative: give a period such as 5m, or 0 to disable the resync", o.HeldResync))

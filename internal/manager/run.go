@@ -54,7 +54,7 @@ func Run(parent context.Context, o *Options, clients *kube.Clients) (err error) 
 	}()
 	log := logging.FromContext(ctx)
 	setMemoryLimit(ctx, o.MemoryLimitRatio)
-	startOver := startGC(ctx, o.StartGCPercent)
+	startOver := startGC(ctx, o.StartGCPercent, o.GCPercent)
 	if err := kube.WaitReachable(ctx, clients.Kube, clients.Config.Host); err != nil {
 		return err
 	}
