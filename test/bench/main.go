@@ -106,7 +106,8 @@ func run(ctx context.Context, args []string) error {
 	controllerEnv := fs.String("controller-env", "", "memory, scale: environment of our controller (and the baseline), space-separated (e.g. \"GOMEMLIMIT=200MiB\")")
 	resume := fs.Bool("scale-resume", false, "scale: measure the scale cluster an earlier run left (stopped or kept with -keep) instead of building one from empty: "+
 		"its steps start from the Pods it holds (with -keep, it is left for the next run)")
-	watchLimits := fs.String("scale-watch-limit", "", "scale: also run ours through the watch (and anew) under each of these GOMEMLIMITs, comma-separated, e.g. the sizing table's soft limit for the largest step (\"224MiB,256MiB\"), as a chart sized by that table runs it")
+	watchVariants := fs.String("scale-watch-variant", "", "scale: also run ours through the watch (and anew) once per variant, comma-separated; a variant is environment (NAME=VALUE) and flags (-flag=value), space-separated, "+
+		"e.g. the sizing table's soft limit for the largest step and Go's default GC target (\"GOMEMLIMIT=224MiB,-gc-percent=100\")")
 	profiles := fs.String("scale-profiles", "", "scale: keep our controller's heap profile at each measurement in this directory")
 	controllerFlags := fs.String("controller-flags", "", "extra flags for the controller, space-separated (e.g. \"-workers=16 -kube-api-qps=300\")")
 	if len(args) == 0 {
@@ -205,15 +206,11 @@ func run(ctx context.Context, args []string) error {
 	case "reloader":
 		return e.againstReloader(ctx, *workloads, *keep)
 	case "scale":
-		var limits []int64
-		for _, v := range strings.FieldsFunc(*watchLimits, func(r rune) bool { return r == ',' }) {
-			limit := parseMemLimit(v)
-			if limit <= 0 {
-				return fmt.Errorf("-scale-watch-limit %q: give GOMEMLIMIT values such as 224MiB,256MiB", *watchLimits)
-			}
-			limits = append(limits, limit)
+		variants, err := parseWatchVariants(*watchVariants)
+		if err != nil {
+			return err
 		}
-		return e.scale(ctx, scaleOptions{watchLimits: limits, steps: steps, stormRollouts: *stormRollouts, webhookPods: *webhookPods, inFlight: *inFlight,
+		return e.scale(ctx, scaleOptions{watchVariants: variants, steps: steps, stormRollouts: *stormRollouts, webhookPods: *webhookPods, inFlight: *inFlight,
 			pending: *pending, outDir: inRepo(root, *scaleOut), budget: *budget, peersMax: *peersMax, keep: *keep, resume: *resume})
 	}
 	return fmt.Errorf("unknown scenario %q: job, controller, memory, webhook, reloader or scale", scenario)

@@ -8,6 +8,7 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -82,9 +83,8 @@ type scaleOptions struct {
 	keep          bool
 	// resume: the cluster is one an earlier run built (-scale-resume); the grower takes what it holds.
 	resume bool
-	// watchLimits are the GOMEMLIMITs of more of ours run through the watch (watchLimitedName;
-	// -scale-watch-limit).
-	watchLimits []int64
+	// watchVariants are more of ours run through the watch and anew (-scale-watch-variant).
+	watchVariants []watchVariant
 }
 
 // scaleStep is what one step measured.
@@ -114,10 +114,12 @@ type scaleStep struct {
 	etcd           int64
 	used           int64 // the machine's memory in use with everything running, grown to this step
 	peersWatch     map[string]int64
-	peersStart     map[string]int64
-	storm          stormRatios
-	webhook        admissionRatios
-	stepTime       time.Duration
+	// peersWatchCPU: their CPU seconds through the watch (the variants' column).
+	peersWatchCPU map[string]float64
+	peersStart    map[string]int64
+	storm         stormRatios
+	webhook       admissionRatios
+	stepTime      time.Duration
 }
 
 // scale runs the scenario: the cluster must be the bench's own (or one made with
@@ -139,7 +141,7 @@ func (e env) scale(ctx context.Context, o scaleOptions) error {
 			return err
 		}
 	}
-	procs := e.scaleProcs(o.peersMax, o.watchLimits)
+	procs := e.scaleProcs(o.peersMax, o.watchVariants)
 	defer procs.stop()
 	base, err := procs.start(ctx, o.steps[0])
 	if err != nil {
@@ -179,6 +181,10 @@ func (e env) scale(ctx context.Context, o scaleOptions) error {
 		}
 		s.watchRSS, s.watchCPU, s.watchHeap = through[ours].rss, through[ours].cpu, through[ours].heap
 		s.peersWatch = peerRSS(through)
+		s.peersWatchCPU = map[string]float64{}
+		for name, f := range through {
+			s.peersWatchCPU[name] = f.cpu
+		}
 		s.kcm, s.apiserver, s.etcd = e.componentRSS("kube-controller-manager"), e.componentRSS("kube-apiserver"), e.componentRSS("etcd")
 		s.used = memUsed()
 		procs.stop()
@@ -429,7 +435,7 @@ func cpuSeconds(pid int) float64 {
 // scaleProcs are ours and the peers, run on the whole cluster (their default scope); the peers and
 // the baseline build only up to peersMax Pods (0: at every size), to leave the machine's memory to the
 // cluster, ours and kube-controller-manager at the largest steps.
-func (e env) scaleProcs(peersMax int, watchLimits []int64) *procSet {
+func (e env) scaleProcs(peersMax int, variants []watchVariant) *procSet {
 	ps := &procSet{profiles: e.profiles}
 	ps.add(ours, 0, false, func(ctx context.Context) (*framework.Process, error) {
 		// With profiling on its own address: measure reads its live heap there.
@@ -446,9 +452,9 @@ func (e env) scaleProcs(peersMax int, watchLimits []int64) *procSet {
 	ps.add(limitedName, 0, true, func(ctx context.Context) (*framework.Process, error) {
 		return e.startControllerWith(ctx, e.bin, []string{fmt.Sprintf("GOMEMLIMIT=%dMiB", ps.limit>>20)})
 	})
-	for _, limit := range watchLimits {
-		ps.add(watchLimitedName(limit), 0, false, func(ctx context.Context) (*framework.Process, error) {
-			return e.startControllerWith(ctx, e.bin, []string{fmt.Sprintf("GOMEMLIMIT=%dMiB", limit>>20)})
+	for _, v := range variants {
+		ps.add(v.name(), 0, false, func(ctx context.Context) (*framework.Process, error) {
+			return e.startControllerWith(ctx, e.bin, v.env, v.args...)
 		})
 	}
 	if e.baseline.Path != "" {
@@ -474,14 +480,46 @@ const (
 	limitedName  = "configmap-attacher (GOMEMLIMIT)"
 )
 
-// watchLimitedName names ours run under one of -scale-watch-limit's GOMEMLIMITs from the first step on.
-func watchLimitedName(limit int64) string {
-	return fmt.Sprintf("configmap-attacher (GOMEMLIMIT=%dMiB)", limit>>20)
+// watchVariant is one more of ours run from the first step on (-scale-watch-variant): our build with
+// this environment and these flags added.
+type watchVariant struct {
+	env, args []string
 }
 
-// isWatchLimited tells watchLimitedName's names.
-func isWatchLimited(name string) bool {
-	return strings.HasPrefix(name, "configmap-attacher (GOMEMLIMIT=")
+// parseWatchVariants reads -scale-watch-variant: comma-separated variants, each environment
+// (NAME=VALUE) and flags (-flag=value), space-separated.
+func parseWatchVariants(s string) ([]watchVariant, error) {
+	var out []watchVariant
+	for _, spec := range strings.Split(s, ",") {
+		var v watchVariant
+		for _, f := range strings.Fields(spec) {
+			switch {
+			case strings.HasPrefix(f, "-") && strings.Contains(f, "="):
+				v.args = append(v.args, f)
+			case !strings.HasPrefix(f, "-") && strings.Index(f, "=") > 0:
+				v.env = append(v.env, f)
+			default:
+				return nil, fmt.Errorf("-scale-watch-variant %q: %q is neither NAME=VALUE nor -flag=value; give e.g. \"GOMEMLIMIT=224MiB,-gc-percent=100\"", s, f)
+			}
+		}
+		if len(v.env)+len(v.args) > 0 {
+			out = append(out, v)
+		}
+	}
+	return out, nil
+}
+
+// variantPrefix starts the names of watchVariant.name.
+const variantPrefix = "configmap-attacher with "
+
+// name names the variant in the tables: its environment and flags as given.
+func (v watchVariant) name() string {
+	return variantPrefix + strings.Join(append(slices.Clone(v.env), v.args...), " ")
+}
+
+// isVariant tells watchVariant.name's names.
+func isVariant(name string) bool {
+	return strings.HasPrefix(name, variantPrefix)
 }
 
 // sizedLimit is the soft memory limit (GOMEMLIMIT) docs/controller.md's sizing rule gives for a

@@ -67,9 +67,9 @@ func scaleTables(steps []scaleStep, baseline int64) [][][]string {
 		"ours, live heap (watch / anew)", colLimited, "with GOMEMLIMIT / kube-controller-manager",
 		colKCM, "ours / kube-controller-manager", colRSOperator, colReloader, "ours / best peer",
 		colBaseline}}
-	limits := watchLimitedNames(steps)
+	limits := variantNames(steps)
 	for _, name := range limits {
-		mem[0] = append(mem[0], "ours with "+strings.TrimSuffix(strings.TrimPrefix(name, "configmap-attacher ("), ")")+" (watch / anew)")
+		mem[0] = append(mem[0], "ours with "+strings.TrimPrefix(name, variantPrefix)+" (watch / anew; CPU through the watch)")
 	}
 	load := [][]string{{"Pods", "built in", "load average at start", "ours CPU (growth / start)", "caches synced", "first attach", "baseline build: caches synced",
 		"kwok stopped: load average, caches synced, first attach, peak RSS",
@@ -86,7 +86,7 @@ func scaleTables(steps []scaleStep, baseline int64) [][][]string {
 		best := int64(0)
 		for _, m := range []map[string]int64{s.peersWatch, s.peersStart} {
 			for name, v := range m {
-				if name != baselineName && name != limitedName && !isWatchLimited(name) && v > 0 && (best == 0 || v < best) {
+				if name != baselineName && name != limitedName && !isVariant(name) && v > 0 && (best == 0 || v < best) {
 					best = v
 				}
 			}
@@ -101,7 +101,7 @@ func scaleTables(steps []scaleStep, baseline int64) [][][]string {
 			mibOrDash(s.watchHeap) + " / " + mibOrDash(s.startHeap),
 			fmt.Sprintf("%s (limit %s)", mibOrDash(s.peersStart[limitedName]), mibOrDash(s.limit)), ratioTo(s.peersStart[limitedName], s.kcm), mibOrDash(s.kcm), ratioTo(oursMax, s.kcm), peer(rsOperator), peer("reloader"), ratioTo(oursMax, best), peer(baselineName)}
 		for _, name := range limits {
-			row = append(row, peer(name))
+			row = append(row, fmt.Sprintf("%s; %.1f s", peer(name), s.peersWatchCPU[name]))
 		}
 		mem = append(mem, row)
 		baselineSynced := "—"
@@ -184,7 +184,7 @@ func plotRSS(path string, steps []scaleStep) error {
 		{"Reloader (started anew)", func(s scaleStep) int64 { return s.peersStart["reloader"] }},
 		{"configmap-attacher baseline build (started anew)", func(s scaleStep) int64 { return s.peersStart[baselineName] }},
 	}
-	for _, name := range watchLimitedNames(steps) {
+	for _, name := range variantNames(steps) {
 		series = append(series, rssSeries{name + " (through the watch)", func(s scaleStep) int64 { return s.peersWatch[name] }})
 	}
 	var args []any
@@ -311,12 +311,12 @@ func (q quietStart) String() string {
 	return fmt.Sprintf("%s, %s, %s, %s", q.load, secs(q.synced), secs(q.firstAttach), mib(q.rss))
 }
 
-// watchLimitedNames are the -scale-watch-limit processes the steps measured, in order.
-func watchLimitedNames(steps []scaleStep) []string {
+// variantNames are the -scale-watch-variant processes the steps measured, in order.
+func variantNames(steps []scaleStep) []string {
 	var names []string
 	for _, s := range steps {
 		for name := range s.peersWatch {
-			if isWatchLimited(name) && !slices.Contains(names, name) {
+			if isVariant(name) && !slices.Contains(names, name) {
 				names = append(names, name)
 			}
 		}

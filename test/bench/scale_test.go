@@ -1,6 +1,7 @@
 package main
 
 import (
+	"slices"
 	"strings"
 	"testing"
 )
@@ -125,5 +126,39 @@ func TestReadScaleRSSReadsWhatTheScaleRunWrites(t *testing.T) {
 func TestReadScaleRSSRefusesATextWithoutTheTable(t *testing.T) {
 	if _, err := readScaleRSS("| Pods | built in |\n| --- | --- |\n| 1,032 Pods | 14s |\n"); err == nil {
 		t.Error("no error for a text without the memory table")
+	}
+}
+
+// -scale-watch-variant: each variant's environment and flags as given, and its name in the tables.
+func TestParseWatchVariants(t *testing.T) {
+	cases := []struct {
+		in      string
+		names   []string
+		wantErr bool
+	}{
+		{in: ""},
+		{in: "GOMEMLIMIT=224MiB", names: []string{"configmap-attacher with GOMEMLIMIT=224MiB"}},
+		{in: "GOMEMLIMIT=224MiB,-gc-percent=100", names: []string{"configmap-attacher with GOMEMLIMIT=224MiB", "configmap-attacher with -gc-percent=100"}},
+		{in: "-gc-percent=75 GOGC=off", names: []string{"configmap-attacher with GOGC=off -gc-percent=75"}},
+		{in: "224MiB", wantErr: true},
+		{in: "-profiling", wantErr: true},
+	}
+	for _, c := range cases {
+		t.Run(c.in, func(t *testing.T) {
+			got, err := parseWatchVariants(c.in)
+			if (err != nil) != c.wantErr {
+				t.Fatalf("parseWatchVariants(%q) error %v; want an error: %v", c.in, err, c.wantErr)
+			}
+			var names []string
+			for _, v := range got {
+				if !isVariant(v.name()) {
+					t.Errorf("%q is not told a variant", v.name())
+				}
+				names = append(names, v.name())
+			}
+			if !slices.Equal(names, c.names) {
+				t.Fatalf("parseWatchVariants(%q) names %q; want %q", c.in, names, c.names)
+			}
+		})
 	}
 }
