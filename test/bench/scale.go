@@ -253,10 +253,11 @@ func (e env) fastClient() (kubernetes.Interface, error) {
 }
 
 // waitPodsStarted waits, up to 30 minutes, until no Pod is Pending: kwok makes each bound Pod Running
-// with a status write of its own, ~35 a second here, and at 150,000 Pods it was still working
-// through ~34,000 of them a quarter of an hour after the build, at ~0.7 of a core: every start measured
-// meanwhile shared the machine with that backlog (load average ~6). A Pod that stays Pending only
-// costs the wait: the step goes on, and says so.
+// with a status write of its own, and at 150,000 Pods, 4 at a time (its default, ~35-50 a second
+// here), it was still working through ~90,000 of them half an hour after the build: every start
+// measured meanwhile shared the machine with that backlog (load average 5-6). scale-kwokctl.yaml
+// now lets it write 32 at a time. A Pod that stays Pending only costs the wait: the step goes on,
+// and says so.
 func (e env) waitPodsStarted(ctx context.Context) {
 	start := time.Now()
 	err := wait.PollUntilContextTimeout(ctx, 10*time.Second, 30*time.Minute, true, func(ctx context.Context) (bool, error) {
