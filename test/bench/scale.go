@@ -174,6 +174,7 @@ func (e env) scale(ctx context.Context, o scaleOptions) error {
 		s.pods, s.nodes, s.tenants = g.pods(), len(g.nodes), g.tenants
 		fmt.Printf("  %d Pods on %d nodes (%d tenants) built in %s\n", s.pods, s.nodes, s.tenants, s.build.Round(time.Second))
 		e.waitPodsStarted(ctx)
+		e.waitKwokSettled(ctx)
 
 		through, err := procs.measure(ctx)
 		if err != nil {
@@ -273,6 +274,47 @@ func (e env) waitPodsStarted(ctx context.Context) {
 		return
 	}
 	fmt.Printf("  every Pod Running (or done) %s after the build\n", time.Since(start).Round(time.Second))
+}
+
+// waitKwokSettled waits, up to 30 minutes, until kube-apiserver refuses fewer than one Pod PATCH a
+// second (code 422, over 30 s): kwok's replays of stale copies. Once every Pod is Running, kwok still
+// plays its pod-ready stage again for each Pod it holds a second, older event of (from a re-list
+// while the Pods were Pending), with a new Pod IP, which the API server refuses: at 150,014 Pods
+// ~45 a second for the half hour after the last Pod ran, and a start timed meanwhile shared the
+// machine with that stream (load average ~5), which no settled cluster carries. A stream that does
+// not end only costs the wait: the step goes on, and says so.
+func (e env) waitKwokSettled(ctx context.Context) {
+	refused := func() (float64, error) {
+		var n float64
+		err := apiserverRequests(ctx, e.c, func(verb, resource, code string, v float64) {
+			if verb == "PATCH" && resource == "pods" && code == "422" {
+				n += v
+			}
+		})
+		return n, err
+	}
+	const window = 30 * time.Second
+	start := time.Now()
+	first, err := refused()
+	if err != nil {
+		fmt.Printf("  kwok's refused replays not counted: %v\n", err)
+		return
+	}
+	last := first
+	err = wait.PollUntilContextTimeout(ctx, window, 30*time.Minute, false, func(context.Context) (bool, error) {
+		n, err := refused()
+		if err != nil {
+			return false, nil // the API server is busy: ask again
+		}
+		done := n-last < window.Seconds()
+		last = n
+		return done, nil
+	})
+	if err != nil {
+		fmt.Printf("  kwok's stale replays still refused after %s (%.0f meanwhile): measuring anyway\n", time.Since(start).Round(time.Second), last-first)
+		return
+	}
+	fmt.Printf("  kwok settled %s after every Pod ran: %.0f stale replays refused meanwhile, under one a second for 30 s\n", time.Since(start).Round(time.Second), last-first)
 }
 
 // canGrow says why the next step should not run ("" when it may): the machine's memory, from the
