@@ -281,8 +281,8 @@ func (e env) waitPodsStarted(ctx context.Context) {
 // plays its pod-ready stage again for each Pod it holds a second, older event of (from a re-list
 // while the Pods were Pending), with a new Pod IP, which the API server refuses: at 150,014 Pods
 // ~86,000 of them, ~45 a second, ending 13 minutes after the last Pod ran; a start timed meanwhile
-// shared the machine with that stream (load average ~5), which no settled cluster carries. A stream that does
-// not end only costs the wait: the step goes on, and says so.
+// shared the machine with that stream (load average ~5), which no settled cluster carries. A stream
+// that does not end only costs the wait: the step goes on, and says so.
 func (e env) waitKwokSettled(ctx context.Context) {
 	refused := func() (float64, error) {
 		var n float64
