@@ -237,6 +237,9 @@ func TestPolicyUninstallTakesTheBindingsOutFirst(t *testing.T) {
 	r := installChart(t, "cma-unpol", ns, "watchNamespaces={"+appNS+"}", "pinning.enabled=true", "pinning.admission=policy")
 	p := r.runController(r.deployment())
 	r.expectLeader(p)
+	// kube-apiserver loads new policies and bindings about a second after Helm created them: a pod
+	// admitted before is not pinned (reported Unpinned), as it would be in any cluster just installed.
+	must(t, e2e.cluster.WaitPolicyEffective(ctx, appNS))
 	rs := givenPinnedWeb(t, appNS)
 	t.Log("given: the chart in policy mode, a Deployment whose pod the API server pinned")
 
