@@ -19,6 +19,7 @@
 #   prometheus         promtool (make test-rules)
 #   pulumi             pulumi pulumi-language-yaml pulumi-resource-kubernetes (the Pulumi stories)
 #   actionlint         actionlint (make test-workflows: lints .github/workflows)
+#   helm-docs          helm-docs (make test-docs: the charts' READMEs from their values.yaml)
 # Built only when named (not part of `make tools`, so CI does not pay for them):
 #   peers          configmap-attacher-original configmap-rs-operator reloader (test/bench's peers)
 #   release        cyclonedx-gomod release-tool crane cosign (make release builds it; publish.sh pushes
@@ -49,7 +50,7 @@ if ! command -v go >/dev/null; then
   export PATH=/usr/local/go/bin:$PATH
 fi
 
-ALL_TOOLS=(kubernetes etcd kubernetes-compat etcd-compat kwok argo-rollouts helm helm3 argo-cd helm-argocd flux prometheus pulumi actionlint)
+ALL_TOOLS=(kubernetes etcd kubernetes-compat etcd-compat kwok argo-rollouts helm helm3 argo-cd helm-argocd flux prometheus pulumi actionlint helm-docs)
 # Built only when named on the command line.
 OPTIONAL_TOOLS=(peers release)
 
@@ -95,6 +96,8 @@ COMPAT_DIR=k8s-$(cut -d. -f1,2 <<<"${KUBERNETES_COMPAT_VERSION#v}")
   vars_pulumi=(PULUMI_VERSION PULUMI_YAML_VERSION PULUMI_KUBERNETES_VERSION PULUMI_KUBERNETES_RELEASE PULUMI_KUBERNETES_SDK_VERSION)
   binaries_actionlint=(actionlint)
   vars_actionlint=(ACTIONLINT_VERSION)
+  binaries_helm_docs=(helm-docs)
+  vars_helm_docs=(HELM_DOCS_VERSION)
   binaries_release=(cyclonedx-gomod release-tool crane cosign)
   vars_release=(CYCLONEDX_GOMOD_VERSION GO_CONTAINERREGISTRY_VERSION HELM_VERSION COSIGN_VERSION)
   binaries_peers=(configmap-attacher-original configmap-rs-operator reloader)
@@ -352,6 +355,14 @@ build_actionlint() {
   go_build actionlint \
     -ldflags "-s -w -X $mod.version=${ACTIONLINT_VERSION#v} -X '$mod.installedFrom=built from $mod@$ACTIONLINT_VERSION by hack/tools/build.sh'" \
     "$mod/cmd/actionlint"
+}
+
+# helm-docs, stamped as its release build stamps it (goreleaser's default -X main.version, which
+# `helm-docs --version` prints; the READMEs' footer is off, so no version lands in them).
+build_helm_docs() {
+  local mod=github.com/norwoodj/helm-docs
+  check_pin helm-docs "$mod" "$HELM_DOCS_VERSION"
+  go_build helm-docs -ldflags "-s -w -X main.version=${HELM_DOCS_VERSION#v}" "$mod/cmd/helm-docs"
 }
 
 # The Pulumi CLI (module pulumi/cli), the YAML language host and the Kubernetes provider (module
