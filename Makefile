@@ -6,7 +6,7 @@ GO ?= go
 VERSION ?= $(shell hack/release/version.sh 2>/dev/null || echo devel)
 LDFLAGS := -s -w -X github.com/configmap-attacher/configmap-attacher/internal/version.stamped=$(VERSION)
 
-.PHONY: all build helm-plugin image release release-check tools cluster-up cluster-down argocd-up argocd-down flux-up flux-down test test-unit test-rules test-workflows test-race test-e2e soak-short fuzz demo clean
+.PHONY: all build helm-plugin image release release-check tools cluster-up cluster-down argocd-up argocd-down flux-up flux-down docs test test-unit test-docs test-rules test-workflows test-race test-e2e soak-short fuzz demo clean
 
 all: build
 
@@ -69,13 +69,28 @@ flux-down:
 demo:
 	$(GO) run ./hack/demo $(if $(DEMO_KUBECONFIG),-kubeconfig $(DEMO_KUBECONFIG)) $(if $(filter 1,$(ARGOCD)),-argocd) $(if $(filter 1,$(FLUX)),-flux)
 
-## test: unit tests (with the fuzz targets' seed corpora), the alert rules, the GitHub Actions workflows, then the e2e
-## tests on a local control plane (or the cluster KUBECONFIG names), then a short soak.
-test: test-unit test-rules test-workflows test-e2e soak-short
+## test: unit tests (with the fuzz targets' seed corpora), the docs, the alert rules, the GitHub Actions workflows,
+## then the e2e tests on a local control plane (or the cluster KUBECONFIG names), then a short soak.
+test: test-unit test-docs test-rules test-workflows test-e2e soak-short
 
 test-unit:
 	$(GO) vet ./...
 	$(GO) test ./...
+
+HELM_DOCS := _output/tools/bin/helm-docs
+
+## docs: regenerate docs/reference.md (every command's flags, from the binary's own flag sets) and each chart's
+## README.md (helm-docs, from its values.yaml comments and README.md.gotmpl).
+docs:
+	hack/tools/build.sh helm-docs
+	$(GO) run ./hack/docs -write -helm-docs $(HELM_DOCS)
+
+## test-docs: the docs check (internal/doccheck, no network): every relative link and anchor resolves, every flag and
+## chart value named exists, no commit hash or run/issue history in the user docs, README.md fits a screen, and
+## docs/reference.md and the charts' READMEs are what `make docs` generates.
+test-docs:
+	hack/tools/build.sh helm-docs
+	$(GO) run ./hack/docs -helm-docs $(HELM_DOCS)
 
 ## test-rules: promtool test rules test/rules/configmap-attacher.test.yaml on the chart's PrometheusRule.
 test-rules: tools

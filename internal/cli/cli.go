@@ -34,6 +34,9 @@ type Env struct {
 	Stdout io.Writer
 	Stderr io.Writer
 	Lookup func(key string) (string, bool)
+
+	// flagSet, when set, is handed every command's flag set as it is made (Reference reads them).
+	flagSet func(*flag.FlagSet)
 }
 
 // OSEnv is the real process environment. Run by Helm 4 as its post-renderer plugin, whose stderr
@@ -178,6 +181,9 @@ Run 'configmap-attacher <command> -h' for a command's flags.
 // newFlagSet returns a flag set that reports errors instead of exiting; -h prints the synopsis and flags.
 func newFlagSet(env Env, name, synopsis string) *flag.FlagSet {
 	fs := flag.NewFlagSet(name, flag.ContinueOnError)
+	if env.flagSet != nil {
+		env.flagSet(fs)
+	}
 	// Errors come back from Parse as one line; usage is printed only when asked for, to stdout.
 	fs.SetOutput(io.Discard)
 	fs.Usage = func() {
