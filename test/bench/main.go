@@ -15,6 +15,9 @@
 // The peers (the original configmap-attacher, configmap-rs-operator, Reloader) are built by
 // `hack/tools/build.sh peers` into _output/tools/bin; a scenario leaves out those not built.
 //
+// Each scenario's output is also written to docs/benchmarks/<scenario>.txt (-out), overwritten by the
+// next run: the raw figures behind docs/benchmarks.md's section for it.
+//
 // It starts a local cluster named "bench" (deleted afterwards) unless -kubeconfig names one.
 package main
 
@@ -25,6 +28,7 @@ import (
 	"os"
 	"os/signal"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"syscall"
@@ -100,6 +104,7 @@ func run(ctx context.Context, args []string) error {
 	stormRollouts := fs.Int("scale-storm-rollouts", 100, "scale: Rollouts changed at once in the storm at each step")
 	pending := fs.Int("scale-pending", 200, "scale: revisions left to attach (and in-use ConfigMaps deleted) while the controller is down, at the largest step")
 	scaleOut := fs.String("scale-out", "docs/benchmarks", "scale: directory for scale.md and scale-rss.svg (relative to the repository)")
+	rawOut := fs.String("out", "docs/benchmarks", "directory for <scenario>.txt, a copy of what the scenario prints, overwritten by each run (relative to the repository; empty: none)")
 	budget := fs.Duration("scale-budget", time.Hour, "scale: no step starts that would end the run after this")
 	peersMax := fs.Int("scale-peers-max", 0, "scale: run the peers and the baseline build only up to this many Pods (0: at every size)")
 	baselineBin := fs.String("baseline-bin", "", "memory, scale: another build of configmap-attacher (e.g. main's) to measure beside ours")
@@ -189,6 +194,13 @@ func run(ctx context.Context, args []string) error {
 	}
 	if *baselineBin != "" {
 		e.baseline = framework.Binary{Path: *baselineBin, Kubeconfig: c.Kubeconfig}
+	}
+	if *rawOut != "" && slices.Contains(scenarios, scenario) {
+		restore, err := teeStdout(filepath.Join(inRepo(root, *rawOut), scenario+".txt"))
+		if err != nil {
+			return err
+		}
+		defer func() { _ = restore() }()
 	}
 	fmt.Printf("commit %s, %s, %d cores\n", commit(root), time.Now().Format("2006-01-02"), numCPU())
 	start := time.Now()
