@@ -10,6 +10,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strings"
 
 	"github.com/configmap-attacher/configmap-attacher/internal/cli"
 	"github.com/configmap-attacher/configmap-attacher/internal/doccheck"
@@ -64,11 +65,12 @@ func run(root string, write bool, helmDocs string) error {
 	return nil
 }
 
-// helmDocsArgs generate one chart's README.md from its README.md.gotmpl and values.yaml: every value
-// documented (strict mode fails on one without a comment), in values.yaml's order, with no helm-docs
-// version in the page (a tool upgrade alone does not make it stale).
+// helmDocsArgs generate one chart's README.md from its README.md.gotmpl and values.yaml: every value,
+// in values.yaml's order (the docs check refuses a row without a description: helm-docs' strict mode
+// counts only its older "# key -- " comments), with no helm-docs version in the page (a tool upgrade
+// alone does not make it stale).
 func helmDocsArgs(chartDir string, dryRun bool) []string {
-	args := []string{"--chart-search-root", chartDir, "--documentation-strict-mode", "--skip-version-footer",
+	args := []string{"--chart-search-root", chartDir, "--skip-version-footer",
 		"--sort-values-order", "file", "--log-level", "warning"}
 	if dryRun {
 		args = append(args, "--dry-run")
@@ -83,6 +85,16 @@ func chartREADME(helmDocs, dir string) (string, error) {
 	cmd.Stdout, cmd.Stderr = &out, &errb
 	if err := cmd.Run(); err != nil {
 		return "", fmt.Errorf("helm-docs %s: %w: %s", dir, err, errb.String())
+	}
+	if out.Len() == 0 {
+		// helm-docs skips a chart it cannot document (a template that does not render) with a
+		// warning, and exits 0.
+		msg := errb.String()
+		if _, after, ok := strings.Cut(msg, "msg="); ok {
+			msg = after
+		}
+		msg = strings.ReplaceAll(strings.Trim(strings.TrimSpace(msg), `"`), `\n`, " ")
+		return "", fmt.Errorf("helm-docs generated nothing: %s", msg)
 	}
 	return out.String(), nil
 }

@@ -411,18 +411,45 @@ func generated(in Inputs) ([]Problem, error) {
 	}
 	for _, c := range charts {
 		dir := filepath.Dir(c)
+		rel, _ := filepath.Rel(in.Root, dir)
+		rel = filepath.ToSlash(rel)
 		want, err := in.ChartREADMEs(dir)
 		if err != nil {
-			return nil, err
+			// A value without a description, a template that does not render: the chart's to fix.
+			out = append(out, Problem{rel + "/values.yaml", 1, fmt.Sprintf("its README cannot be generated: %v", err)})
+			continue
 		}
-		rel, _ := filepath.Rel(in.Root, filepath.Join(dir, "README.md"))
+		for _, key := range undescribed(want) {
+			out = append(out, Problem{rel + "/values.yaml", 1, fmt.Sprintf("value %s has no description: give it a \"# --\" comment", key)})
+		}
 		got, err := os.ReadFile(filepath.Join(dir, "README.md"))
-		if err != nil && !os.IsNotExist(err) {
+		switch {
+		case os.IsNotExist(err):
+			out = append(out, Problem{rel + "/README.md", 1, "missing: generate the charts' READMEs from values.yaml with `make docs`"})
+		case err != nil:
 			return nil, err
-		}
-		if string(got) != want {
-			out = append(out, Problem{filepath.ToSlash(rel), 1, "stale or missing: regenerate the charts' READMEs from values.yaml with `make docs`"})
+		case string(got) != want:
+			out = append(out, Problem{rel + "/README.md", 1, "stale: regenerate the charts' READMEs from values.yaml with `make docs`"})
 		}
 	}
 	return out, nil
+}
+
+// undescribed lists the values of a generated chart README whose row has no description: helm-docs
+// lists every value of values.yaml, and one without a "# --" comment gets an empty last cell.
+func undescribed(readme string) []string {
+	var keys []string
+	inTable := false
+	for _, l := range strings.Split(readme, "\n") {
+		switch {
+		case strings.HasPrefix(l, "| Key | Type | Default | Description |"):
+			inTable = true
+		case !strings.HasPrefix(l, "|"):
+			inTable = false
+		case inTable && strings.HasSuffix(l, "|  |"):
+			key, _, _ := strings.Cut(strings.TrimPrefix(l, "| "), " |")
+			keys = append(keys, key)
+		}
+	}
+	return keys
 }

@@ -1,6 +1,7 @@
 package doccheck
 
 import (
+	"errors"
 	"os"
 	"path/filepath"
 	"strings"
@@ -172,6 +173,27 @@ func TestChartREADMEsAreCompared(t *testing.T) {
 	}
 	if problems, err := Check(Inputs{Root: root, Commands: commands, ChartREADMEs: gen}); err != nil || len(problems) != 0 {
 		t.Fatalf("a current README: got %v, %v", problems, err)
+	}
+	if err := os.Remove(filepath.Join(root, "charts/app/README.md")); err != nil {
+		t.Fatal(err)
+	}
+	problems, err = Check(Inputs{Root: root, Commands: commands, ChartREADMEs: gen})
+	if err != nil || len(problems) != 1 || !strings.Contains(problems[0].String(), "charts/app/README.md:1: missing") {
+		t.Fatalf("a missing README: got %v, %v", problems, err)
+	}
+	withUndescribed := func(string) (string, error) {
+		return "# app\n\n| Key | Type | Default | Description |\n|-----|------|---------|-------------|\n| a.b | string | `\"\"` | Described. |\n| c | int | `1` |  |\n", nil
+	}
+	problems, err = Check(Inputs{Root: root, Commands: commands, ChartREADMEs: withUndescribed})
+	if err != nil || len(problems) != 2 || !strings.Contains(problems[1].String(), "charts/app/values.yaml:1: value c has no description") {
+		t.Fatalf("a value without a description: got %v, %v", problems, err)
+	}
+	undocumented := func(string) (string, error) {
+		return "", errors.New("values without documentation: releaseOnUninstall")
+	}
+	problems, err = Check(Inputs{Root: root, Commands: commands, ChartREADMEs: undocumented})
+	if err != nil || len(problems) != 1 || !strings.Contains(problems[0].String(), "charts/app/values.yaml:1: its README cannot be generated: values without documentation: releaseOnUninstall") {
+		t.Fatalf("an undocumented value: got %v, %v", problems, err)
 	}
 }
 
