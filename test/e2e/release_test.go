@@ -100,7 +100,7 @@ func TestRealNodeInstallsASignedReleaseFromARegistry(t *testing.T) {
 	}
 
 	// Then: what a user verifies before installing, for the image and both charts (cosign's whole
-	// output shown for the first release's image: docs/operations.md quotes it).
+	// output shown for the first release's image, in the log).
 	for i, rel := range rels {
 		verifyArtifact(t, cosign, keys.cosignPub, imageRepo+":"+rel.Version, rel.Digest, rel, "image", i == 0)
 		for _, c := range []string{"configmap-attacher", "base-app"} {
