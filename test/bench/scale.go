@@ -191,7 +191,7 @@ func (e env) scale(ctx context.Context, o scaleOptions) error {
 		procs.stop()
 
 		// Ours once more, started anew with the soft memory limit the sizing rule gives for what the
-		// first one holds at this size (docs/controller.md, Sizing).
+		// first one holds at this size (docs/operations.md, Sizing).
 		s.limit = sizedLimit(s.watchHeap)
 		procs.limit = s.limit
 		if err := e.startAnew(ctx, procs, &s, i); err != nil {
@@ -565,7 +565,7 @@ func isVariant(name string) bool {
 	return strings.HasPrefix(name, variantPrefix)
 }
 
-// sizedLimit is the soft memory limit (GOMEMLIMIT) docs/controller.md's sizing rule gives for a
+// sizedLimit is the soft memory limit (GOMEMLIMIT) the sizing rule (docs/operations.md) gives for a
 // controller whose live heap is live (what it holds after a collection; it grows with the cluster):
 // 64 MiB for what is not heap (the binary's pages, the runtime, stacks: the empty cluster's RSS is
 // ~35 MiB with a 3 MiB heap) and half the live heap again as room, so that each collection frees at
@@ -824,7 +824,7 @@ func (e env) timedStart(ctx context.Context, m *memProc, probe string) (synced, 
 // quietStart is ours started anew with kwok's controller stopped (SIGSTOP): kwok 0.8.0, once a cluster
 // has grown to 150,000 Pods at once, keeps re-making Running Pods ready from a stale view, its status
 // writes refused (two pod IPs), ~50 a second for ever: ~0.9 core of kwok and as much of
-// kube-apiserver, which a cluster of kubelets does not spend (docs/benchmarks.md, tenth run). The
+// kube-apiserver, which a cluster of kubelets does not spend (measured in the 150,000-Pod runs). The
 // nodes' Leases stay valid meanwhile (20 minutes: scale-kwokctl.yaml's heartbeatFactor).
 type quietStart struct {
 	load                string
