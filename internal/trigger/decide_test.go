@@ -38,7 +38,7 @@ func TestDecide(t *testing.T) {
 		{"acknowledged, L = A: nothing", settled(facts{origin: acked, live: c(cm, "v1"), acked: c(cm, "v1"), made: c(cm, "v1")}),
 			nothing, c(cm, "v1"), nil},
 		{"acknowledged, L ≠ A, settling: wait the rest of the window", facts{origin: acked, live: c(cm, "v2"), acked: c(cm, "v1"), made: c(cm, "v1"),
-			quiet: 500 * time.Millisecond, settle: 2 * time.Second}, wait, c(cm, "v1"), []string{cm}},
+			quiet: 500 * time.Millisecond, settle: 2 * time.Second, maxWait: 20 * time.Second}, wait, c(cm, "v1"), []string{cm}},
 		{"acknowledged, L ≠ A: start", settled(facts{origin: acked, live: c(cm, "v2"), acked: c(cm, "v1"), made: c(cm, "v1")}),
 			start, c(cm, "v2"), []string{cm}},
 		{"acknowledged, L ≠ A, the newest made with L (its snapshot): A = L", settled(facts{origin: acked, live: c(cm, "v2"), acked: c(cm, "v1"), made: c(cm, "v2")}),

@@ -33,7 +33,10 @@ func TestTheRecordReadsBackAsWritten(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		got := decode(text)
+		got, err := decode(text)
+		if err != nil {
+			t.Fatal(err)
+		}
 		again, _ := got.encode()
 		if again != text || !maps.Equal(got.Acknowledged.Content, ack.Content) || got.Acknowledged.Revision != ack.Revision ||
 			!maps.Equal(got.Revisions["rs-1"], r.Revisions["rs-1"]) || !got.Values["6aa5937ede"] || got.Key != r.Key {

@@ -31,6 +31,7 @@
 package trigger
 
 import (
+	"context"
 	"errors"
 	"slices"
 	"sync"
@@ -62,10 +63,17 @@ const Name = "trigger"
 // 2 s apart: config and workload in different waves need a longer window (-config-settle).
 const DefaultSettle = 2 * time.Second
 
+// MaxWaitFactor is the default -config-max-wait, in settle windows.
+const MaxWaitFactor = 10
+
 // Options tune the trigger.
 type Options struct {
 	// Settle is how long the content must stay unchanged before a revision is started for it.
 	Settle time.Duration
+	// MaxWait bounds how long a change waits for the content to settle, and for a pinned object's
+	// snapshot: past it the revision starts with the content of that moment, and a Warning says what
+	// kept it waiting (0: MaxWaitFactor times Settle).
+	MaxWait time.Duration
 	// KeySecret is the Secret holding the key of the hash of Secret contents (DefaultKeySecret when
 	// empty); the controller creates it if it is missing.
 	KeySecret types.NamespacedName
@@ -85,9 +93,11 @@ type Controller struct {
 	metrics *metrics.Metrics
 	opts    Options
 	content *contents
+	key     *hashKey
 	records records
 	loop    *reconcile.Loop
 	now     func() time.Time
+	counters
 
 	mu sync.Mutex
 	// state is what this process holds of each workload, by workload key (workloadState).
@@ -99,6 +109,8 @@ type Controller struct {
 	// told is the last message of each Warning reason recorded per workload key, so a condition that
 	// lasts is reported once, not at every sync.
 	told map[string]string
+	// heldBack are the workloads waiting for the hash key: its arrival brings them back.
+	heldBack map[string]bool
 }
 
 // workloadState is what this process holds of a workload: what reached it, and the record as last
@@ -109,13 +121,13 @@ type workloadState struct {
 	// one did while this process watched it.
 	changedAt time.Time
 	edited    bool
-	// live is the content its last sync saw, and quietSince when that content was first seen changed
-	// (the event that brought it): the settle window runs from there, not from the last event, so
-	// labels and annotations changing in a loop do not hold a change back.
-	live       map[string]string
-	quietSince time.Time
-	// pending: since when our last write waits for its revision (decide: pending).
-	pending time.Time
+	// clock is the settle clock (tickClock, holdSince).
+	clock clock
+	// pending: since when our last write waits for its revision (decide: pending); snapshotSince,
+	// since when a look waits for a snapshot of its newest revision (snapshotWait).
+	pending, snapshotSince time.Time
+	// backoff is how long a look held back for the hash key waits before the next (holdBack).
+	backoff time.Duration
 	// kept is the record as last decided: its text, and the resourceVersion of the record on the API
 	// server that holds that text ("" when none does: not written).
 	kept *kept
@@ -147,15 +159,21 @@ func New(c *caches.Caches, kube kubernetes.Interface, dyn dynamic.Interface, eve
 	if o.KeySecret.Name == "" {
 		o.KeySecret = DefaultKeySecret
 	}
+	if o.MaxWait == 0 {
+		o.MaxWait = MaxWaitFactor * o.Settle
+	}
 	ctl := &Controller{caches: c, kube: kube, dynamic: dyn, events: events, metrics: m, opts: o,
-		content: newContents(kube, c.Pinning, &hashKey{kube: kube, ref: o.KeySecret}),
-		records: records{kube: kube, configs: c.AllConfigs[refs.ConfigMap]},
-		now:     time.Now, state: map[string]*workloadState{}, appeared: map[types.UID]appearance{}, told: map[string]string{}}
+		content: newContents(kube, c.Pinning), key: newHashKey(kube, o.KeySecret),
+		records: records{kube: kube, configs: c.AllConfigs[refs.ConfigMap]}, counters: newCounters(m),
+		now: time.Now, state: map[string]*workloadState{}, appeared: map[types.UID]appearance{}, told: map[string]string{},
+		heldBack: map[string]bool{}}
+	ctl.key.changed = ctl.enqueueHeldBack
 	// A sync is a chain of requests (the content, the templates, the workload, the write, the record)
 	// with little to compute: twice the workers keep a burst of changes (a deploy of many workloads'
 	// config at once) from queueing behind them (docs/benchmarks.md: -workers=16 took the p50 of 100
-	// changes at once from 5.5 to 4.2 s).
-	ctl.loop = &reconcile.Loop{Name: Name, Queue: reconcile.NewQueue(Name, m), Sync: ctl.sync, Metrics: m, WorkersPer: 2}
+	// changes at once from 5.5 to 4.2 s). The key is watched by the leader, from its start.
+	ctl.loop = &reconcile.Loop{Name: Name, Queue: reconcile.NewQueue(Name, m), Sync: ctl.sync, Metrics: m, WorkersPer: 2,
+		Start: func(ctx context.Context) { go ctl.key.watch(ctx) }}
 	for _, kind := range workloadKinds() {
 		if inf, ok := c.Users[kind]; ok {
 			if err := inf.AddEventHandler(ctl.workloadHandler()); err != nil {
@@ -541,6 +559,7 @@ func (c *Controller) forget(key string) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	delete(c.state, key)
+	delete(c.heldBack, key)
 	for uid, a := range c.appeared {
 		if a.workload == key {
 			delete(c.appeared, uid)
