@@ -167,8 +167,7 @@ func (k *hashKey) current(ctx context.Context) (keyVersion, error) {
 	case k.invalid != "":
 		return keyVersion{}, fmt.Errorf("%w: %s", errKeyUnavailable, k.invalid)
 	case k.now().Before(k.createAfter):
-		return keyVersion{}, fmt.Errorf("%w: creating Secret %s: %w (the controller needs create on Secrets and get, list and watch on this one: docs/rbac.md); retried after %s",
-			errKeyUnavailable, k.ref, k.lastErr, k.createAfter.Format(time.RFC3339))
+		return keyVersion{}, k.createError(k.lastErr)
 	}
 	b := make([]byte, 32)
 	if _, err := rand.Read(b); err != nil {
@@ -183,8 +182,7 @@ func (k *hashKey) current(ctx context.Context) (keyVersion, error) {
 	if err != nil {
 		k.backoff = min(max(2*k.backoff, keyCreateFirstRetry), keyCreateMaxRetry)
 		k.createAfter, k.lastErr = k.now().Add(k.backoff), err
-		return keyVersion{}, fmt.Errorf("%w: creating Secret %s: %w (the controller needs create on Secrets and get, list and watch on this one: docs/rbac.md)",
-			errKeyUnavailable, k.ref, err)
+		return keyVersion{}, k.createError(err)
 	}
 	logging.FromContext(ctx).Warn("the config trigger's hash key Secret was missing: made a new key; records made with another key are re-keyed from the content",
 		"secret", k.ref.String())
@@ -195,6 +193,12 @@ func (k *hashKey) current(ctx context.Context) (keyVersion, error) {
 	k.cur, k.lastErr, k.backoff = &keyVersion{key: got.Data[keyData], id: id}, nil, 0
 	k.known[id] = k.cur.key
 	return *k.cur, nil
+}
+
+// createError says that the Secret cannot be made (the same words while it is retried with back-off).
+func (k *hashKey) createError(err error) error {
+	return fmt.Errorf("%w: creating Secret %s: %w (the controller needs create on Secrets and get, list and watch on this one: docs/rbac.md)",
+		errKeyUnavailable, k.ref, err)
 }
 
 // held returns a key this process has held, by id.

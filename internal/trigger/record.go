@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"maps"
 	"slices"
+	"sort"
 	"strconv"
 	"strings"
 
@@ -432,14 +433,16 @@ type rekeyed struct{ old, new string }
 // rekey carries the Secret contents of a record taken with another hash key over to key id: a content
 // equal to what the object holds now under the old key (pairs, by object key) becomes its hash now;
 // any other becomes unknownContent (it cannot be compared with what the Secrets hold: the decision
-// errs toward a new revision). It returns the Secret entries that became unknown, sorted, once each.
+// errs toward a new revision, and a revert to an older revision made with it starts a new one). It
+// returns the Secrets of the acknowledged content that became unknown (counted as changed), sorted.
 func (r *record) rekey(id string, pairs map[string]rekeyed, isSecret func(string) bool) []string {
 	if r.Key == id {
 		return nil
 	}
-	lost := map[string]bool{}
+	var lost []string
 	if r.Key != "" {
-		carry := func(c map[string]string) {
+		carry := func(c map[string]string) []string {
+			var unknown []string
 			for k, v := range c {
 				switch p, ok := pairs[k]; {
 				case !isSecret(k):
@@ -447,22 +450,22 @@ func (r *record) rekey(id string, pairs map[string]rekeyed, isSecret func(string
 					c[k] = p.new
 				default:
 					c[k] = unknownContent
-					lost[k] = true
+					unknown = append(unknown, k)
 				}
 			}
+			return unknown
 		}
 		for _, c := range r.Revisions {
 			carry(c)
 		}
-		carry(r.Acknowledged.Content)
-		for k := range r.Versions {
-			if isSecret(k) && r.Acknowledged.Content[k] == unknownContent {
-				delete(r.Versions, k)
-			}
+		lost = carry(r.Acknowledged.Content)
+		for _, k := range lost {
+			delete(r.Versions, k)
 		}
+		sort.Strings(lost)
 	}
 	r.Key = id
-	return slices.Sorted(maps.Keys(lost))
+	return lost
 }
 
 // noteVersions notes, for each object whose live content is the acknowledged one, the version it is
