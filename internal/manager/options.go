@@ -255,7 +255,8 @@ func (o *Options) AddFlags(fs *flag.FlagSet) {
 		"by writing one annotation on the pod template (docs/config-starts.md); off while the cluster still runs Reloader")
 	fs.DurationVar(&o.Trigger.Settle, "config-settle", o.Trigger.Settle, "how long a config object must stay unchanged before a revision is started for its change: a burst of edits within it starts one")
 	fs.DurationVar(&o.Trigger.MaxWait, "config-max-wait", o.Trigger.MaxWait, fmt.Sprintf("the longest a change waits for its content to settle (an object rewritten more often than -config-settle) "+
-		"or for a pinned snapshot: then its revision starts with the content of that moment, and a Warning says what kept it waiting (default: %d times -config-settle)", trigger.MaxWaitFactor))
+		"or for a pinned snapshot: then its revision starts with the content of that moment, and a Warning says what kept it waiting (default: %d times -config-settle; with -config-settle=0, %s)",
+		trigger.MaxWaitFactor, trigger.MaxWaitFactor*trigger.DefaultSettle))
 	fs.StringVar(&o.Trigger.KeySecret, "config-hash-key-secret", o.Trigger.KeySecret, "Secret (in the leader election namespace) holding the key of the hash the config trigger keeps of Secret contents "+
 		"in its records and in config-hash; the controller creates it if missing")
 	o.Client.AddRateFlags(fs)

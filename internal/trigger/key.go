@@ -157,42 +157,51 @@ func (k *hashKey) observe(ctx context.Context, s *corev1.Secret) {
 // current returns the key, making the Secret when the watch shows none (paced by a back-off while
 // that fails). An error wraps errKeyUnavailable.
 func (k *hashKey) current(ctx context.Context) (keyVersion, error) {
+	kv, made, err := k.currentOrMade(ctx)
+	if made {
+		k.changed() // the workloads held back for it go on at once
+	}
+	return kv, err
+}
+
+// currentOrMade is current; made: the key was made now.
+func (k *hashKey) currentOrMade(ctx context.Context) (kv keyVersion, made bool, err error) {
 	k.mu.Lock()
 	defer k.mu.Unlock()
 	switch {
 	case k.cur != nil:
-		return *k.cur, nil
+		return *k.cur, false, nil
 	case !k.listed:
-		return keyVersion{}, fmt.Errorf("%w: Secret %s not listed yet", errKeyUnavailable, k.ref)
+		return keyVersion{}, false, fmt.Errorf("%w: Secret %s not listed yet", errKeyUnavailable, k.ref)
 	case k.invalid != "":
-		return keyVersion{}, fmt.Errorf("%w: %s", errKeyUnavailable, k.invalid)
+		return keyVersion{}, false, fmt.Errorf("%w: %s", errKeyUnavailable, k.invalid)
 	case k.now().Before(k.createAfter):
-		return keyVersion{}, k.createError(k.lastErr)
+		return keyVersion{}, false, k.createError(k.lastErr)
 	}
 	b := make([]byte, 32)
 	if _, err := rand.Read(b); err != nil {
-		return keyVersion{}, err
+		return keyVersion{}, false, err
 	}
 	s := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: k.ref.Name, Namespace: k.ref.Namespace,
 		Labels: map[string]string{api.KeyLabel: api.KeyValue}}, Type: corev1.SecretTypeOpaque, Data: map[string][]byte{keyData: b}}
 	got, err := k.kube.CoreV1().Secrets(k.ref.Namespace).Create(ctx, s, metav1.CreateOptions{FieldManager: api.FieldManager})
 	if apierrors.IsAlreadyExists(err) { // another replica made it meanwhile: the watch brings it
-		return keyVersion{}, fmt.Errorf("%w: Secret %s made meanwhile, not seen yet", errKeyUnavailable, k.ref)
+		return keyVersion{}, false, fmt.Errorf("%w: Secret %s made meanwhile, not seen yet", errKeyUnavailable, k.ref)
 	}
 	if err != nil {
 		k.backoff = min(max(2*k.backoff, keyCreateFirstRetry), keyCreateMaxRetry)
 		k.createAfter, k.lastErr = k.now().Add(k.backoff), err
-		return keyVersion{}, k.createError(err)
+		return keyVersion{}, false, k.createError(err)
 	}
 	logging.FromContext(ctx).Warn("the config trigger's hash key Secret was missing: made a new key; records made with another key are re-keyed from the content",
 		"secret", k.ref.String())
 	id, err := content.KeyedHash(got.Data[keyData], keyIDInput)
 	if err != nil {
-		return keyVersion{}, err
+		return keyVersion{}, false, err
 	}
 	k.cur, k.lastErr, k.backoff = &keyVersion{key: got.Data[keyData], id: id}, nil, 0
 	k.known[id] = k.cur.key
-	return *k.cur, nil
+	return *k.cur, true, nil
 }
 
 // createError says that the Secret cannot be made (the same words while it is retried with back-off).

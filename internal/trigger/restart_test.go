@@ -423,3 +423,21 @@ func TestAnUnreadableKeyHoldsBackOnlyWhatNeedsIt(t *testing.T) {
 		t.Fatalf("%d writes once the key can be made, want the held-back revision", len(f.applied)-1)
 	}
 }
+
+// -config-max-wait's default: ten settle windows; with none (-config-settle=0: act at once), the wait
+// for a pinned snapshot is still bounded, by ten default windows, never skipped.
+func TestTheMaximumWaitHasADefault(t *testing.T) {
+	for _, tc := range []struct{ settle, max, want time.Duration }{
+		{5 * time.Second, 0, 50 * time.Second},
+		{0, 0, 20 * time.Second},
+		{2 * time.Second, 7 * time.Second, 7 * time.Second},
+	} {
+		c, err := New(caches.NewForTest(nil, nil), nil, nil, nil, nil, Options{Settle: tc.settle, MaxWait: tc.max})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if c.opts.MaxWait != tc.want {
+			t.Errorf("settle %s, max wait %s: %s, want %s", tc.settle, tc.max, c.opts.MaxWait, tc.want)
+		}
+	}
+}

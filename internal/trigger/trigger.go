@@ -72,7 +72,8 @@ type Options struct {
 	Settle time.Duration
 	// MaxWait bounds how long a change waits for the content to settle, and for a pinned object's
 	// snapshot: past it the revision starts with the content of that moment, and a Warning says what
-	// kept it waiting (0: MaxWaitFactor times Settle).
+	// kept it waiting (0: MaxWaitFactor times Settle; with no settle window, times DefaultSettle: the
+	// wait for a snapshot is bounded then too, never skipped).
 	MaxWait time.Duration
 	// KeySecret is the Secret holding the key of the hash of Secret contents (DefaultKeySecret when
 	// empty); the controller creates it if it is missing.
@@ -161,6 +162,9 @@ func New(c *caches.Caches, kube kubernetes.Interface, dyn dynamic.Interface, eve
 	}
 	if o.MaxWait == 0 {
 		o.MaxWait = MaxWaitFactor * o.Settle
+		if o.Settle == 0 {
+			o.MaxWait = MaxWaitFactor * DefaultSettle
+		}
 	}
 	ctl := &Controller{caches: c, kube: kube, dynamic: dyn, events: events, metrics: m, opts: o,
 		content: newContents(kube, c.Pinning), key: newHashKey(kube, o.KeySecret),
