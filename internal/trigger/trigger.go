@@ -5,26 +5,30 @@
 // annotation. Its controller then makes a new revision (a Rollout goes through its canary); with
 // zero-touch pinning, the new revision pins the new content and every older revision keeps its own.
 //
-// Deterministic: the same content gives the same template, so a revert of the config makes the
-// workload go back to the revision that had it (plan.go), and the revision made before it opted in
-// carries no annotation of ours, which a revert to its content removes again. What each revision was
-// made with is known from our own write, its snapshots (pinned objects), or what the objects held when
-// it appeared, and kept in a record of ours owned by the workload (record.go) and in this process's
-// memory, which survives a record that cannot be written. Only what the pod template's containers read
-// counts: the keys a configMapKeyRef or a volume's items name, the whole object otherwise; the data
-// alone of what the environment reads; an optional object's absence; never an image pull Secret, a
-// volume plugin's credential or a volume no container mounts (refs.Reads). What is kept of a Secret is
-// hashed with a key only the controller reads (key.go).
+// Deterministic: the same content gives the same template, so a revert of the config makes the workload
+// go back to the revision that had it (plan.go), and the revision made before it opted in carries no
+// annotation of ours, which a revert to its content removes again. What each revision was made with is
+// known from our own write, its snapshots (pinned objects), or what the objects held when it appeared,
+// and kept in a record of ours owned by the workload (record.go) and in this process's memory, which
+// survives a record that cannot be written. A revision made while no process watched (a restart, a
+// failover) is judged from what the API server tells: the versions the record noted, and the
+// config-hash values of ours, which prove themselves (value.go); what it cannot tell errs toward a
+// revision. Only what the pod template's containers read counts: the keys a configMapKeyRef or a
+// volume's items name, the whole object otherwise; the data alone of what the environment reads; an
+// optional object's absence; never an image pull Secret, a volume plugin's credential or a volume no
+// container mounts (refs.Reads). What is kept of a Secret is hashed with a key only the controller
+// reads (key.go), watched, and carried over to a new one without a revision for content that did not
+// change.
 //
 // Exactly one revision per change: a change is acted on only once the content has settled
-// (Options.Settle) and only when the newest revision was not made with it, so a deploy that changes
-// config and template together (Helm's checksum annotation) gets no second revision, whatever else
-// moves in the namespace meanwhile. Never a fight, never a swallowed edit: a revision is started for a
-// change of the content the newest revision reads, so a template changed back by someone else (a tool
-// reverting our annotation, a rollback) is reported once and left alone until the content changes
-// again; then our annotation is taken back from whoever copied a value of ours (a rollback), never
-// from a value we did not write. The decision is one pure function with its table (decide.go); sync.go
-// gathers its facts and carries its step out.
+// (Options.Settle, for at most Options.MaxWait) and only when the newest revision was not made with it,
+// so a deploy that changes config and template together (Helm's checksum annotation) gets no second
+// revision, whatever else moves in the namespace meanwhile. Never a fight, never a swallowed edit: a
+// revision is started for a change of the content the newest revision reads, so a template changed back
+// by someone else (a tool reverting our annotation, a rollback) is reported once and left alone until
+// the content changes again; then our annotation is taken back from whoever copied a value of ours (a
+// rollback), never from a value we did not write. Every rule is a pure function with its table
+// (decide.go); sync.go gathers their facts, act.go carries the step out.
 //
 // Like the other controllers it reads the shared caches only (the workloads, their revisions, the
 // widened config informer) and queues workload keys (caches.Key).
