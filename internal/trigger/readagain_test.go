@@ -481,12 +481,7 @@ func TestTheRecordIsBounded(t *testing.T) {
 //	printf '%s' 'configmap-attacher.io/config-hash:9c04199fad' | sha256sum | cut -c1-6               # c44fbf
 //	(with the plain 6e22a1f237 instead: 548c1a4d41)
 func TestNoSecretDerivedValueIsReadableWithoutTheSecret(t *testing.T) {
-	f := newFixture(t, auto, configMap("app-config", "v1", nil)) // with testKey in Secret kube-system/configmap-attacher-config-hash-key
-	f.putOpaque("db-creds", map[string]string{"password": "hunter2"})
-	f.deployment.Spec.Template.Spec = testutil.PodSpec([]string{"app-config"}, "db-creds")
-	f.deployment.Generation++
-	f.observe()
-	f.sync()
+	f := readsSecret(t) // with testKey in Secret kube-system/configmap-attacher-config-hash-key
 	f.putOpaque("db-creds", map[string]string{"password": "hunter3"})
 	f.sync()
 	if n := f.settleThenSync(0); n != 1 {

@@ -53,15 +53,21 @@ func (f *fixture) restart() {
 	f.listKey()
 }
 
-// readingSecret is the fixture's Deployment reading app-config and Secret db-creds (hunter2), seen, then
-// db-creds changed to hunter3 by an edit the controller started revision 2 for.
-func readingSecret(t *testing.T) *fixture {
+// readsSecret is the fixture's Deployment reading app-config and Secret db-creds (hunter2), seen.
+func readsSecret(t *testing.T) *fixture {
 	f := newFixture(t, auto, configMap("app-config", "v1", nil))
 	f.putOpaque("db-creds", map[string]string{"password": "hunter2"})
 	f.deployment.Spec.Template.Spec = testutil.PodSpec([]string{"app-config"}, "db-creds")
 	f.deployment.Generation++
 	f.observe()
 	f.sync()
+	return f
+}
+
+// readingSecret is readsSecret, then db-creds changed to hunter3 by an edit the controller started
+// revision 2 for.
+func readingSecret(t *testing.T) *fixture {
+	f := readsSecret(t)
 	f.putOpaque("db-creds", map[string]string{"password": "hunter3"})
 	if n := f.settleThenSync(0); n != 1 {
 		t.Fatalf("%d writes for the edit of db-creds, want 1", n)
@@ -332,18 +338,7 @@ func TestAChangeWaitsNoLongerThanTheMaximumWait(t *testing.T) {
 // Finding 4: the wait for a pinned object's snapshot has the same bound, and is told: the pinning
 // controller down, the newest revision's snapshot never comes; an edit after it still starts one.
 func TestTheWaitForASnapshotIsBoundedAndTold(t *testing.T) {
-	cm := configMap("app-config", "v1", nil)
-	cm.Labels = map[string]string{api.PinLabel: api.PinValue}
-	f := newFixture(t, auto, cm)
-	f.cs.Pinning = caches.NewPinningForTest([]runtime.Object{cm}, nil, ns)
-	f.c.content.pins = f.cs.Pinning
-	rs1 := f.observe()
-	f.snapshot(rs1, "v1")
-	f.sync()
-	f.edit("app-config", "v2")
-	f.tick(6 * time.Second)
-	f.sync()
-	f.expectApplies(1)
+	f, _ := pinnedAndEdited(t)
 	f.tick(time.Second)
 	f.observe() // its snapshot is never taken
 	f.edit("app-config", "v3")

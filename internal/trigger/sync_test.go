@@ -960,10 +960,9 @@ func (f *fixture) setPinning(on bool) {
 	}
 }
 
-// Pinning turned off in the namespace after a revision was pinned (found by the soak): the revision is
-// still known by the snapshot it owns, so the next edit starts a revision rather than being taken for
-// the content that revision was created with, and a revert to its content goes back to it.
-func TestPinningTurnedOffStillKnowsThePinnedRevisions(t *testing.T) {
+// pinnedFixture is the fixture's Deployment reading app-config pinned, in a namespace with pinning,
+// its first revision rs1 pinned at v1 and seen.
+func pinnedFixture(t *testing.T) (*fixture, *appsv1.ReplicaSet) {
 	cm := configMap("app-config", "v1", nil)
 	cm.Labels = map[string]string{api.PinLabel: api.PinValue}
 	f := newFixture(t, auto, cm)
@@ -972,6 +971,24 @@ func TestPinningTurnedOffStillKnowsThePinnedRevisions(t *testing.T) {
 	rs1 := f.observe()
 	f.snapshot(rs1, "v1")
 	f.sync()
+	return f, rs1
+}
+
+// pinnedAndEdited is pinnedFixture, then an edit to v2 written (its revision not made yet).
+func pinnedAndEdited(t *testing.T) (*fixture, *appsv1.ReplicaSet) {
+	f, rs1 := pinnedFixture(t)
+	f.edit("app-config", "v2")
+	f.tick(6 * time.Second)
+	f.sync()
+	f.expectApplies(1)
+	return f, rs1
+}
+
+// Pinning turned off in the namespace after a revision was pinned (found by the soak): the revision is
+// still known by the snapshot it owns, so the next edit starts a revision rather than being taken for
+// the content that revision was created with, and a revert to its content goes back to it.
+func TestPinningTurnedOffStillKnowsThePinnedRevisions(t *testing.T) {
+	f, rs1 := pinnedFixture(t)
 
 	f.setPinning(false)
 	f.edit("app-config", "v2")
@@ -1025,18 +1042,7 @@ func TestAnEditBeforeTheFirstLookAtANewRevisionStartsOne(t *testing.T) {
 		}, "", 1, false},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			cm := configMap("app-config", "v1", nil)
-			cm.Labels = map[string]string{api.PinLabel: api.PinValue}
-			f := newFixture(t, auto, cm)
-			f.cs.Pinning = caches.NewPinningForTest([]runtime.Object{cm}, nil, ns)
-			f.c.content.pins = f.cs.Pinning
-			rs1 := f.observe()
-			f.snapshot(rs1, "v1")
-			f.sync()
-			f.edit("app-config", "v2")
-			f.tick(6 * time.Second)
-			f.sync()
-			f.expectApplies(1)
+			f, _ := pinnedAndEdited(t)
 			f.tick(time.Minute)
 			f.snapshot(f.observe(), "v2")
 			f.sync()
