@@ -172,7 +172,7 @@ func (k *hashKey) currentOrMade(ctx context.Context) (kv keyVersion, made bool, 
 	case k.cur != nil:
 		return *k.cur, false, nil
 	case !k.listed:
-		return keyVersion{}, false, fmt.Errorf("%w: Secret %s not listed yet", errKeyUnavailable, k.ref)
+		return keyVersion{}, false, fmt.Errorf("%w: Secret %s not listed yet (the controller needs get, list and watch on it: docs/rbac.md)", errKeyUnavailable, k.ref)
 	case k.invalid != "":
 		return keyVersion{}, false, fmt.Errorf("%w: %s", errKeyUnavailable, k.invalid)
 	case k.now().Before(k.createAfter):
