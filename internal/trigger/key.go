@@ -37,6 +37,10 @@ const minKeyLength = 16
 // record or this process knew it before (liveContent); the rest of the workload waits for the key.
 var errKeyUnavailable = errors.New("the config trigger's hash key is not available")
 
+// errKeyNotListed: the key watch has not listed the Secret yet (a start, a new leader): a moment, not a
+// condition to tell; the list brings back what waited.
+var errKeyNotListed = fmt.Errorf("%w: not listed yet", errKeyUnavailable)
+
 // Back-off of the key Secret's creation while it fails (RBAC, the namespace missing): one request at
 // most per interval, however many workloads need the key.
 const (
@@ -172,7 +176,7 @@ func (k *hashKey) currentOrMade(ctx context.Context) (kv keyVersion, made bool, 
 	case k.cur != nil:
 		return *k.cur, false, nil
 	case !k.listed:
-		return keyVersion{}, false, fmt.Errorf("%w: Secret %s not listed yet (the controller needs get, list and watch on it: docs/rbac.md)", errKeyUnavailable, k.ref)
+		return keyVersion{}, false, fmt.Errorf("%w: Secret %s (the controller needs get, list and watch on it: docs/rbac.md)", errKeyNotListed, k.ref)
 	case k.invalid != "":
 		return keyVersion{}, false, fmt.Errorf("%w: %s", errKeyUnavailable, k.invalid)
 	case k.now().Before(k.createAfter):

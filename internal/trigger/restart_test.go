@@ -436,3 +436,28 @@ func TestTheMaximumWaitHasADefault(t *testing.T) {
 		}
 	}
 }
+
+// The moment between a new leader's start and its key watch's first list holds back a workload whose
+// Secret changed, untold (it is no condition to report), and the list brings it back.
+func TestANewLeaderWaitsForItsKeyWatchUntold(t *testing.T) {
+	f := readingSecret(t)
+	f.stop()
+	f.putOpaque("db-creds", map[string]string{"password": "hunter4"}) // while no controller ran
+	f.restart()
+	f.c.key.mu.Lock()
+	f.c.key.listed, f.c.key.cur, f.c.key.known = false, nil, map[string][]byte{} // the watch not listed yet
+	f.c.key.mu.Unlock()
+	_, _ = f.try()
+	f.expectApplies(1)
+	for _, e := range f.recorded() {
+		if strings.HasPrefix(e, "Warning "+ReasonKeyUnreadable) {
+			t.Errorf("%s: told before the key watch listed", e)
+		}
+	}
+	f.listKey()
+	if f.c.loop.Queue.Len() == 0 {
+		t.Fatal("the key watch's list queued nothing: the workload held back waits for its back-off")
+	}
+	_, _ = f.try()
+	f.expectApplies(2)
+}

@@ -257,9 +257,10 @@ func (c *Controller) liveContent(ctx context.Context, objs []followed, rec *reco
 }
 
 // holdBack tells that the workload waits for the hash key to know what Secrets it reads hold, and
-// looks again with a back-off (the key's arrival brings it back at once).
+// looks again with a back-off (the key's arrival brings it back at once). The moment before the key
+// watch's first list is not told.
 func (c *Controller) holdBack(w *caches.User, st *workloadState, secrets []string, why error) reconcile.Result {
-	if c.tell(w, ReasonKeyUnreadable, "%s changed while the config trigger's hash key cannot be read (%v): held back, no revision starts for "+
+	if !errors.Is(why, errKeyNotListed) && c.tell(w, ReasonKeyUnreadable, "%s changed while the config trigger's hash key cannot be read (%v): held back, no revision starts for "+
 		"any change of this workload until the key is read; workloads reading ConfigMaps alone, or Secrets unchanged since, go on. "+
 		"Fix: let the controller read (get, list, watch) and create Secret %s", strings.Join(secrets, ", "), why, c.key.ref) {
 		c.count(c.heldBackTotal, w)
