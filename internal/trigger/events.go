@@ -97,13 +97,13 @@ func (c *Controller) keyChanged(w *caches.User, from, to string, carried int, lo
 		result = "lost"
 		what = fmt.Sprintf("%s changed since the record noted it (or cannot be told): counted as changed, so a revision starts for it", strings.Join(lost, ", "))
 	}
-	if c.events != nil {
-		c.events.Eventf(involved(w), corev1.EventTypeWarning, ReasonKeyChanged, "the record of %s was made with hash key %s, the controller's key "+
-			"(Secret %s) is %s: the Secret was deleted, replaced, or is read from another namespace (-leader-election-namespace, the "+
-			"release namespace). %s. A lost key Secret is best restored from a backup",
-			describe(w), from, c.key.ref, to, what)
+	// Told once per key change (a record write retried carries the same record over again).
+	if c.tellAbout(w, ReasonKeyChanged, from+">"+to, "the record of %s was made with hash key %s, the controller's key "+
+		"(Secret %s) is %s: the Secret was deleted, replaced, or is read from another namespace (-leader-election-namespace, the "+
+		"release namespace). %s. A lost key Secret is best restored from a backup",
+		describe(w), from, c.key.ref, to, what) {
+		c.count(c.keyChangedTotal, w, result)
 	}
-	c.count(c.keyChangedTotal, w, result)
 }
 
 // untell forgets a reported condition that ended, so it is reported again should it come back.
