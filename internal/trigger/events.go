@@ -92,7 +92,7 @@ func (c *Controller) tellAbout(u *caches.User, reason, topic, format string, arg
 // keyChanged tells that the workload's record was made with another hash key, and counts it: lost
 // are the Secrets whose content could not be carried over (they count as changed), of carried+lost.
 func (c *Controller) keyChanged(w *caches.User, from, to string, carried int, lost []string) {
-	result, what := "kept", fmt.Sprintf("every Secret content it holds was carried over (%d by what the Secrets hold), no revision starts for it", carried)
+	result, what := "kept", fmt.Sprintf("Every Secret content it holds was carried over (%d by what the Secrets hold): no revision starts for it", carried)
 	if len(lost) > 0 {
 		result = "lost"
 		what = fmt.Sprintf("%s changed since the record noted it (or cannot be told): counted as changed, so a revision starts for it", strings.Join(lost, ", "))

@@ -150,7 +150,11 @@ func TestConfigStartsAnEditMadeWhileTheControllerWasDownReachesPods(t *testing.T
 		}
 		return rs.Status.ReadyReplicas > 0 && rs.Status.ReadyReplicas == *rs.Spec.Replicas, fmt.Sprintf("%d ready", rs.Status.ReadyReplicas), nil
 	}))
-	expectEvents(t, ns, "Deployment", "web", trigger.ReasonStarted, "ConfigMap/app-config changed")
+	evs, err := e2e.cluster.EventsOn(ctx, ns, "Deployment", "web", trigger.ReasonStarted)
+	must(t, err)
+	if len(evs) != 2 || !strings.Contains(evs[1].Message, "ConfigMap/app-config changed: "+api.ConfigHashAnnotation+"="+want) {
+		t.Fatalf("%s events %v: want the given edit's and one for the edit made while the controller was down", trigger.ReasonStarted, evs)
+	}
 	t.Logf("then: revision %s (%s=%s), with the deployed image and the edited content, runs its pods", framework.RevisionOf(next), api.ConfigHashAnnotation, want)
 }
 
