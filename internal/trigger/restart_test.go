@@ -111,6 +111,28 @@ func TestALostOrRotatedKeyStartsNothing(t *testing.T) {
 			t.Fatalf("%d writes for a real edit after the new key, want 1", n)
 		}
 	})
+	t.Run("the key Secret deleted, and the first look of the restarted controller before its key watch lists", func(t *testing.T) {
+		f := readingSecret(t)
+		f.stop()
+		f.deleteKey()
+		f.restart()
+		f.c.key.mu.Lock()
+		f.c.key.listed, f.c.key.cur, f.c.key.known = false, nil, map[string][]byte{} // the watch not listed yet
+		f.c.key.mu.Unlock()
+		_, _ = f.try() // decided from the record: db-creds is at the version it noted
+		f.listKey()
+		if f.c.loop.Queue.Len() == 0 {
+			t.Fatal("the key watch's list queued nothing: the record is carried over to the new key only at the next change")
+		}
+		_, _ = f.try()
+		if n := f.settleThenSync(1); n != 0 {
+			t.Fatalf("%d writes, nothing edited: want none (%v)", n, f.applied)
+		}
+		f.expectEvent("Warning " + ReasonKeyChanged)
+		if _, err := f.kube.CoreV1().Secrets(DefaultKeySecret.Namespace).Get(context.Background(), DefaultKeySecret.Name, metav1.GetOptions{}); err != nil {
+			t.Errorf("no new key made: %v", err)
+		}
+	})
 	t.Run("the key replaced while the controller runs", func(t *testing.T) {
 		f := readingSecret(t)
 		s, err := f.kube.CoreV1().Secrets(DefaultKeySecret.Namespace).Get(context.Background(), DefaultKeySecret.Name, metav1.GetOptions{})

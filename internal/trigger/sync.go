@@ -138,7 +138,7 @@ func (c *Controller) sync(ctx context.Context, key string) (reconcile.Result, er
 	if len(heldBack) > 0 {
 		return c.holdBack(w, st, heldBack, keyErr), nil
 	}
-	c.release(w, st)
+	c.release(w, st, keyErr != nil)
 	if err := c.carryOver(ctx, w, rec, revs, objs, live, kv); err != nil {
 		return reconcile.Result{}, err
 	}
@@ -272,12 +272,18 @@ func (c *Controller) holdBack(w *caches.User, st *workloadState, secrets []strin
 	return reconcile.Result{RequeueAfter: st.backoff}
 }
 
-// release ends a hold for the key.
-func (c *Controller) release(w *caches.User, st *workloadState) {
+// release ends a hold for the key. awaitKey: the look was decided without the key, in the record's
+// key space (the Secrets it reads unchanged): the key's arrival brings the workload back all the same,
+// to carry its record over to the key while the versions it noted still tell.
+func (c *Controller) release(w *caches.User, st *workloadState, awaitKey bool) {
 	c.untell(w, ReasonKeyUnreadable, "")
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	delete(c.heldBack, w.Key())
+	if awaitKey {
+		c.heldBack[w.Key()] = true
+	} else {
+		delete(c.heldBack, w.Key())
+	}
 	st.backoff = 0
 }
 

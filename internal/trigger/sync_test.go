@@ -100,7 +100,8 @@ func newFixture(t *testing.T, annotations map[string]string, objs ...*corev1.Con
 	return f
 }
 
-// listKey delivers what the key watch lists: the key Secret as the API server holds it, if it does.
+// listKey delivers what the key watch lists: the key Secret as the API server holds it, if it does;
+// then what waited for the key is queued.
 func (f *fixture) listKey() {
 	f.t.Helper()
 	s, err := f.kube.CoreV1().Secrets(DefaultKeySecret.Namespace).Get(context.Background(), DefaultKeySecret.Name, metav1.GetOptions{})
@@ -115,6 +116,7 @@ func (f *fixture) listKey() {
 	f.c.key.mu.Lock()
 	f.c.key.listed = true
 	f.c.key.mu.Unlock()
+	f.c.key.changed() // as the watch does once it has listed
 }
 
 // testKey is the key of the hash of Secret contents in every fixture: the hashes tests compute by

@@ -114,7 +114,8 @@ type Controller struct {
 	// told is the last message of each Warning reason recorded per workload key, so a condition that
 	// lasts is reported once, not at every sync.
 	told map[string]string
-	// heldBack are the workloads waiting for the hash key: its arrival brings them back.
+	// heldBack are the workloads waiting for the hash key, or decided without it: its arrival brings
+	// them back.
 	heldBack map[string]bool
 }
 
