@@ -64,6 +64,9 @@ type TriggerOptions struct {
 	ReloaderAnnotations bool
 	// Settle is how long content must stay unchanged before a revision is started for it.
 	Settle time.Duration
+	// MaxWait bounds the settle window's hold on a change that keeps changing, and the wait for a
+	// pinned snapshot (0: trigger.MaxWaitFactor times Settle).
+	MaxWait time.Duration
 	// KeySecret names the Secret, in the leader election namespace, holding the key of the hash the
 	// trigger keeps of Secret contents (created by the controller if missing).
 	KeySecret string
@@ -251,6 +254,9 @@ func (o *Options) AddFlags(fs *flag.FlagSet) {
 	fs.BoolVar(&o.Trigger.ReloaderAnnotations, "reloader-annotations", o.Trigger.ReloaderAnnotations, "honour Reloader's annotations on workloads, with or without -pinning: a change of the config they select starts a new revision "+
 		"by writing one annotation on the pod template (docs/config-starts.md); off while the cluster still runs Reloader")
 	fs.DurationVar(&o.Trigger.Settle, "config-settle", o.Trigger.Settle, "how long a config object must stay unchanged before a revision is started for its change: a burst of edits within it starts one")
+	fs.DurationVar(&o.Trigger.MaxWait, "config-max-wait", o.Trigger.MaxWait, fmt.Sprintf("the longest a change waits for its content to settle (an object rewritten more often than -config-settle) "+
+		"or for a pinned snapshot: then its revision starts with the content of that moment, and a Warning says what kept it waiting (default: %d times -config-settle; with -config-settle=0, %s)",
+		trigger.MaxWaitFactor, trigger.MaxWaitFactor*trigger.DefaultSettle))
 	fs.StringVar(&o.Trigger.KeySecret, "config-hash-key-secret", o.Trigger.KeySecret, "Secret (in the leader election namespace) holding the key of the hash the config trigger keeps of Secret contents "+
 		"in its records and in config-hash; the controller creates it if missing")
 	o.Client.AddRateFlags(fs)
@@ -281,6 +287,10 @@ func (o *Options) Validate() error {
 	}
 	if o.Trigger.Settle < 0 {
 		errs = append(errs, "-config-settle must not be negative")
+	}
+	if o.Trigger.MaxWait != 0 && o.Trigger.MaxWait < o.Trigger.Settle {
+		errs = append(errs, fmt.Sprintf("-config-max-wait %s is shorter than -config-settle %s: give at least the settle window (or leave it out: %d times it)",
+			o.Trigger.MaxWait, o.Trigger.Settle, trigger.MaxWaitFactor))
 	}
 	if o.TriggerEnabled() && o.Secrets && len(validation.IsDNS1123Subdomain(o.Trigger.KeySecret)) > 0 {
 		errs = append(errs, fmt.Sprintf("-config-hash-key-secret %q is not a valid Secret name: give e.g. configmap-attacher-config-hash-key", o.Trigger.KeySecret))

@@ -225,7 +225,7 @@ func controllers(cs *caches.Caches, writer *attach.Writer, m *metrics.Metrics, e
 		loops = append(loops, pinner.Loop())
 	}
 	if o.TriggerEnabled() {
-		t, err := trigger.New(cs, clients.Kube, clients.Dynamic, events.Recorder, m, trigger.Options{Settle: o.Trigger.Settle,
+		t, err := trigger.New(cs, clients.Kube, clients.Dynamic, events.Recorder, m, trigger.Options{Settle: o.Trigger.Settle, MaxWait: o.Trigger.MaxWait,
 			KeySecret: types.NamespacedName{Namespace: o.LeaderElection.Namespace, Name: o.Trigger.KeySecret}})
 		if err != nil {
 			return nil, err

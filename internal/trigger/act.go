@@ -4,7 +4,11 @@ import (
 	"context"
 	"fmt"
 	"maps"
+	"slices"
 	"strings"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
 
 	"github.com/configmap-attacher/configmap-attacher/internal/api"
 	"github.com/configmap-attacher/configmap-attacher/internal/caches"
@@ -23,7 +27,7 @@ func (c *Controller) start(ctx context.Context, l *look, from origin, s step, ma
 		if r.UID == newest.UID {
 			return madeWith
 		}
-		return c.revisionContent(ctx, r, l.objs, l.pinned, rec)
+		return c.revisionContent(ctx, r, l.objs, l.pinned, rec, l.kv)
 	}
 	p, cur, err := planFor(ctx, c.kube, c.dynamic, w, l.revs, live, contentOf)
 	if err != nil {
@@ -31,25 +35,22 @@ func (c *Controller) start(ctx context.Context, l *look, from origin, s step, ma
 	}
 	h := holderOf(w)
 	what := strings.Join(changed, ", ")
-	var takenFrom []string
-	if len(cur.owners) > 0 {
-		if !cur.has || !rec.Values[cur.value] {
-			c.tell(w, ReasonOverruled, "%s changed, but %s=%q on the pod template of %s was set by %s, not by configmap-attacher: "+
-				"not written, so no revision starts, for this change nor for any later one while it stays. To hand it back, remove the "+
-				"annotation from the template (or let a deploy of your manifests remove it); the next change after that starts a revision",
-				what, api.ConfigHashAnnotation, cur.value, h, strings.Join(cur.owners, ", "))
-			c.countOverruled(w)
-			acknowledge(rec, from, newest, s.acked) // the next change tries again
-			return reconcile.Result{}, nil
-		}
-		takenFrom = cur.owners
+	takeBack, refuse := ownership(cur.owners, cur.has, cur.value, rec.Values)
+	if refuse {
+		c.tell(w, ReasonOverruled, "%s changed, but %s=%q on the pod template of %s was set by %s, not by configmap-attacher: "+
+			"not written, so no revision starts, for this change nor for any later one while it stays. To hand it back, remove the "+
+			"annotation from the template (or let a deploy of your manifests remove it); the next change after that starts a revision",
+			what, api.ConfigHashAnnotation, cur.value, h, strings.Join(cur.owners, ", "))
+		c.countOverruled(w)
+		acknowledge(rec, from, newest, s.acked) // the next change tries again
+		return reconcile.Result{}, nil
 	}
-	if err := c.write(ctx, h, p, cur, takenFrom != nil); err != nil {
+	if err := c.write(ctx, h, p, cur, takeBack); err != nil {
 		return reconcile.Result{}, err
 	}
-	if takenFrom != nil {
+	if takeBack {
 		c.event(w, ReasonTakenBack, "%s on the pod template of %s held %s, a value configmap-attacher wrote, under %s (a rollback copies it): "+
-			"taken back (resourceVersion %s) to start the revision for %s", api.ConfigHashAnnotation, h, cur.value, strings.Join(takenFrom, ", "), cur.rv, what)
+			"taken back (resourceVersion %s) to start the revision for %s", api.ConfigHashAnnotation, h, cur.value, strings.Join(cur.owners, ", "), cur.rv, what)
 	}
 	c.untell(w, ReasonOverruled, "")
 	rec.resolveWrote(l.revs, l.pinned)
@@ -114,6 +115,25 @@ func valueOrRemoved(p plan) string {
 		return p.value
 	}
 	return "removed"
+}
+
+// neverSettled tells that a change was held back by the settle window for -config-max-wait while
+// objects kept changing (moving: which, how often): the revision starts with the content of now.
+func (c *Controller) neverSettled(w *caches.User, moving map[string]int, held time.Duration) {
+	var what []string
+	for _, k := range slices.Sorted(maps.Keys(moving)) {
+		what = append(what, fmt.Sprintf("%s (%d times)", k, moving[k]))
+	}
+	if len(what) == 0 {
+		what = []string{"the objects it follows"}
+	}
+	if c.events != nil {
+		c.events.Eventf(involved(w), corev1.EventTypeWarning, ReasonNeverSettled, "%s kept changing for %s, more often than -config-settle (%s): "+
+			"the change waited -config-max-wait (%s) and a revision of %s starts with the content of this moment. An object rewritten "+
+			"that often (a lease, a status) is better left out: reloader.stakater.com/ignore on it, or a reload list naming the others",
+			strings.Join(what, ", "), held.Round(time.Second), c.opts.Settle, c.opts.MaxWait, describe(w))
+	}
+	c.count(c.waitedTooLong, w, "settle")
 }
 
 // overruled reports that the newest revision does not run the live content though no content changed

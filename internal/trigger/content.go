@@ -37,7 +37,6 @@ const (
 type contents struct {
 	kube kubernetes.Interface
 	pins *caches.Pinning // may be nil
-	key  *hashKey
 
 	mu sync.Mutex
 	// memo holds, per object (memoKey), the hashes of its last few versions, oldest first: the
@@ -56,8 +55,8 @@ type memo struct {
 // versionsKept is how many versions of an object the memo keeps hashes of.
 const versionsKept = 4
 
-func newContents(kube kubernetes.Interface, pins *caches.Pinning, key *hashKey) *contents {
-	return &contents{kube: kube, pins: pins, key: key, memo: map[string][]memo{}, snaps: map[string]string{}}
+func newContents(kube kubernetes.Interface, pins *caches.Pinning) *contents {
+	return &contents{kube: kube, pins: pins, memo: map[string][]memo{}, snaps: map[string]string{}}
 }
 
 // errCacheBehind: the API server holds a newer version of a config object than the cache shows; its
@@ -73,9 +72,10 @@ func objectKey(kind refs.Kind, name string, keys []string) string {
 
 func memoKey(kind refs.Kind, ns, name string) string { return ns + "/" + string(kind) + "/" + name }
 
-// readKey names what is read of an object for the memo: the keys ("*": all), and whether the
-// environment alone reads it (a ConfigMap's binaryData then is not read).
-func readKey(keys []string, dataOnly bool) string {
+// readKey names what is read of an object for the memo: the keys ("*": all), whether the environment
+// alone reads it (a ConfigMap's binaryData then is not read), and for a Secret the id of the key its
+// hash is taken with.
+func readKey(kind refs.Kind, keys []string, dataOnly bool, kv keyVersion) string {
 	k := "*"
 	if keys != nil {
 		k = strings.Join(keys, ",")
@@ -83,18 +83,25 @@ func readKey(keys []string, dataOnly bool) string {
 	if dataOnly {
 		k = "env:" + k
 	}
+	if kind == refs.Secret {
+		k = kv.id + "/" + k
+	}
 	return k
 }
 
-// hash returns the content hash of what the workload reads of o, as the cache shows it.
-func (c *contents) hash(ctx context.Context, o followed) (string, error) {
+// hash returns the content hash of what the workload reads of o, as the cache shows it; a Secret's
+// keyed with kv.
+func (c *contents) hash(ctx context.Context, o followed, kv keyVersion) (string, error) {
 	if o.absent {
 		return absentContent, nil
 	}
 	m := o.meta
-	key, rk := memoKey(o.kind, m.Namespace, m.Name), readKey(o.keys, o.dataOnly)
+	key, rk := memoKey(o.kind, m.Namespace, m.Name), readKey(o.kind, o.keys, o.dataOnly, kv)
 	if h, ok := c.at(key, m.ResourceVersion, rk); ok {
 		return h, nil
+	}
+	if o.kind == refs.Secret && kv.key == nil {
+		return "", fmt.Errorf("%w: no key held with id %q", errKeyUnavailable, kv.id)
 	}
 	obj, rv, err := c.read(ctx, o.kind, m)
 	if err != nil {
@@ -103,7 +110,7 @@ func (c *contents) hash(ctx context.Context, o followed) (string, error) {
 	if rv != m.ResourceVersion {
 		return "", fmt.Errorf("%w: %s %s/%s is at resourceVersion %s, the cache at %s", errCacheBehind, o.kind, m.Namespace, m.Name, rv, m.ResourceVersion)
 	}
-	h, err := c.of(ctx, o.kind, obj, o.keys, o.dataOnly)
+	h, err := c.of(o.kind, obj, o.keys, o.dataOnly, kv)
 	if err != nil {
 		return "", err
 	}
@@ -136,14 +143,15 @@ func (c *contents) at(key, rv, rk string) (string, bool) {
 	return "", false
 }
 
-// earlier is the hash of what o reads of the object's version rv, if this process took it.
-func (c *contents) earlier(o followed, rv string) (string, bool) {
-	return c.at(memoKey(o.kind, o.meta.Namespace, o.meta.Name), rv, readKey(o.keys, o.dataOnly))
+// earlier is the hash of what o reads of the object's version rv (a Secret's keyed with kv), if this
+// process took it.
+func (c *contents) earlier(o followed, rv string, kv keyVersion) (string, bool) {
+	return c.at(memoKey(o.kind, o.meta.Namespace, o.meta.Name), rv, readKey(o.kind, o.keys, o.dataOnly, kv))
 }
 
 // of is the content hash of what keys (nil: all) of obj a pod reads: the plain content hash for a
-// ConfigMap, keyed for a Secret.
-func (c *contents) of(ctx context.Context, kind refs.Kind, obj runtime.Object, keys []string, dataOnly bool) (string, error) {
+// ConfigMap, keyed with kv for a Secret.
+func (c *contents) of(kind refs.Kind, obj runtime.Object, keys []string, dataOnly bool, kv keyVersion) (string, error) {
 	read, err := content.Read(obj, keys, dataOnly)
 	if err != nil {
 		return "", err
@@ -151,11 +159,23 @@ func (c *contents) of(ctx context.Context, kind refs.Kind, obj runtime.Object, k
 	if kind != refs.Secret {
 		return content.HashJSON(read)
 	}
-	key, _, err := c.key.get(ctx)
+	if kv.key == nil {
+		return "", fmt.Errorf("%w: no key held with id %q", errKeyUnavailable, kv.id)
+	}
+	return content.KeyedHash(kv.key, read)
+}
+
+// keyedAgain is the hash of what o reads now under key kv, read from the API server (or the pinning
+// cache): a record made with a key this process held is re-keyed by it.
+func (c *contents) keyedAgain(ctx context.Context, o followed, kv keyVersion) (string, error) {
+	if o.absent {
+		return absentContent, nil
+	}
+	obj, _, err := c.read(ctx, o.kind, o.meta)
 	if err != nil {
 		return "", err
 	}
-	return content.KeyedHash(key, read)
+	return c.of(o.kind, obj, o.keys, o.dataOnly, kv)
 }
 
 // legacy is the hash the records before issue 37 kept of what o reads now: plain, binaryData
@@ -171,16 +191,19 @@ func (c *contents) legacy(ctx context.Context, o followed) (string, error) {
 	return content.OfKeys(obj, o.keys)
 }
 
-// snapshot returns the content hash of what o reads of snapshot name (a ConfigMap or Secret of ours).
-// A ConfigMap read whole is known by the name (<name>-<content hash>); anything else is read, once: a
-// snapshot never changes.
-func (c *contents) snapshot(ctx context.Context, o followed, ns, name string) (string, error) {
+// snapshot returns the content hash of what o reads of snapshot name (a ConfigMap or Secret of ours;
+// a Secret's keyed with kv). A ConfigMap read whole is known by the name (<name>-<content hash>);
+// anything else is read, once: a snapshot never changes.
+func (c *contents) snapshot(ctx context.Context, o followed, ns, name string, kv keyVersion) (string, error) {
 	if o.kind == refs.ConfigMap && o.keys == nil && !o.dataOnly {
 		if h, ok := content.HashOfName(name, o.meta.Name); ok {
 			return h, nil
 		}
 	}
-	key := ns + "/" + readKey(o.keys, o.dataOnly) + "/" + objectKey(o.kind, name, nil)
+	if o.kind == refs.Secret && kv.key == nil {
+		return "", fmt.Errorf("%w: no key held with id %q", errKeyUnavailable, kv.id)
+	}
+	key := ns + "/" + readKey(o.kind, o.keys, o.dataOnly, kv) + "/" + objectKey(o.kind, name, nil)
 	c.mu.Lock()
 	h, ok := c.snaps[key]
 	c.mu.Unlock()
@@ -191,7 +214,7 @@ func (c *contents) snapshot(ctx context.Context, o followed, ns, name string) (s
 	if err != nil {
 		return "", err
 	}
-	if h, err = c.of(ctx, o.kind, obj, o.keys, o.dataOnly); err != nil {
+	if h, err = c.of(o.kind, obj, o.keys, o.dataOnly, kv); err != nil {
 		return "", err
 	}
 	c.mu.Lock()

@@ -35,6 +35,19 @@ const (
 	// ReasonOptedOut (Warning): the opt-in annotations went with a change of the pod template (kubectl
 	// rollout undo to a revision made before the workload opted in); names them.
 	ReasonOptedOut = "ConfigTriggerOptedOut"
+	// ReasonKeyChanged (Warning): the workload's record was made with another hash key than the
+	// controller's (its Secret lost, replaced, or read from another namespace): what could be carried
+	// over was, and which Secrets count as changed.
+	ReasonKeyChanged = "ConfigHashKeyChanged"
+	// ReasonKeyUnreadable (Warning): a Secret the workload reads changed while the hash key cannot be
+	// read: the workload is held back until it can.
+	ReasonKeyUnreadable = "ConfigHashKeyUnreadable"
+	// ReasonNeverSettled (Warning): the content kept changing for -config-max-wait; the revision
+	// started with the content of that moment; names what kept changing.
+	ReasonNeverSettled = "ConfigNeverSettled"
+	// ReasonSnapshotMissing (Warning): the newest revision's snapshot of a pinned object did not come
+	// within -config-max-wait; decided without it.
+	ReasonSnapshotMissing = "ConfigSnapshotMissing"
 )
 
 // involved is the Event reference of a workload.
@@ -74,6 +87,23 @@ func (c *Controller) tellAbout(u *caches.User, reason, topic, format string, arg
 		c.events.Event(involved(u), corev1.EventTypeWarning, reason, msg)
 	}
 	return true
+}
+
+// keyChanged tells that the workload's record was made with another hash key, and counts it: lost
+// are the Secrets whose content could not be carried over (they count as changed), of carried+lost.
+func (c *Controller) keyChanged(w *caches.User, from, to string, carried int, lost []string) {
+	result, what := "kept", fmt.Sprintf("Every Secret content it holds was carried over (%d by what the Secrets hold): no revision starts for it", carried)
+	if len(lost) > 0 {
+		result = "lost"
+		what = fmt.Sprintf("%s changed since the record noted it (or cannot be told): counted as changed, so a revision starts for it", strings.Join(lost, ", "))
+	}
+	// Told once per key change (a record write retried carries the same record over again).
+	if c.tellAbout(w, ReasonKeyChanged, from+">"+to, "the record of %s was made with hash key %s, the controller's key "+
+		"(Secret %s) is %s: the Secret was deleted, replaced, or is read from another namespace (-leader-election-namespace, the "+
+		"release namespace). %s. A lost key Secret is best restored from a backup",
+		describe(w), from, c.key.ref, to, what) {
+		c.count(c.keyChangedTotal, w, result)
+	}
 }
 
 // untell forgets a reported condition that ended, so it is reported again should it come back.

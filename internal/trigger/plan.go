@@ -46,10 +46,10 @@ type revisionTemplate struct {
 //     one's only by our annotation. The annotation is set to what that revision has (or removed, if
 //     it has none: the revision made before the workload opted in), so the template equals it again
 //     and its controller reuses it: a Deployment its old ReplicaSet, a Rollout its stable one.
-//  2. New: the annotation set to the hash of the content. Should a revision with that very template
-//     exist that was created with other content (a deploy that changed config and template together
-//     left an older value of ours in place), the hash gets a suffix: the controller must never reuse
-//     a revision whose pods read other content.
+//  2. New: the annotation set to the hash of the content, with its check (value.go). Should a
+//     revision with that very template exist that was created with other content (a deploy that
+//     changed config and template together left an older value of ours in place), the hash gets a
+//     suffix: the controller must never reuse a revision whose pods read other content.
 func planFor(ctx context.Context, kube kubernetes.Interface, dyn dynamic.Interface, w *caches.User, revs []*caches.User, live map[string]string,
 	contentOf func(*caches.User) map[string]string) (plan, current, error) {
 	h, err := content.HashJSON(live)
@@ -88,10 +88,7 @@ func planFor(ctx context.Context, kube kubernetes.Interface, dyn dynamic.Interfa
 		}
 	}
 	for n := 1; ; n++ {
-		v := h
-		if n > 1 {
-			v = fmt.Sprintf("%s-%d", h, n)
-		}
+		v := valueOf(h, n)
 		taken := false
 		for _, r := range all {
 			if r.tmpl.Annotations[api.ConfigHashAnnotation] == v && !sameContent(contentOf(r.u), live) &&

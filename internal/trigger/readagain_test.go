@@ -478,14 +478,10 @@ func TestTheRecordIsBounded(t *testing.T) {
 //	printf '%s' "$j" | sha256sum | cut -c1-10                   # c064741aae, 6e22a1f237: plain
 //	printf '%s' "$j" | openssl dgst -sha256 -hmac 0123456789abcdef0123456789abcdef   # f75661c6d8, 1fce08ea7c
 //	printf '%s' '{"ConfigMap/app-config":"8774ad9c59","Secret/db-creds":"1fce08ea7c"}' | sha256sum   # 9c04199fad
+//	printf '%s' 'configmap-attacher.io/config-hash:9c04199fad' | sha256sum | cut -c1-6               # c44fbf
 //	(with the plain 6e22a1f237 instead: 548c1a4d41)
 func TestNoSecretDerivedValueIsReadableWithoutTheSecret(t *testing.T) {
-	f := newFixture(t, auto, configMap("app-config", "v1", nil)) // with testKey in Secret kube-system/configmap-attacher-config-hash-key
-	f.putOpaque("db-creds", map[string]string{"password": "hunter2"})
-	f.deployment.Spec.Template.Spec = testutil.PodSpec([]string{"app-config"}, "db-creds")
-	f.deployment.Generation++
-	f.observe()
-	f.sync()
+	f := readsSecret(t) // with testKey in Secret kube-system/configmap-attacher-config-hash-key
 	f.putOpaque("db-creds", map[string]string{"password": "hunter3"})
 	f.sync()
 	if n := f.settleThenSync(0); n != 1 {
@@ -494,8 +490,8 @@ func TestNoSecretDerivedValueIsReadableWithoutTheSecret(t *testing.T) {
 	f.tick(time.Second)
 	f.observe()
 	f.sync()
-	if v, _ := f.templateHash(); v != "9c04199fad" {
-		t.Errorf("config-hash %q, want 9c04199fad (keyed; the plain chain gives 548c1a4d41, which anyone reading the Deployment could check a guess against)", v)
+	if v, _ := f.templateHash(); v != "9c04199fad.c44fbf" {
+		t.Errorf("config-hash %q, want 9c04199fad.c44fbf (keyed; the plain chain gives 548c1a4d41, which anyone reading the Deployment could check a guess against)", v)
 	}
 	rec := f.recordText()
 	for _, plain := range []string{"c064741aae", "6e22a1f237"} {
@@ -678,9 +674,9 @@ func TestBinaryDataIsNotReadThroughTheEnvironment(t *testing.T) {
 		t.Fatalf("its data changed: %d writes, want 1", n)
 	}
 	// By hand: printf '%s' '{"data":{"A":"2"}}' | sha256sum → 125ff19520;
-	// printf '%s' '{"ConfigMap/env-config":"125ff19520"}' | sha256sum → bddd58167b.
-	if v, _ := f.templateHash(); v != "bddd58167b" {
-		t.Errorf("config-hash %q, want bddd58167b (the data alone)", v)
+	// printf '%s' '{"ConfigMap/env-config":"125ff19520"}' | sha256sum → bddd58167b, check 68dc9c.
+	if v, _ := f.templateHash(); v != "bddd58167b.68dc9c" {
+		t.Errorf("config-hash %q, want bddd58167b.68dc9c (the data alone)", v)
 	}
 }
 

@@ -104,9 +104,10 @@ func TestOnlyTheKeysReadCount(t *testing.T) {
 		t.Fatalf("the key read (port) changed: %d writes, want 1", n)
 	}
 	// By hand: printf '%s' '{"data":{"port":"8080"}}' | sha256sum → 4f829bea87; '{"data":{"a.conf":"x"}}'
-	// → 8817d4764b; '{"ConfigMap/app-config[port]":"4f829bea87","ConfigMap/files[a.conf]":"8817d4764b"}' → 3e5aaf4eeb.
-	if v, _ := f.templateHash(); v != "3e5aaf4eeb" {
-		t.Errorf("config-hash %q, want 3e5aaf4eeb (port and a.conf only)", v)
+	// → 8817d4764b; '{"ConfigMap/app-config[port]":"4f829bea87","ConfigMap/files[a.conf]":"8817d4764b"}' → 3e5aaf4eeb,
+	// whose check is 94b249 (value.go).
+	if v, _ := f.templateHash(); v != "3e5aaf4eeb.94b249" {
+		t.Errorf("config-hash %q, want 3e5aaf4eeb.94b249 (port and a.conf only)", v)
 	}
 	msg := f.expectEvent("Normal " + ReasonStarted)
 	if !strings.Contains(msg, "ConfigMap/app-config[port] changed") {
@@ -142,9 +143,9 @@ func TestAPullSecretIsFollowedOnlyWhenAReloadListNamesIt(t *testing.T) {
 			// By hand, keyed with the fixture's key (testKey): printf '%s'
 			// '{"type":"kubernetes.io/dockerconfigjson","data":{".dockerconfigjson":"eyJhdXRocyI6e319"}}' |
 			// openssl dgst -sha256 -hmac 0123456789abcdef0123456789abcdef → b0cf914aeb;
-			// '{"Secret/registry":"b0cf914aeb"}' | sha256sum → a5fe5df273.
-			if v, _ := f.templateHash(); v != "a5fe5df273" {
-				t.Errorf("config-hash %q, want a5fe5df273", v)
+			// '{"Secret/registry":"b0cf914aeb"}' | sha256sum → a5fe5df273, check a87ce6.
+			if v, _ := f.templateHash(); v != "a5fe5df273.a87ce6" {
+				t.Errorf("config-hash %q, want a5fe5df273.a87ce6", v)
 			}
 		})
 	}

@@ -3,9 +3,11 @@ package trigger
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"maps"
 	"slices"
+	"sort"
 	"strconv"
 	"strings"
 
@@ -50,6 +52,11 @@ type record struct {
 	Unpinned []string
 	// Key is the id of the hash key its Secret contents were taken with ("" when it holds none).
 	Key string
+	// Versions is, per object key, the resourceVersion of the object at which it held the acknowledged
+	// content, as of the record's last write: an object still at that version holds it still, which a
+	// process that never saw it needs (a revision made while it was away, a new hash key) and the API
+	// server alone tells.
+	Versions map[string]string
 
 	// legacy: decoded from a record written before issue 37, whose Secret contents (and those of
 	// objects read through the environment alone) were hashed plain: migrate carries them over.
@@ -104,7 +111,7 @@ func carries(u *caches.User, v string) bool {
 
 func newRecord() *record {
 	return &record{Values: map[string]bool{}, Revisions: map[types.UID]map[string]string{},
-		Acknowledged: acknowledged{Content: map[string]string{}}}
+		Acknowledged: acknowledged{Content: map[string]string{}}, Versions: map[string]string{}}
 }
 
 func (r *record) clone() *record {
@@ -122,6 +129,7 @@ func (r *record) clone() *record {
 		out.Acknowledged.Wrote = &cp
 	}
 	out.Unpinned = slices.Clone(r.Unpinned)
+	maps.Copy(out.Versions, r.Versions)
 	out.Key, out.legacy, out.learnt = r.Key, r.legacy, r.learnt
 	return out
 }
@@ -186,6 +194,10 @@ type stored struct {
 	Values   []string             `json:"values,omitempty"`
 	Ack      storedAck            `json:"ack"`
 	Unpinned []string             `json:"unpinned,omitempty"`
+	// Versions, one per read ("" none): the resourceVersion at which the object held the acknowledged
+	// content (record.Versions). Added within version 2: a controller that does not know it ignores
+	// it, and one that does reads a record without it as knowing none.
+	Versions []string `json:"vers,omitempty"`
 }
 
 type storedAck struct {
@@ -239,6 +251,14 @@ func (r *record) encode() (string, error) {
 		}
 		return b.String()
 	}
+	for k, rv := range r.Versions {
+		if i, ok := slices.BinarySearch(s.Reads, k); ok && rv != "" {
+			if s.Versions == nil {
+				s.Versions = make([]string, len(s.Reads))
+			}
+			s.Versions[i] = rv
+		}
+	}
 	if len(r.Revisions) > 0 {
 		s.Made = map[types.UID]string{}
 		for uid, c := range r.Revisions {
@@ -254,24 +274,41 @@ func (r *record) encode() (string, error) {
 	return string(b), err
 }
 
+// errUnknownForm: a record this controller cannot read: written by a newer one (another stored form),
+// or edited into something that is no record. It is left alone (never overwritten) and told; the
+// workload is decided on from what this process holds.
+var errUnknownForm = errors.New("not a stored form this controller reads")
+
 // decode reads a record from its annotation: the stored form, or the form before issue 37 (marked
-// legacy). Anything else (someone edited it) starts over, as on first sight.
-func decode(text string) *record {
+// legacy); "" is no record yet. Anything else is errUnknownForm.
+func decode(text string) (*record, error) {
 	var probe struct {
 		V int `json:"v"`
 	}
-	if text == "" || json.Unmarshal([]byte(text), &probe) != nil {
-		return newRecord()
+	if text == "" {
+		return newRecord(), nil
 	}
-	if probe.V == 0 {
+	if err := json.Unmarshal([]byte(text), &probe); err != nil {
+		return nil, fmt.Errorf("%w: %w", errUnknownForm, err)
+	}
+	switch {
+	case probe.V == 0:
 		return decodeLegacy(text)
+	case probe.V != recordVersion:
+		return nil, fmt.Errorf("%w: stored form v%d (this controller writes v%d: a newer controller wrote it)", errUnknownForm, probe.V, recordVersion)
 	}
 	var s stored
-	if err := json.Unmarshal([]byte(text), &s); err != nil || s.V != recordVersion || len(s.Contents) != len(s.Reads) {
-		return newRecord()
+	if err := json.Unmarshal([]byte(text), &s); err != nil || len(s.Contents) != len(s.Reads) || (s.Versions != nil && len(s.Versions) != len(s.Reads)) {
+		return nil, fmt.Errorf("%w: v%d with inconsistent fields (edited by hand?)", errUnknownForm, probe.V)
 	}
 	r := newRecord()
 	r.Key, r.Unpinned = s.Key, s.Unpinned
+	for i, rv := range s.Versions {
+		if rv != "" {
+			r.Versions[s.Reads[i]] = rv
+		}
+	}
+	broken := fmt.Errorf("%w: v%d with an index out of its lists (edited by hand?)", errUnknownForm, probe.V)
 	expand := func(row string) (map[string]string, bool) {
 		out := map[string]string{}
 		if len(s.Reads) == 0 {
@@ -296,7 +333,7 @@ func decode(text string) *record {
 	for uid, row := range s.Made {
 		c, ok := expand(row)
 		if !ok {
-			return newRecord()
+			return nil, broken
 		}
 		r.Revisions[uid] = c
 	}
@@ -307,7 +344,7 @@ func decode(text string) *record {
 	if s.Ack.Content != nil {
 		c, ok := expand(*s.Ack.Content)
 		if !ok {
-			return newRecord()
+			return nil, broken
 		}
 		r.Acknowledged.Content = c
 	} else {
@@ -316,12 +353,12 @@ func decode(text string) *record {
 			r.Acknowledged.Content = map[string]string{}
 		}
 	}
-	return r
+	return r, nil
 }
 
 // decodeLegacy reads a record of before issue 37: a content map per value written and per revision,
 // each key with the keys read.
-func decodeLegacy(text string) *record {
+func decodeLegacy(text string) (*record, error) {
 	var old struct {
 		Written      map[string]map[string]string    `json:"written"`
 		Revisions    map[types.UID]map[string]string `json:"revisions"`
@@ -329,7 +366,7 @@ func decodeLegacy(text string) *record {
 		Unpinned     []string                        `json:"unpinned"`
 	}
 	if err := json.Unmarshal([]byte(text), &old); err != nil {
-		return newRecord()
+		return nil, fmt.Errorf("%w: %w", errUnknownForm, err)
 	}
 	r := newRecord()
 	r.legacy, r.learnt = true, old.Written
@@ -344,7 +381,7 @@ func decodeLegacy(text string) *record {
 		r.Acknowledged.Content = map[string]string{}
 	}
 	r.Unpinned = old.Unpinned
-	return r
+	return r, nil
 }
 
 // learnWritten adds to a legacy record written before it kept the values we wrote the values it can
@@ -389,26 +426,61 @@ func (r *record) migrate(now, then map[string]string, isSecret func(string) bool
 	r.legacy, r.learnt = false, nil
 }
 
-// rekey makes the Secret contents of a record taken with another hash key unknown: they cannot be
-// compared with what the Secrets hold, and the decision errs toward a new revision.
-func (r *record) rekey(id string, isSecret func(string) bool) {
+// rekeyed is one Secret's content under the record's key (old) and under the new one (new): what
+// the object holds now, known under both.
+type rekeyed struct{ old, new string }
+
+// rekey carries the Secret contents of a record taken with another hash key over to key id: a content
+// equal to what the object holds now under the old key (pairs, by object key) becomes its hash now;
+// any other becomes unknownContent (it cannot be compared with what the Secrets hold: the decision
+// errs toward a new revision, and a revert to an older revision made with it starts a new one). It
+// returns the Secrets of the acknowledged content that became unknown (counted as changed), sorted.
+func (r *record) rekey(id string, pairs map[string]rekeyed, isSecret func(string) bool) []string {
 	if r.Key == id {
-		return
+		return nil
 	}
+	var lost []string
 	if r.Key != "" {
-		unknown := func(c map[string]string) {
-			for k := range c {
-				if isSecret(k) {
+		carry := func(c map[string]string) []string {
+			var unknown []string
+			for k, v := range c {
+				switch p, ok := pairs[k]; {
+				case !isSecret(k):
+				case ok && p.old == v:
+					c[k] = p.new
+				default:
 					c[k] = unknownContent
+					unknown = append(unknown, k)
 				}
 			}
+			return unknown
 		}
 		for _, c := range r.Revisions {
-			unknown(c)
+			carry(c)
 		}
-		unknown(r.Acknowledged.Content)
+		lost = carry(r.Acknowledged.Content)
+		for _, k := range lost {
+			delete(r.Versions, k)
+		}
+		sort.Strings(lost)
 	}
 	r.Key = id
+	return lost
+}
+
+// noteVersions notes, for each object whose live content is the acknowledged one, the version it is
+// at (Versions); an object that is not, or no longer followed, is dropped.
+func (r *record) noteVersions(live, rvs map[string]string) {
+	for k := range r.Versions {
+		if _, ok := live[k]; !ok || live[k] != r.Acknowledged.Content[k] {
+			delete(r.Versions, k)
+		}
+	}
+	for k, v := range live {
+		if a, ok := r.Acknowledged.Content[k]; ok && a == v && rvs[k] != "" {
+			r.Versions[k] = rvs[k]
+		}
+	}
 }
 
 // maxRecordBytes bounds the record's annotation, under the API server's 256 KiB for all of an
@@ -459,8 +531,9 @@ type onServer struct {
 	// previous: ours, owned by an earlier workload of this kind and name (deleted and created again,
 	// as Flux and Argo CD force-replace): taken over by the next write.
 	previous bool
-	// foreign says why the object at the record's name is not the workload's record ("": it is).
-	foreign string
+	// foreign says why the object at the record's name is not the workload's record ("": it is);
+	// unknown, why the record there cannot be read (a stored form this controller does not know).
+	foreign, unknown string
 }
 
 // records reads and writes records.

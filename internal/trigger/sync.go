@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"maps"
 	"slices"
 	"sort"
 	"strings"
@@ -17,6 +16,7 @@ import (
 
 	"github.com/configmap-attacher/configmap-attacher/internal/api"
 	"github.com/configmap-attacher/configmap-attacher/internal/caches"
+	"github.com/configmap-attacher/configmap-attacher/internal/content"
 	"github.com/configmap-attacher/configmap-attacher/internal/logging"
 	"github.com/configmap-attacher/configmap-attacher/internal/reconcile"
 	"github.com/configmap-attacher/configmap-attacher/internal/refs"
@@ -56,7 +56,9 @@ type look struct {
 	objs   []followed
 	pinned map[string]bool
 	live   map[string]string // what the objects hold now: objectKey -> content hash
+	rvs    map[string]string // the version of each object: objectKey -> resourceVersion
 	rec    *record
+	kv     keyVersion // the key Secret contents are hashed with in this look (the record's, key or not)
 }
 
 // sync looks at one workload: what it follows, what that holds now, what its newest revision was
@@ -119,31 +121,32 @@ func (c *Controller) sync(ctx context.Context, key string) (reconcile.Result, er
 		return reconcile.Result{}, nil // its first revision's creation brings it back
 	}
 	objs := c.followed(w, sel, tmpl.Reads)
-	live := map[string]string{}
-	for _, o := range objs {
-		h, err := c.content.hash(ctx, o)
-		if errors.Is(err, errCacheBehind) {
-			logging.FromContext(ctx).Debug("waiting for the config cache", "err", err)
-			return reconcile.Result{RequeueAfter: waitAgain}, nil
-		}
-		if err != nil {
-			return reconcile.Result{}, err
-		}
-		live[o.key()] = h
-	}
 	st := c.stateFor(w)
 	rec, srv, err := c.load(w, st)
 	if err != nil {
 		return reconcile.Result{}, err
 	}
-	if err := c.carryOver(ctx, rec, revs, objs, live); err != nil {
+	kv, keyErr := c.keyFor(ctx, objs, rec)
+	live, rvs, heldBack, err := c.liveContent(ctx, objs, rec, kv)
+	if errors.Is(err, errCacheBehind) {
+		logging.FromContext(ctx).Debug("waiting for the config cache", "err", err)
+		return reconcile.Result{RequeueAfter: waitAgain}, nil
+	}
+	if err != nil {
+		return reconcile.Result{}, err
+	}
+	if len(heldBack) > 0 {
+		return c.holdBack(w, st, heldBack, keyErr), nil
+	}
+	c.release(w, st, keyErr != nil)
+	if err := c.carryOver(ctx, w, rec, revs, objs, live, kv); err != nil {
 		return reconcile.Result{}, err
 	}
 	before, err := rec.encode()
 	if err != nil {
 		return reconcile.Result{}, err
 	}
-	l := &look{w: w, tmpl: tmpl, revs: revs, objs: objs, pinned: c.pinnedOf(w.Namespace, objs), live: live, rec: rec}
+	l := &look{w: w, tmpl: tmpl, revs: revs, objs: objs, pinned: c.pinnedOf(w.Namespace, objs), live: live, rvs: rvs, rec: rec, kv: kv}
 	c.warnUnpinned(w, objs, l.pinned, rec)
 	res, err := c.decideAndAct(ctx, l, st)
 	if err != nil {
@@ -161,6 +164,7 @@ func (c *Controller) sync(ctx context.Context, key string) (reconcile.Result, er
 		return res, nil
 	}
 	rec.tidy(revs, l.pinned, tmpl)
+	rec.noteVersions(live, rvs) // with a write made anyway: a version changing alone costs none
 	text, err := rec.fit(revs)
 	if err != nil {
 		return reconcile.Result{}, err
@@ -169,8 +173,8 @@ func (c *Controller) sync(ctx context.Context, key string) (reconcile.Result, er
 	if srv.holds(text) {
 		return res, nil
 	}
-	if srv.foreign != "" {
-		c.notKept(w, srv.foreign)
+	if why := srv.notOurs(); why != "" {
+		c.notKept(w, why)
 		return requeueWithin(res, recordRetry), nil
 	}
 	rv, err := c.records.save(ctx, w, text, srv)
@@ -189,7 +193,18 @@ func (c *Controller) sync(ctx context.Context, key string) (reconcile.Result, er
 
 // holds reports whether the record on the API server holds text (and is the workload's own).
 func (s onServer) holds(text string) bool {
-	return s.exists && !s.previous && s.foreign == "" && s.text == text
+	return s.exists && !s.previous && s.notOurs() == "" && s.text == text
+}
+
+// notOurs says why the record on the API server is not one to write ("": it is, or there is none).
+func (s onServer) notOurs() string {
+	switch {
+	case s.foreign != "":
+		return s.foreign
+	case s.unknown != "":
+		return s.unknown
+	}
+	return ""
 }
 
 func requeueWithin(res reconcile.Result, d time.Duration) reconcile.Result {
@@ -199,35 +214,152 @@ func requeueWithin(res reconcile.Result, d time.Duration) reconcile.Result {
 	return res
 }
 
-// decideAndAct gathers the facts of the decision, takes it, and carries its step out: the record,
-// the Events, the write.
+// keyFor is the key Secret contents are hashed with in this look: the current one, when the workload
+// follows a Secret; while that cannot be read (the error said), the record's, held by this process or
+// known by its id alone (liveContent then knows a Secret by the record's versions, or not at all).
+func (c *Controller) keyFor(ctx context.Context, objs []followed, rec *record) (keyVersion, error) {
+	if !slices.ContainsFunc(objs, func(o followed) bool { return o.kind == refs.Secret }) {
+		return keyVersion{}, nil
+	}
+	kv, err := c.key.current(ctx)
+	if err == nil {
+		return kv, nil
+	}
+	if held, ok := c.key.held(rec.Key); ok {
+		return held, err
+	}
+	return keyVersion{id: rec.Key}, err
+}
+
+// liveContent is what the objects hold now (objectKey -> content hash) and their versions. A Secret
+// that cannot be hashed for want of the key is known by the record while it is at the version the
+// record noted with the acknowledged content (made with that key); held back otherwise (heldBack).
+func (c *Controller) liveContent(ctx context.Context, objs []followed, rec *record, kv keyVersion) (live, rvs map[string]string, heldBack []string, err error) {
+	live, rvs = map[string]string{}, map[string]string{}
+	for _, o := range objs {
+		k := o.key()
+		rvs[k] = o.meta.ResourceVersion
+		h, err := c.content.hash(ctx, o, kv)
+		if errors.Is(err, errKeyUnavailable) {
+			if v := rec.Versions[k]; v != "" && v == o.meta.ResourceVersion && rec.Key == kv.id {
+				live[k] = rec.Acknowledged.Content[k]
+				continue
+			}
+			heldBack = append(heldBack, k)
+			continue
+		}
+		if err != nil {
+			return nil, nil, nil, err
+		}
+		live[k] = h
+	}
+	return live, rvs, heldBack, nil
+}
+
+// holdBack tells that the workload waits for the hash key to know what Secrets it reads hold, and
+// looks again with a back-off (the key's arrival brings it back at once). The moment before the key
+// watch's first list is not told.
+func (c *Controller) holdBack(w *caches.User, st *workloadState, secrets []string, why error) reconcile.Result {
+	if !errors.Is(why, errKeyNotListed) && c.tell(w, ReasonKeyUnreadable, "%s changed while the config trigger's hash key cannot be read (%v): held back, no revision starts for "+
+		"any change of this workload until the key is read; workloads reading ConfigMaps alone, or Secrets unchanged since, go on. "+
+		"Fix: let the controller read (get, list, watch) and create Secret %s", strings.Join(secrets, ", "), why, c.key.ref) {
+		c.count(c.heldBackTotal, w)
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.heldBack[w.Key()] = true
+	st.backoff = min(max(2*st.backoff, waitAgain), recordRetry)
+	return reconcile.Result{RequeueAfter: st.backoff}
+}
+
+// release ends a hold for the key. awaitKey: the look was decided without the key, in the record's
+// key space (the Secrets it reads unchanged): the key's arrival brings the workload back all the same,
+// to carry its record over to the key while the versions it noted still tell.
+func (c *Controller) release(w *caches.User, st *workloadState, awaitKey bool) {
+	c.untell(w, ReasonKeyUnreadable, "")
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if awaitKey {
+		c.heldBack[w.Key()] = true
+	} else {
+		delete(c.heldBack, w.Key())
+	}
+	st.backoff = 0
+}
+
+// enqueueHeldBack brings back every workload held back for the key: it can be read now.
+func (c *Controller) enqueueHeldBack() {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	for k := range c.heldBack {
+		c.loop.Queue.Add(k)
+	}
+}
+
+// decideAndAct gathers the facts of the decision, takes it (decide.go's rules), and carries its step
+// out: the record, the Events, the write.
 func (c *Controller) decideAndAct(ctx context.Context, l *look, st *workloadState) (reconcile.Result, error) {
 	log := logging.FromContext(ctx)
-	w, rec, newest := l.w, l.rec, l.revs[0]
-	quiet := c.quiet(st, l.live)
+	w, rec, newest, now := l.w, l.rec, l.revs[0], c.now()
+	clk := c.tick(st, l.live)
+	snaps, missing := map[string]string{}, []string{}
 	for _, o := range l.objs {
-		if _, ok := c.snapshotContent(ctx, newest, o); l.pinned[o.key()] && !ok {
-			return reconcile.Result{RequeueAfter: waitAgain}, nil // the pinning controller is taking it
+		h, ok := c.snapshotContent(ctx, newest, o, l.kv)
+		if ok {
+			snaps[o.key()] = h
+		} else if l.pinned[o.key()] {
+			missing = append(missing, o.key())
 		}
 	}
-	paused := w.Status != nil && w.Status.Paused
-	from := classify(rec, l.revs, l.tmpl, c.waited(st), paused, l.pinned)
-	if from == madeSince && !slices.ContainsFunc(l.revs, func(r *caches.User) bool { return r.UID == rec.Acknowledged.Revision }) {
-		// The acknowledged revision is gone (pruned): made since, unless its snapshots say it was
-		// made with other content than acknowledged then (an older revision the record does not know).
-		if len(differs(rec.Acknowledged.Content, c.revisionContent(ctx, newest, l.objs, l.pinned, rec))) > 0 {
-			from = older
+	waitSnap, after, gaveUp := snapshotWait(len(missing) > 0, c.snapshotWaited(st, len(missing) > 0), c.opts.MaxWait)
+	if waitSnap {
+		return reconcile.Result{RequeueAfter: after}, nil // the pinning controller is taking it
+	}
+	if gaveUp {
+		if c.tellAbout(w, ReasonSnapshotMissing, string(newest.UID), "revision %s of %s has no snapshot of %s after %s (-config-max-wait): decided without it, "+
+			"from the record and what the objects held when the revision appeared. Is the pinning controller running, and the namespace labelled %s=%s?",
+			newest.Name, describe(w), strings.Join(missing, ", "), c.opts.MaxWait, api.PinningNamespaceLabel, api.PinningEnabled) {
+			c.count(c.waitedTooLong, w, "snapshot")
 		}
+	}
+
+	paused := w.Status != nil && w.Status.Paused
+	cf := classFacts{rec: rec, revs: l.revs, tmpl: l.tmpl, waited: c.waited(st), paused: paused}
+	if a := rec.Acknowledged.Revision; a != "" && !slices.ContainsFunc(l.revs, func(r *caches.User) bool { return r.UID == a }) {
+		cf.prunedDiffers = len(differs(rec.Acknowledged.Content, c.revisionContent(ctx, newest, l.objs, l.pinned, rec, l.kv))) > 0
+	}
+	from, change := classify(cf)
+	switch change {
+	case ackResolved:
+		rec.resolveWrote(l.revs, l.pinned)
+	case ackDropped:
+		rec.Acknowledged.Wrote = nil
 	}
 	c.notePending(st, from == pending)
-	seen := c.seenWhenAppeared(newest, l.objs, l.live)
-	made := c.madeWith(ctx, from, l, seen)
+
+	liveHash, err := content.HashJSON(l.live)
+	if err != nil {
+		return reconcile.Result{}, err
+	}
+	value, carried := newest.TemplateAnnotations[api.ConfigHashAnnotation]
+	valueFits := carried && writtenFor(value, rec.Values, liveHash)
+	app, noted := c.appearanceOf(newest.UID)
+	seen, made := map[string]string{}, map[string]string{}
+	for _, o := range l.objs {
+		of := c.factsOf(o, l, snaps, app, noted)
+		seen[of.key] = seenAt(of, valueFits)
+		if m, ok := madeWith(of, from, rec.Acknowledged.Content, seen[of.key]); ok {
+			made[of.key] = m
+		}
+	}
 	c.mu.Lock()
 	edited := st.edited
 	c.mu.Unlock()
 	s := decide(facts{origin: from, live: l.live, made: made, seen: seen, acked: rec.Acknowledged.Content,
-		edited: edited, quiet: quiet, settle: c.opts.Settle, paused: paused})
+		edited: edited, lostRecord: from == firstSight && carried && oursValue(value, rec.Values) && !valueFits,
+		quiet: clk.quiet(now), settle: c.opts.Settle, held: clk.held(now), maxWait: c.opts.MaxWait, paused: paused})
 	log.Debug("decided", "revision", newest.Name, "origin", string(from), "made with", made, "step", s.verdict, "changed", s.changed)
+	moving := c.hold(st, s.settling)
 
 	if from != pending {
 		c.forgetAppearance(newest.UID) // what it was made with is in the record now
@@ -241,6 +373,9 @@ func (c *Controller) decideAndAct(ctx context.Context, l *look, st *workloadStat
 		}
 	}
 	if s.verdict == start {
+		if s.timedOut {
+			c.neverSettled(w, moving, clk.held(now))
+		}
 		return c.start(ctx, l, from, s, made)
 	}
 	acknowledge(rec, from, newest, s.acked)
@@ -251,6 +386,27 @@ func (c *Controller) decideAndAct(ctx context.Context, l *look, st *workloadStat
 		c.overruled(w, newest, s.differ)
 	}
 	return reconcile.Result{}, nil
+}
+
+// factsOf gathers what the decision knows of followed object o for the newest revision.
+func (c *Controller) factsOf(o followed, l *look, snaps map[string]string, app appearance, noted bool) objectFacts {
+	k, newest, rec := o.key(), l.revs[0], l.rec
+	of := objectFacts{key: k, live: l.live[k], optional: o.optional, absent: o.absent, pinned: l.pinned[k],
+		afterRevision: !o.absent && before(newest.ResourceVersion, o.meta.ResourceVersion)}
+	of.recorded, of.hasRecorded = rec.Revisions[newest.UID][k]
+	of.snapshot, of.hasSnapshot = snaps[k]
+	a, ok := rec.Acknowledged.Content[k]
+	of.acknowledged = ok
+	of.unchanged = ok && (a == of.live || (rec.Versions[k] != "" && rec.Versions[k] == o.meta.ResourceVersion))
+	if noted {
+		rv, tracked := app.rvs[o.ref()]
+		of.appearance = &appearanceFacts{followed: tracked, rv: rv, sameVersion: rv == o.meta.ResourceVersion,
+			writtenBefore: before(o.meta.ResourceVersion, app.revision)}
+		if tracked && rv != "" {
+			of.appearance.earlier, of.appearance.earlierKnown = c.content.earlier(o, rv, l.kv)
+		}
+	}
+	return of
 }
 
 // acknowledge records the newest revision, and the content it is compared with from now on. Our
@@ -273,7 +429,8 @@ func (c *Controller) stateFor(w *caches.User) *workloadState {
 // load returns the record to decide from: the one the API server holds when this process did not
 // decide on that version (another replica wrote it, or it is the first look since the start), else
 // the one this process kept (the same, or newer: written or not). A record of an earlier workload of
-// the name, or a foreign object at its name, is not read.
+// the name, a foreign object at its name, or a record of a form this controller does not read
+// (srv.unknown) is not read.
 func (c *Controller) load(w *caches.User, st *workloadState) (*record, onServer, error) {
 	srv, err := c.records.lookup(w)
 	if err != nil {
@@ -282,10 +439,15 @@ func (c *Controller) load(w *caches.User, st *workloadState) (*record, onServer,
 	c.mu.Lock()
 	k := st.kept
 	c.mu.Unlock()
-	switch {
-	case srv.exists && !srv.previous && srv.foreign == "" && (k == nil || k.rv != srv.rv):
-		return decode(srv.text), srv, nil
-	case k != nil:
+	if srv.exists && !srv.previous && srv.foreign == "" && (k == nil || k.rv != srv.rv) {
+		rec, err := decode(srv.text)
+		if err == nil {
+			return rec, srv, nil
+		}
+		srv.unknown = fmt.Sprintf("ConfigMap %s/%s holds %v: left alone, never overwritten; decided from what the controller holds. "+
+			"If no newer controller runs, delete the ConfigMap and the controller writes the record anew", w.Namespace, recordName(w), err)
+	}
+	if k != nil {
 		return k.rec.clone(), srv, nil
 	}
 	return newRecord(), srv, nil
@@ -313,8 +475,8 @@ func (c *Controller) notKept(w *caches.User, why string) {
 
 // carryOver readies a record read from the API server for today's hashes: a record of before issue
 // 37 (its values proven, its plain hashes of Secrets and of objects the environment alone reads made
-// today's, or unknown), and a record made with another hash key (its Secret contents unknown).
-func (c *Controller) carryOver(ctx context.Context, rec *record, revs []*caches.User, objs []followed, live map[string]string) error {
+// today's, or unknown), and a record made with another hash key (re-keyed from the content: rekey).
+func (c *Controller) carryOver(ctx context.Context, w *caches.User, rec *record, revs []*caches.User, objs []followed, live map[string]string, kv keyVersion) error {
 	isSecret := func(k string) bool { return strings.HasPrefix(k, string(refs.Secret)+"/") }
 	if rec.legacy {
 		rec.learnWritten(revs)
@@ -332,31 +494,83 @@ func (c *Controller) carryOver(ctx context.Context, rec *record, revs []*caches.
 		}
 		rec.migrate(live, then, isSecret)
 	}
-	if slices.ContainsFunc(objs, func(o followed) bool { return o.kind == refs.Secret }) {
-		_, id, err := c.content.key.get(ctx)
-		if err != nil {
-			return err
-		}
-		rec.rekey(id, isSecret)
+	if kv.key == nil || rec.Key == kv.id {
+		return nil // no Secret followed, or no key to re-key to (the record's key space is kept)
 	}
+	if rec.Key == "" {
+		rec.Key = kv.id
+		return nil
+	}
+	pairs, err := c.rekeyPairs(ctx, objs, rec, live)
+	if err != nil {
+		return err
+	}
+	was := rec.Key
+	lost := rec.rekey(kv.id, pairs, isSecret)
+	c.keyChanged(w, was, kv.id, len(pairs), lost)
 	return nil
 }
 
-// quiet is how long the content the workload reads has not changed: since the event that brought the
-// change its syncs last saw, a long time when none reached this process.
-func (c *Controller) quiet(st *workloadState, live map[string]string) time.Duration {
+// rekeyPairs are, per Secret the workload follows, what it holds now under the record's key and under
+// the current one: by the record's key itself where this process held it (a key replaced or deleted
+// while it ran), else by the version the record noted with the acknowledged content (after a restart:
+// an object still at that version holds that content).
+func (c *Controller) rekeyPairs(ctx context.Context, objs []followed, rec *record, live map[string]string) (map[string]rekeyed, error) {
+	pairs := map[string]rekeyed{}
+	old, held := c.key.held(rec.Key)
+	for _, o := range objs {
+		k := o.key()
+		if o.kind != refs.Secret {
+			continue
+		}
+		if held {
+			h, err := c.content.hash(ctx, o, old)
+			if err != nil {
+				return nil, err
+			}
+			pairs[k] = rekeyed{old: h, new: live[k]}
+			continue
+		}
+		if v := rec.Versions[k]; v != "" && v == o.meta.ResourceVersion {
+			if a, ok := rec.Acknowledged.Content[k]; ok {
+				pairs[k] = rekeyed{old: a, new: live[k]}
+			}
+		}
+	}
+	return pairs, nil
+}
+
+// tick is the workload's settle clock after a look that sees live (tickClock).
+func (c *Controller) tick(st *workloadState, live map[string]string) clock {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	if st.live == nil || !maps.Equal(st.live, live) {
-		if st.live != nil || st.edited {
-			st.quietSince = st.changedAt
-		}
-		st.live = maps.Clone(live)
+	st.clock = tickClock(st.clock, live, st.changedAt, st.edited)
+	return st.clock
+}
+
+// hold notes whether the settle window holds a change back (holdSince), and returns what moved
+// meanwhile.
+func (c *Controller) hold(st *workloadState, settling bool) map[string]int {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	moving := st.clock.moving
+	st.clock = holdSince(st.clock, settling, c.now())
+	return moving
+}
+
+// snapshotWaited is how long this process has waited for the newest revision's snapshots (0: not
+// waiting).
+func (c *Controller) snapshotWaited(st *workloadState, missing bool) time.Duration {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	switch {
+	case !missing:
+		st.snapshotSince = time.Time{}
+		return 0
+	case st.snapshotSince.IsZero():
+		st.snapshotSince = c.now()
 	}
-	if st.quietSince.IsZero() {
-		return huge
-	}
-	return c.now().Sub(st.quietSince)
+	return c.now().Sub(st.snapshotSince)
 }
 
 // waited is how long our last write on the workload has waited for its revision (0: not waiting).
@@ -379,65 +593,6 @@ func (c *Controller) notePending(st *workloadState, waiting bool) {
 	case st.pending.IsZero():
 		st.pending = c.now()
 	}
-}
-
-// madeWith is what the newest revision was made with, per followed object, as far as known (see
-// facts.made).
-func (c *Controller) madeWith(ctx context.Context, from origin, l *look, seen map[string]string) map[string]string {
-	newest, rec := l.revs[0], l.rec
-	out := map[string]string{}
-	for _, o := range l.objs {
-		k := o.key()
-		if h, ok := rec.Revisions[newest.UID][k]; ok {
-			out[k] = h // known before any snapshot taken since (a pin label added with an edit)
-			continue
-		}
-		snap, pinnedKnown := c.snapshotContent(ctx, newest, o)
-		if from == byUs && (!l.pinned[k] || !pinnedKnown) {
-			if h, ok := rec.Acknowledged.Content[k]; ok {
-				out[k] = h // what we wrote it for
-			}
-			continue
-		}
-		switch {
-		case pinnedKnown:
-			out[k] = snap
-		case from == firstSight || from == madeSince || from == older:
-			out[k] = seen[k]
-		}
-	}
-	return out
-}
-
-// seenWhenAppeared is what the objects held when the newest revision appeared (facts.seen): each at
-// the version the cache showed then, by its hash if this process took it, unknownContent if the
-// object has changed since and it did not; what they hold now where the appearance did not reach
-// this process (it predates it) or the object was not followed then. A version written before the
-// revision was created is what it was made with though the cache showed it only after the revision
-// (two watches, no order between them): the resourceVersions of one etcd tell which came first.
-func (c *Controller) seenWhenAppeared(newest *caches.User, objs []followed, live map[string]string) map[string]string {
-	out := maps.Clone(live)
-	a, ok := c.appearanceOf(newest.UID)
-	if !ok {
-		return out
-	}
-	for _, o := range objs {
-		rv, tracked := a.rvs[o.ref()]
-		switch {
-		case !tracked, rv == o.meta.ResourceVersion, !o.absent && before(o.meta.ResourceVersion, a.revision):
-		case rv == "":
-			if o.optional {
-				out[o.key()] = absentContent // it did not exist then
-			}
-		default:
-			if h, ok := c.content.earlier(o, rv); ok {
-				out[o.key()] = h
-			} else {
-				out[o.key()] = unknownContent
-			}
-		}
-	}
-	return out
 }
 
 // before reports whether resourceVersion a was written before b. Kubernetes documents resourceVersions
@@ -637,7 +792,7 @@ func (c *Controller) pinnedOf(ns string, objs []followed) map[string]bool {
 // pinned object; for the others the record's, else the snapshot's the revision owns from when the
 // object was pinned; objects it does not know are absent. (Going back to a revision is about what its
 // pods would read; madeWith, about what the newest was made with.)
-func (c *Controller) revisionContent(ctx context.Context, r *caches.User, objs []followed, pinned map[string]bool, rec *record) map[string]string {
+func (c *Controller) revisionContent(ctx context.Context, r *caches.User, objs []followed, pinned map[string]bool, rec *record, kv keyVersion) map[string]string {
 	out := map[string]string{}
 	for _, o := range objs {
 		k := o.key()
@@ -647,7 +802,7 @@ func (c *Controller) revisionContent(ctx context.Context, r *caches.User, objs [
 				continue
 			}
 		}
-		if h, ok := c.snapshotContent(ctx, r, o); ok {
+		if h, ok := c.snapshotContent(ctx, r, o, kv); ok {
 			out[k] = h
 		}
 	}
@@ -657,7 +812,7 @@ func (c *Controller) revisionContent(ctx context.Context, r *caches.User, objs [
 // snapshotContent is the content hash of what the workload reads of the snapshot of o that revision r
 // owns (its pin), if any: whether the object is pinned now or not, the snapshot holds what r was
 // pinned with.
-func (c *Controller) snapshotContent(ctx context.Context, r *caches.User, o followed) (string, bool) {
+func (c *Controller) snapshotContent(ctx context.Context, r *caches.User, o followed, kv keyVersion) (string, bool) {
 	if c.caches.Pinning == nil || o.absent {
 		return "", false
 	}
@@ -665,7 +820,7 @@ func (c *Controller) snapshotContent(ctx context.Context, r *caches.User, o foll
 	if !ok {
 		return "", false
 	}
-	h, err := c.content.snapshot(ctx, o, r.Namespace, snap)
+	h, err := c.content.snapshot(ctx, o, r.Namespace, snap, kv)
 	if err != nil {
 		logging.FromContext(ctx).Debug("reading a snapshot", "snapshot", snap, "err", err)
 		return "", false

@@ -94,8 +94,29 @@ func newFixture(t *testing.T, annotations map[string]string, objs ...*corev1.Con
 		t.Fatal(err)
 	}
 	c.now = func() time.Time { return f.now }
+	c.key.now = c.now
 	f.c = c
+	f.listKey()
 	return f
+}
+
+// listKey delivers what the key watch lists: the key Secret as the API server holds it, if it does;
+// then what waited for the key is queued.
+func (f *fixture) listKey() {
+	f.t.Helper()
+	s, err := f.kube.CoreV1().Secrets(DefaultKeySecret.Namespace).Get(context.Background(), DefaultKeySecret.Name, metav1.GetOptions{})
+	switch {
+	case apierrors.IsNotFound(err):
+		f.c.key.observe(context.Background(), nil)
+	case err != nil:
+		f.t.Fatal(err)
+	default:
+		f.c.key.observe(context.Background(), s)
+	}
+	f.c.key.mu.Lock()
+	f.c.key.listed = true
+	f.c.key.mu.Unlock()
+	f.c.key.changed() // as the watch does once it has listed
 }
 
 // testKey is the key of the hash of Secret contents in every fixture: the hashes tests compute by
@@ -117,13 +138,17 @@ func metaOf(cm *corev1.ConfigMap) *metav1.PartialObjectMetadata {
 //
 //	printf '%s' '{"data":{"config":"v2"}}' | sha256sum | cut -c1-10                 # 7797398703
 //	printf '%s' '{"ConfigMap/app-config":"7797398703"}' | sha256sum | cut -c1-10     # 58c69207a7
+//
+// and the value written carries its check:
+//
+//	printf '%s' 'configmap-attacher.io/config-hash:58c69207a7' | sha256sum | cut -c1-6          # 225dd3
 var knownHashes = map[string]struct{ content, config string }{
-	"v1":  {"8774ad9c59", "25f47d58c1"},
-	"v2":  {"7797398703", "58c69207a7"},
-	"v2b": {"1b93037b95", "1adeed063b"},
-	"v3":  {"a572974d76", "2ef6a29b63"},
-	"v4":  {"80c6f6cb01", "b8b7df9573"},
-	"v5":  {"3d82ede31a", "fb6a3731d6"},
+	"v1":  {"8774ad9c59", "25f47d58c1.10c1fd"},
+	"v2":  {"7797398703", "58c69207a7.225dd3"},
+	"v2b": {"1b93037b95", "1adeed063b.b10a12"},
+	"v3":  {"a572974d76", "2ef6a29b63.d5b7a0"},
+	"v4":  {"80c6f6cb01", "b8b7df9573.9aa33b"},
+	"v5":  {"3d82ede31a", "fb6a3731d6.2e9a59"},
 }
 
 func hashOf(data string) string {
@@ -640,9 +665,9 @@ func TestAValueWeWroteIsTakenBackAfterARollback(t *testing.T) {
 	if !f.forced[2] || !strings.Contains(f.applied[2], `"resourceVersion":"`+rv+`"`) {
 		t.Errorf("the take-back apply: forced %v, %s; want forced and conditional on resourceVersion %s", f.forced[2], f.applied[2], rv)
 	}
-	// printf '%s' '{"ConfigMap/app-config":"80c6f6cb01"}' | sha256sum (v4's content hash)
-	if v, _ := f.templateHash(); v != "b8b7df9573" {
-		t.Errorf("config-hash %q, want b8b7df9573 (v4)", v)
+	// printf '%s' '{"ConfigMap/app-config":"80c6f6cb01"}' | sha256sum (v4's content hash), and its check
+	if v, _ := f.templateHash(); v != "b8b7df9573.9aa33b" {
+		t.Errorf("config-hash %q, want b8b7df9573.9aa33b (v4)", v)
 	}
 	msg := f.expectEvent("Normal " + ReasonTakenBack)
 	if !strings.Contains(msg, "kubectl-rollout") {
@@ -841,7 +866,10 @@ func TestPinnedRevisionsAreKnownByTheirSnapshots(t *testing.T) {
 	rs2 := f.observe()
 	f.snapshot(rs2, "v2")
 	f.sync()
-	rec := decode(f.recordText())
+	rec, err := decode(f.recordText())
+	if err != nil {
+		t.Fatal(err)
+	}
 	for uid, c := range rec.Revisions {
 		if len(c) > 0 {
 			t.Errorf("the record holds %v for %s: a pinned object's content is in the snapshots", c, uid)
@@ -934,10 +962,9 @@ func (f *fixture) setPinning(on bool) {
 	}
 }
 
-// Pinning turned off in the namespace after a revision was pinned (found by the soak): the revision is
-// still known by the snapshot it owns, so the next edit starts a revision rather than being taken for
-// the content that revision was created with, and a revert to its content goes back to it.
-func TestPinningTurnedOffStillKnowsThePinnedRevisions(t *testing.T) {
+// pinnedFixture is the fixture's Deployment reading app-config pinned, in a namespace with pinning,
+// its first revision rs1 pinned at v1 and seen.
+func pinnedFixture(t *testing.T) (*fixture, *appsv1.ReplicaSet) {
 	cm := configMap("app-config", "v1", nil)
 	cm.Labels = map[string]string{api.PinLabel: api.PinValue}
 	f := newFixture(t, auto, cm)
@@ -946,6 +973,24 @@ func TestPinningTurnedOffStillKnowsThePinnedRevisions(t *testing.T) {
 	rs1 := f.observe()
 	f.snapshot(rs1, "v1")
 	f.sync()
+	return f, rs1
+}
+
+// pinnedAndEdited is pinnedFixture, then an edit to v2 written (its revision not made yet).
+func pinnedAndEdited(t *testing.T) (*fixture, *appsv1.ReplicaSet) {
+	f, rs1 := pinnedFixture(t)
+	f.edit("app-config", "v2")
+	f.tick(6 * time.Second)
+	f.sync()
+	f.expectApplies(1)
+	return f, rs1
+}
+
+// Pinning turned off in the namespace after a revision was pinned (found by the soak): the revision is
+// still known by the snapshot it owns, so the next edit starts a revision rather than being taken for
+// the content that revision was created with, and a revert to its content goes back to it.
+func TestPinningTurnedOffStillKnowsThePinnedRevisions(t *testing.T) {
+	f, rs1 := pinnedFixture(t)
 
 	f.setPinning(false)
 	f.edit("app-config", "v2")
@@ -999,18 +1044,7 @@ func TestAnEditBeforeTheFirstLookAtANewRevisionStartsOne(t *testing.T) {
 		}, "", 1, false},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			cm := configMap("app-config", "v1", nil)
-			cm.Labels = map[string]string{api.PinLabel: api.PinValue}
-			f := newFixture(t, auto, cm)
-			f.cs.Pinning = caches.NewPinningForTest([]runtime.Object{cm}, nil, ns)
-			f.c.content.pins = f.cs.Pinning
-			rs1 := f.observe()
-			f.snapshot(rs1, "v1")
-			f.sync()
-			f.edit("app-config", "v2")
-			f.tick(6 * time.Second)
-			f.sync()
-			f.expectApplies(1)
+			f, _ := pinnedAndEdited(t)
 			f.tick(time.Minute)
 			f.snapshot(f.observe(), "v2")
 			f.sync()

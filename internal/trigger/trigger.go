@@ -5,32 +5,37 @@
 // annotation. Its controller then makes a new revision (a Rollout goes through its canary); with
 // zero-touch pinning, the new revision pins the new content and every older revision keeps its own.
 //
-// Deterministic: the same content gives the same template, so a revert of the config makes the
-// workload go back to the revision that had it (plan.go), and the revision made before it opted in
-// carries no annotation of ours, which a revert to its content removes again. What each revision was
-// made with is known from our own write, its snapshots (pinned objects), or what the objects held when
-// it appeared, and kept in a record of ours owned by the workload (record.go) and in this process's
-// memory, which survives a record that cannot be written. Only what the pod template's containers read
-// counts: the keys a configMapKeyRef or a volume's items name, the whole object otherwise; the data
-// alone of what the environment reads; an optional object's absence; never an image pull Secret, a
-// volume plugin's credential or a volume no container mounts (refs.Reads). What is kept of a Secret is
-// hashed with a key only the controller reads (key.go).
+// Deterministic: the same content gives the same template, so a revert of the config makes the workload
+// go back to the revision that had it (plan.go), and the revision made before it opted in carries no
+// annotation of ours, which a revert to its content removes again. What each revision was made with is
+// known from our own write, its snapshots (pinned objects), or what the objects held when it appeared,
+// and kept in a record of ours owned by the workload (record.go) and in this process's memory, which
+// survives a record that cannot be written. A revision made while no process watched (a restart, a
+// failover) is judged from what the API server tells: the versions the record noted, and the
+// config-hash values of ours, which prove themselves (value.go); what it cannot tell errs toward a
+// revision. Only what the pod template's containers read counts: the keys a configMapKeyRef or a
+// volume's items name, the whole object otherwise; the data alone of what the environment reads; an
+// optional object's absence; never an image pull Secret, a volume plugin's credential or a volume no
+// container mounts (refs.Reads). What is kept of a Secret is hashed with a key only the controller
+// reads (key.go), watched, and carried over to a new one without a revision for content that did not
+// change.
 //
 // Exactly one revision per change: a change is acted on only once the content has settled
-// (Options.Settle) and only when the newest revision was not made with it, so a deploy that changes
-// config and template together (Helm's checksum annotation) gets no second revision, whatever else
-// moves in the namespace meanwhile. Never a fight, never a swallowed edit: a revision is started for a
-// change of the content the newest revision reads, so a template changed back by someone else (a tool
-// reverting our annotation, a rollback) is reported once and left alone until the content changes
-// again; then our annotation is taken back from whoever copied a value of ours (a rollback), never
-// from a value we did not write. The decision is one pure function with its table (decide.go); sync.go
-// gathers its facts and carries its step out.
+// (Options.Settle, for at most Options.MaxWait) and only when the newest revision was not made with it,
+// so a deploy that changes config and template together (Helm's checksum annotation) gets no second
+// revision, whatever else moves in the namespace meanwhile. Never a fight, never a swallowed edit: a
+// revision is started for a change of the content the newest revision reads, so a template changed back
+// by someone else (a tool reverting our annotation, a rollback) is reported once and left alone until
+// the content changes again; then our annotation is taken back from whoever copied a value of ours (a
+// rollback), never from a value we did not write. Every rule is a pure function with its table
+// (decide.go); sync.go gathers their facts, act.go carries the step out.
 //
 // Like the other controllers it reads the shared caches only (the workloads, their revisions, the
 // widened config informer) and queues workload keys (caches.Key).
 package trigger
 
 import (
+	"context"
 	"errors"
 	"slices"
 	"sync"
@@ -62,10 +67,18 @@ const Name = "trigger"
 // 2 s apart: config and workload in different waves need a longer window (-config-settle).
 const DefaultSettle = 2 * time.Second
 
+// MaxWaitFactor is the default -config-max-wait, in settle windows.
+const MaxWaitFactor = 10
+
 // Options tune the trigger.
 type Options struct {
 	// Settle is how long the content must stay unchanged before a revision is started for it.
 	Settle time.Duration
+	// MaxWait bounds how long a change waits for the content to settle, and for a pinned object's
+	// snapshot: past it the revision starts with the content of that moment, and a Warning says what
+	// kept it waiting (0: MaxWaitFactor times Settle; with no settle window, times DefaultSettle: the
+	// wait for a snapshot is bounded then too, never skipped).
+	MaxWait time.Duration
 	// KeySecret is the Secret holding the key of the hash of Secret contents (DefaultKeySecret when
 	// empty); the controller creates it if it is missing.
 	KeySecret types.NamespacedName
@@ -85,9 +98,11 @@ type Controller struct {
 	metrics *metrics.Metrics
 	opts    Options
 	content *contents
+	key     *hashKey
 	records records
 	loop    *reconcile.Loop
 	now     func() time.Time
+	counters
 
 	mu sync.Mutex
 	// state is what this process holds of each workload, by workload key (workloadState).
@@ -99,6 +114,9 @@ type Controller struct {
 	// told is the last message of each Warning reason recorded per workload key, so a condition that
 	// lasts is reported once, not at every sync.
 	told map[string]string
+	// heldBack are the workloads waiting for the hash key, or decided without it: its arrival brings
+	// them back.
+	heldBack map[string]bool
 }
 
 // workloadState is what this process holds of a workload: what reached it, and the record as last
@@ -109,13 +127,13 @@ type workloadState struct {
 	// one did while this process watched it.
 	changedAt time.Time
 	edited    bool
-	// live is the content its last sync saw, and quietSince when that content was first seen changed
-	// (the event that brought it): the settle window runs from there, not from the last event, so
-	// labels and annotations changing in a loop do not hold a change back.
-	live       map[string]string
-	quietSince time.Time
-	// pending: since when our last write waits for its revision (decide: pending).
-	pending time.Time
+	// clock is the settle clock (tickClock, holdSince).
+	clock clock
+	// pending: since when our last write waits for its revision (decide: pending); snapshotSince,
+	// since when a look waits for a snapshot of its newest revision (snapshotWait).
+	pending, snapshotSince time.Time
+	// backoff is how long a look held back for the hash key waits before the next (holdBack).
+	backoff time.Duration
 	// kept is the record as last decided: its text, and the resourceVersion of the record on the API
 	// server that holds that text ("" when none does: not written).
 	kept *kept
@@ -147,15 +165,24 @@ func New(c *caches.Caches, kube kubernetes.Interface, dyn dynamic.Interface, eve
 	if o.KeySecret.Name == "" {
 		o.KeySecret = DefaultKeySecret
 	}
+	if o.MaxWait == 0 {
+		o.MaxWait = MaxWaitFactor * o.Settle
+		if o.Settle == 0 {
+			o.MaxWait = MaxWaitFactor * DefaultSettle
+		}
+	}
 	ctl := &Controller{caches: c, kube: kube, dynamic: dyn, events: events, metrics: m, opts: o,
-		content: newContents(kube, c.Pinning, &hashKey{kube: kube, ref: o.KeySecret}),
-		records: records{kube: kube, configs: c.AllConfigs[refs.ConfigMap]},
-		now:     time.Now, state: map[string]*workloadState{}, appeared: map[types.UID]appearance{}, told: map[string]string{}}
+		content: newContents(kube, c.Pinning), key: newHashKey(kube, o.KeySecret),
+		records: records{kube: kube, configs: c.AllConfigs[refs.ConfigMap]}, counters: newCounters(m),
+		now: time.Now, state: map[string]*workloadState{}, appeared: map[types.UID]appearance{}, told: map[string]string{},
+		heldBack: map[string]bool{}}
+	ctl.key.changed = ctl.enqueueHeldBack
 	// A sync is a chain of requests (the content, the templates, the workload, the write, the record)
 	// with little to compute: twice the workers keep a burst of changes (a deploy of many workloads'
 	// config at once) from queueing behind them (docs/benchmarks.md: -workers=16 took the p50 of 100
-	// changes at once from 5.5 to 4.2 s).
-	ctl.loop = &reconcile.Loop{Name: Name, Queue: reconcile.NewQueue(Name, m), Sync: ctl.sync, Metrics: m, WorkersPer: 2}
+	// changes at once from 5.5 to 4.2 s). The key is watched by the leader, from its start.
+	ctl.loop = &reconcile.Loop{Name: Name, Queue: reconcile.NewQueue(Name, m), Sync: ctl.sync, Metrics: m, WorkersPer: 2,
+		Start: func(ctx context.Context) { go ctl.key.watch(ctx) }}
 	for _, kind := range workloadKinds() {
 		if inf, ok := c.Users[kind]; ok {
 			if err := inf.AddEventHandler(ctl.workloadHandler()); err != nil {
@@ -541,6 +568,7 @@ func (c *Controller) forget(key string) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	delete(c.state, key)
+	delete(c.heldBack, key)
 	for uid, a := range c.appeared {
 		if a.workload == key {
 			delete(c.appeared, uid)

@@ -242,9 +242,10 @@ func TestConfigStartsFollowsWhatThePodsRead(t *testing.T) {
 	_, err = e2e.cluster.PutConfigMap(ctx, ns, "app-settings", map[string]string{"port": "8080", "debug": "true"})
 	must(t, err)
 
-	// By hand: what a pod reads of app-settings through key port, then the workload's config-hash.
+	// By hand: what a pod reads of app-settings through key port, then the workload's config-hash
+	// with its check.
 	port := shortHash(`{"data":{"port":"8080"}}`)
-	want := shortHash(`{"ConfigMap/app-settings[port]":"` + port + `"}`)
+	want := withCheck(shortHash(`{"ConfigMap/app-settings[port]":"` + port + `"}`))
 	var next *appsv1.ReplicaSet
 	must(t, framework.Eventually(ctx, 2*time.Minute, "web's next revision", func(ctx context.Context) (bool, string, error) {
 		list, err := e2e.cluster.Kube.AppsV1().ReplicaSets(ns).List(ctx, metav1.ListOptions{})

@@ -551,11 +551,11 @@ func TestConfigStartsChartGrantsPatchOnWorkloadsOnlyWhileOn(t *testing.T) {
 		if tc.patch && len(created) == 0 {
 			t.Errorf("--set %v: the trigger is on but no rule lets it create its records (ConfigMaps)", tc.sets)
 		}
-		// The hash key of Secret contents: create, and get by name, in the release namespace only, while
-		// the trigger follows Secrets (docs/rbac.md).
+		// The hash key of Secret contents: create, and get, list and watch by name (the key is watched),
+		// in the release namespace only, while the trigger follows Secrets (docs/rbac.md).
 		secrets := !slices.Contains(tc.sets, "secrets=false")
 		wantKey := []string{"map[apiGroups:[] resources:[secrets] verbs:[create]]",
-			"map[apiGroups:[] resourceNames:[cma-configmap-attacher-config-hash-key] resources:[secrets] verbs:[get]]"}
+			"map[apiGroups:[] resourceNames:[cma-configmap-attacher-config-hash-key] resources:[secrets] verbs:[get list watch]]"}
 		if !tc.patch || !secrets {
 			wantKey = nil
 		}
