@@ -99,8 +99,8 @@ func newAdmission(ctx context.Context, o *Options, clients *kube.Clients, cs *ca
 		return nil, kube.Explain(err)
 	}
 	if a.resolved == policy.Webhook && o.Pinning.URL == "" && o.Pinning.Service == "" {
-		return nil, fmt.Errorf("-pinning-admission=%s chose the webhook (the API server does not serve mutatingadmissionpolicies in admissionregistration.k8s.io/v1): "+
-			"give -webhook-url=https://127.0.0.1:PORT or -webhook-service=NAMESPACE/NAME", a.Mode)
+		return nil, fmt.Errorf("-pinning-admission=%s chose the webhook (the API server does not serve mutatingadmissionpolicies in admissionregistration.k8s.io/v1, "+
+			"or the PinTable CRD is not installed): give -webhook-url=https://127.0.0.1:PORT or -webhook-service=NAMESPACE/NAME, or apply the CRD", a.Mode)
 	}
 	log := logging.FromContext(ctx)
 	log.Info("pinning admission", "mode", a.resolved, "asked", a.Mode)
@@ -116,10 +116,7 @@ func newAdmission(ctx context.Context, o *Options, clients *kube.Clients, cs *ca
 		}
 	}
 	switch {
-	case a.resolved == policy.Policy && !served:
-		return nil, fmt.Errorf("policy mode needs the PinTable CRD (%s.%s): apply charts/configmap-attacher/crds/pintables.yaml (Helm installs it with the chart, but only at install, not on upgrade)",
-			policy.Resource, policy.Group)
-	case !served || !policyServed:
+	case !served || !policyServed: // policy mode has both (Resolve)
 		return adm, nil // webhook mode with no policy mode to switch to
 	}
 	adm.table, err = policy.New(cs, policy.Clients{Kube: clients.Kube, Dynamic: clients.Dynamic, Metadata: clients.Metadata},
