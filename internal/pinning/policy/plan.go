@@ -33,10 +33,12 @@ import (
 // tables a workload moves to are written before the tables it moves from (between the two, both hold
 // its entries), and tables are deleted last. The policies do not care which table holds an entry.
 
-// Desired is what the tables should say: every entry, and the route of each.
+// Desired is what the tables should say: every entry, and the route of each; Split, when not nil, the
+// shard each workload was split off into (else the namespace's table says).
 type Desired struct {
 	Entries map[string]Entry
 	Routes  map[string]string
+	Split   map[string]string
 }
 
 // Write is one API write of a table.
@@ -64,11 +66,13 @@ func plan(ns string, current map[string]*Table, d Desired, maxBytes int) Plan {
 		routeBytes[route] += entrySize(key, e)
 	}
 	split := map[string]string{} // route -> shard
-	if main, ok := current[TableName]; ok {
-		for route, name := range main.Spec.Split {
-			if len(byRoute[route]) > 0 {
-				split[route] = name
-			}
+	was := d.Split
+	if main, ok := current[TableName]; ok && was == nil {
+		was = main.Spec.Split
+	}
+	for route, name := range was {
+		if len(byRoute[route]) > 0 {
+			split[route] = name
 		}
 	}
 	shardBytes := func(name string) int {
