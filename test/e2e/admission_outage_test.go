@@ -6,10 +6,8 @@ import (
 	"context"
 	"fmt"
 	"maps"
-	"math/rand/v2"
 	"slices"
 	"strings"
-	"sync/atomic"
 	"testing"
 	"time"
 
@@ -308,26 +306,7 @@ func TestPolicyPinTableDeletedIsPutBack(t *testing.T) {
 	ledger := watchPods(t, ns)
 	churnCtx, stopChurn := context.WithCancel(ctx)
 	defer stopChurn()
-	var deleted atomic.Int64
-	go func() { // a pod of a random Deployment deleted every 200 ms: its ReplicaSet creates another
-		tick := time.NewTicker(200 * time.Millisecond)
-		defer tick.Stop()
-		for {
-			select {
-			case <-churnCtx.Done():
-				return
-			case <-tick.C:
-			}
-			rs := rss[rand.IntN(len(rss))]
-			pods, err := e2e.cluster.PodsOf(churnCtx, rs)
-			if err != nil || len(pods) == 0 || pods[0].DeletionTimestamp != nil {
-				continue
-			}
-			if e2e.cluster.Kube.CoreV1().Pods(ns).Delete(churnCtx, pods[0].Name, metav1.DeleteOptions{}) == nil {
-				deleted.Add(1)
-			}
-		}
-	}()
+	deleted := churn(churnCtx, rss[0], 200*time.Millisecond, rss[1:]...) // a pod of each Deployment in turn
 	for _, name := range []string{policy.TableName, shard} {
 		before := tables[name]
 		t.Logf("when: kubectl delete pintable %s", name)
