@@ -8,10 +8,11 @@ package api
 // way). A pod template cannot carry it: the key names a revision made from that template.
 const PolicyAdmittedAnnotation = "configmap-attacher.io/pinned-by-policy"
 
-// PinEntryAnnotation is written by the PinTable controller, for a moment, in the metadata of a
-// revision's ReplicaSet, or of a StatefulSet's or DaemonSet's own object, when it has written the entry
-// of a revision whose pods were refused while it had none: an update wakes the workload's controller,
-// which otherwise retries refused pods after its own back-off (up to 1,000 s). Its value is when the
-// entry was written. It is removed again a few seconds later (the removal is a second wake-up): an
-// annotation left on a ReplicaSet would be copied onto its Deployment by `kubectl rollout undo`.
+// PinEntryAnnotation is written by the PinTable controller, for a moment, in the metadata of the
+// object whose update wakes a revision's controller (a ReplicaSet; a DaemonSet's ControllerRevision;
+// a StatefulSet) when it has written the entry of a revision whose pods were refused while it had none:
+// the workload's controller otherwise retries refused pods after its own back-off (up to 1,000 s). Its
+// value is when the entry was written. It is removed again a few seconds later (the removal is a second
+// wake-up): an annotation left on a ReplicaSet would be copied onto its Deployment by `kubectl rollout
+// undo`.
 const PinEntryAnnotation = "configmap-attacher.io/pin-entry-written"

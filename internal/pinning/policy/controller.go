@@ -215,7 +215,7 @@ func New(c *caches.Caches, clients Clients, taker *pinning.Taker, events record.
 		}
 		m.Registry.MustRegister(ctl.restores)
 		ctl.wakes = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "configmap_attacher_pin_wakes_total",
-			Help: "Workload controllers woken (an annotation of ours on the revision's ReplicaSet, StatefulSet or DaemonSet) once a revision whose pods were refused got its entry, by kind."},
+			Help: "Workload controllers woken (an annotation of ours on the revision's ReplicaSet or ControllerRevision, or a StatefulSet) once a revision whose pods were refused got its entry, by kind of workload."},
 			[]string{"kind"})
 		for _, kind := range []string{"ReplicaSet", "StatefulSet", "DaemonSet"} {
 			ctl.wakes.WithLabelValues(kind)
@@ -248,10 +248,13 @@ func (c *Controller) tableDeleted(obj any) {
 	}
 	if m, ok := obj.(metav1.Object); ok {
 		c.mu.Lock()
-		if c.deleted[m.GetNamespace()] == nil {
-			c.deleted[m.GetNamespace()] = map[string]types.UID{}
+		ns, name := m.GetNamespace(), m.GetName()
+		if w, ok := c.written[ns][name]; !ok || w.table != nil || w.deleted != m.GetUID() { // not our own deletion
+			if c.deleted[ns] == nil {
+				c.deleted[ns] = map[string]types.UID{}
+			}
+			c.deleted[ns][name] = m.GetUID()
 		}
-		c.deleted[m.GetNamespace()][m.GetName()] = m.GetUID()
 		c.mu.Unlock()
 	}
 	c.enqueue(obj)
@@ -496,7 +499,7 @@ func (c *Controller) write(ctx context.Context, ns string, live map[string]*Tabl
 		logging.FromContext(ctx).Info("woke the controller of a revision whose pods were refused until its entry", "object", t.String(), "revision", u.Name,
 			"waited", f.age.Round(time.Millisecond))
 		if c.wakes != nil {
-			c.wakes.WithLabelValues(t.Kind).Inc()
+			c.wakes.WithLabelValues(t.Workload).Inc()
 		}
 		c.mu.Lock()
 		c.clears[ns] = append(c.clears[ns], clear{target: t, at: now.Add(wakeClear)})

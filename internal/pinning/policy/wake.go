@@ -18,14 +18,17 @@ import (
 // refused pod creation after a per-object back-off, 5 ms doubling to 1,000 s: a revision whose pods
 // were refused for a minute while we were away would wait tens of seconds more after its entry is
 // written, minutes after a longer outage. Each of them queues its object at once, without that
-// back-off, on any update of it (kube-controller-manager's updateRS, the StatefulSet and DaemonSet
-// controllers' update handlers). So once the entry of such a revision is written, the controller
-// writes one annotation of ours (api.PinEntryAnnotation) in the metadata of the object that controller
-// watches: the ReplicaSet itself, or the StatefulSet's or DaemonSet's own object. Never the pod
-// template (a template change is a new revision), never another field. It takes the annotation off
-// again after wakeClear (a second wake-up, should the API server's copy of the tables have lagged the
-// first): the Deployment controller leaves an annotation it did not write on a ReplicaSet, but
-// `kubectl rollout undo` copies a ReplicaSet's annotations onto the Deployment.
+// back-off, on an update it watches (kube-controller-manager v1.37): the ReplicaSet controller on any
+// update of the ReplicaSet (updateRS), the DaemonSet controller on any update of one of its
+// ControllerRevisions (updateHistory), the StatefulSet controller on any update of the StatefulSet
+// (it has no handler for its ControllerRevisions). So once the entry of such a revision is written,
+// the controller writes one annotation of ours (api.PinEntryAnnotation) in the metadata of that
+// object: the revision object itself (the ReplicaSet; a DaemonSet's ControllerRevision), or the
+// StatefulSet's own object. Never a pod template (a template change is a new revision), never another
+// field. It takes the annotation off again after wakeClear (a second wake-up, should the API server's
+// copy of the tables have lagged the first): the Deployment controller leaves an annotation it did not
+// write on a ReplicaSet, but `kubectl rollout undo` copies a ReplicaSet's annotations onto the
+// Deployment.
 //
 // The decision, for each entry a write has just made present in the API server's tables:
 //
@@ -56,22 +59,31 @@ func shouldWake(f wakeFacts) bool {
 	return !f.wasPresent && f.age >= wakeAge && f.podsMissing
 }
 
-// wakeTarget is the object whose update wakes a revision's controller.
+// wakeTarget is the object whose update wakes a revision's controller (Kind, Name, UID), and the
+// object that has the revision's pods (Workload, WorkloadName, WorkloadUID).
 type wakeTarget struct {
-	Kind, Namespace, Name string
-	UID                   types.UID
+	Kind, Namespace, Name  string
+	UID                    types.UID
+	Workload, WorkloadName string
+	WorkloadUID            types.UID
 }
 
 func (w wakeTarget) String() string { return w.Kind + " " + w.Namespace + "/" + w.Name }
 
-// targetOf is the object to update for revision u: a ReplicaSet itself; a ControllerRevision's
-// StatefulSet or DaemonSet.
+// targetOf is the object to update for revision u: a ReplicaSet itself; a StatefulSet's
+// ControllerRevision's StatefulSet; a DaemonSet's ControllerRevision itself.
 func targetOf(u *caches.User) (wakeTarget, bool) {
 	switch {
 	case u.Kind() == caches.ReplicaSet:
-		return wakeTarget{Kind: "ReplicaSet", Namespace: u.Namespace, Name: u.Name, UID: u.UID}, true
-	case u.Owner != nil && u.Owner.APIVersion == "apps/v1" && (u.Owner.Kind == "StatefulSet" || u.Owner.Kind == "DaemonSet"):
-		return wakeTarget{Kind: u.Owner.Kind, Namespace: u.Namespace, Name: u.Owner.Name, UID: u.Owner.UID}, true
+		return wakeTarget{Kind: "ReplicaSet", Namespace: u.Namespace, Name: u.Name, UID: u.UID, Workload: "ReplicaSet", WorkloadName: u.Name, WorkloadUID: u.UID}, true
+	case u.Owner == nil || u.Owner.APIVersion != "apps/v1":
+		return wakeTarget{}, false
+	case u.Owner.Kind == "StatefulSet":
+		return wakeTarget{Kind: "StatefulSet", Namespace: u.Namespace, Name: u.Owner.Name, UID: u.Owner.UID,
+			Workload: "StatefulSet", WorkloadName: u.Owner.Name, WorkloadUID: u.Owner.UID}, true
+	case u.Owner.Kind == "DaemonSet":
+		return wakeTarget{Kind: "ControllerRevision", Namespace: u.Namespace, Name: u.Name, UID: u.UID,
+			Workload: "DaemonSet", WorkloadName: u.Owner.Name, WorkloadUID: u.Owner.UID}, true
 	}
 	return wakeTarget{}, false
 }
@@ -81,15 +93,15 @@ func targetOf(u *caches.User) (wakeTarget, bool) {
 // DaemonSet's scheduled pods below the desired number, or not every one updated.
 func (c *Controller) podsMissing(ctx context.Context, t wakeTarget) (bool, error) {
 	apps := c.clients.Kube.AppsV1()
-	switch t.Kind {
+	switch t.Workload {
 	case "ReplicaSet":
-		rs, err := apps.ReplicaSets(t.Namespace).Get(ctx, t.Name, metav1.GetOptions{})
+		rs, err := apps.ReplicaSets(t.Namespace).Get(ctx, t.WorkloadName, metav1.GetOptions{})
 		if err != nil {
 			return false, err
 		}
-		return rs.UID == t.UID && rs.Spec.Replicas != nil && rs.Status.Replicas < *rs.Spec.Replicas, nil
+		return rs.UID == t.WorkloadUID && rs.Spec.Replicas != nil && rs.Status.Replicas < *rs.Spec.Replicas, nil
 	case "StatefulSet":
-		s, err := apps.StatefulSets(t.Namespace).Get(ctx, t.Name, metav1.GetOptions{})
+		s, err := apps.StatefulSets(t.Namespace).Get(ctx, t.WorkloadName, metav1.GetOptions{})
 		if err != nil {
 			return false, err
 		}
@@ -97,14 +109,14 @@ func (c *Controller) podsMissing(ctx context.Context, t wakeTarget) (bool, error
 		if s.Spec.Replicas != nil {
 			want = *s.Spec.Replicas
 		}
-		return s.UID == t.UID && (s.Status.Replicas < want || s.Status.UpdatedReplicas < want), nil
+		return s.UID == t.WorkloadUID && (s.Status.Replicas < want || s.Status.UpdatedReplicas < want), nil
 	case "DaemonSet":
-		d, err := apps.DaemonSets(t.Namespace).Get(ctx, t.Name, metav1.GetOptions{})
+		d, err := apps.DaemonSets(t.Namespace).Get(ctx, t.WorkloadName, metav1.GetOptions{})
 		if err != nil {
 			return false, err
 		}
 		s := d.Status
-		return d.UID == t.UID && (s.CurrentNumberScheduled < s.DesiredNumberScheduled || s.UpdatedNumberScheduled < s.DesiredNumberScheduled), nil
+		return d.UID == t.WorkloadUID && (s.CurrentNumberScheduled < s.DesiredNumberScheduled || s.UpdatedNumberScheduled < s.DesiredNumberScheduled), nil
 	}
 	return false, nil
 }
@@ -127,8 +139,8 @@ func (c *Controller) annotate(ctx context.Context, t wakeTarget, value *string) 
 		_, err = apps.ReplicaSets(t.Namespace).Patch(ctx, t.Name, types.MergePatchType, patch, opts)
 	case "StatefulSet":
 		_, err = apps.StatefulSets(t.Namespace).Patch(ctx, t.Name, types.MergePatchType, patch, opts)
-	case "DaemonSet":
-		_, err = apps.DaemonSets(t.Namespace).Patch(ctx, t.Name, types.MergePatchType, patch, opts)
+	case "ControllerRevision":
+		_, err = apps.ControllerRevisions(t.Namespace).Patch(ctx, t.Name, types.MergePatchType, patch, opts)
 	default:
 		return nil
 	}
