@@ -393,8 +393,13 @@ func TestPinningEphemeralContainersReadTheLiveObject(t *testing.T) {
 		if got := out.Spec.EphemeralContainers[0].EnvFrom[0].ConfigMapRef.Name; got != "app-config" {
 			t.Fatalf("the ephemeral container reads %s", got)
 		}
-		if reads := framework.ReadsConfigMaps(out); slices.Contains(reads, "app-config") {
+		own := out.DeepCopy()
+		own.Spec.EphemeralContainers = nil
+		if reads := framework.ReadsConfigMaps(own); slices.Contains(reads, "app-config") {
 			t.Fatalf("the pod's own containers read %v", reads)
+		}
+		if reads := framework.ReadsConfigMaps(out); !slices.Contains(reads, "app-config") {
+			t.Fatalf("the pod reads %v: its ephemeral container's app-config is not counted", reads)
 		}
 		t.Log("then: the ephemeral container reads app-config itself; the pod's containers still read the snapshot")
 		must(t, framework.Eventually(ctx, 60*time.Second, "the pod reported Unpinned", func(ctx context.Context) (bool, string, error) {
