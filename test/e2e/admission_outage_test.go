@@ -412,3 +412,26 @@ func TestPinningEphemeralContainersReadTheLiveObject(t *testing.T) {
 		t.Log("then: the pod is reported Unpinned (it reads configmap/app-config directly)")
 	})
 }
+
+// The PrometheusRule carries the webhook's alerts only where the webhook pins, and the alerts on
+// revisions waiting for their entry (ours, and kube-apiserver's count of the gate's refusals) with
+// pinning in either mode.
+func TestChartRendersTheWebhookAlertsOnlyInWebhookMode(t *testing.T) {
+	t.Parallel()
+	h := helmCLI(t)
+	for _, mode := range []string{"policy", "webhook"} {
+		out := helmRun(t, h, "template", "cma", chartPath("configmap-attacher"), "-n", "cma", "--set", "pinning.enabled=true", "--set", "pinning.admission="+mode,
+			"--set", "metrics.prometheusRule.enabled=true", "--api-versions", "admissionregistration.k8s.io/v1/MutatingAdmissionPolicy",
+			"--show-only", "templates/prometheusrule.yaml")
+		webhook := strings.Contains(out, "alert: ConfigMapAttacherWebhook")
+		if webhook != (mode == "webhook") {
+			t.Errorf("pinning.admission=%s: the webhook's alerts rendered: %v", mode, webhook)
+		}
+		for _, alert := range []string{"ConfigMapAttacherPinningRevisionWaiting", "ConfigMapAttacherPinningPodsRefused", "ConfigMapAttacherPodsUnpinned"} {
+			if !strings.Contains(out, "alert: "+alert) {
+				t.Errorf("pinning.admission=%s: no alert %s", mode, alert)
+			}
+		}
+	}
+	t.Log("then: the webhook's alerts in webhook mode only; the waiting revisions' in both")
+}
