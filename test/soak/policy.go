@@ -158,7 +158,7 @@ func (s *soak) policyRefusal(e refusal) (string, bool) {
 	_, ns, _ := splitKey(e.object)
 	key := m[1] + m[2]
 	seen, ok := s.pin.entries.entrySeen(ns, key)
-	if gone := s.pin.tablesGone[ns]; ok && e.last.After(seen.Add(settleMargin)) && (gone == nil || !gone.covers(e.last)) {
+	if gone := s.pin.tablesAway[ns]; ok && e.last.After(seen.Add(settleMargin)) && (gone == nil || !gone.covers(e.last)) {
 		return fmt.Sprintf("after its revision's entry was in the PinTable (seen %s)", seen.Format(time.TimeOnly)), true
 	}
 	uid, _, _ := strings.Cut(e.id, "/")
@@ -197,7 +197,7 @@ func (s *soak) crdDelete(ctx context.Context) (string, error) {
 	}
 	start := time.Now()
 	for _, ns := range namespaces {
-		s.pin.tablesGone[ns].open(start)
+		s.pin.tablesAway[ns].open(start)
 	}
 	if err := s.c.DeletePinTableCRD(ctx); err != nil {
 		return "", err
@@ -214,7 +214,7 @@ func (s *soak) crdDelete(ctx context.Context) (string, error) {
 		if err := s.waitEntries(ctx, ns, "", before[ns]); err != nil {
 			return "", err
 		}
-		s.pin.tablesGone[ns].close(time.Now())
+		s.pin.tablesAway[ns].close(time.Now())
 	}
 	return fmt.Sprintf("PinTable CRD deleted and applied again in %s; every namespace's entries put back after %s",
 		applied.Round(100*time.Millisecond), time.Since(start).Round(100*time.Millisecond)), nil
@@ -237,7 +237,7 @@ func (s *soak) tableDelete(ctx context.Context, ns string, pick uint64) (string,
 		return "", err
 	}
 	start := time.Now()
-	s.pin.tablesGone[ns].open(start)
+	s.pin.tablesAway[ns].open(start)
 	err = s.c.Dynamic.Resource(policy.GVR).Namespace(ns).Delete(ctx, name, metav1.DeleteOptions{})
 	if err != nil && !apierrors.IsNotFound(err) {
 		return "", err
@@ -245,7 +245,7 @@ func (s *soak) tableDelete(ctx context.Context, ns string, pick uint64) (string,
 	if err := s.waitEntries(ctx, ns, "", before); err != nil {
 		return "", err
 	}
-	s.pin.tablesGone[ns].close(time.Now())
+	s.pin.tablesAway[ns].close(time.Now())
 	return fmt.Sprintf("PinTable %s/%s (%d of %d tables, %d entries) deleted; its entries back after %s", ns, name, index(pick, len(names))+1, len(names),
 		len(before), time.Since(start).Round(10*time.Millisecond)), nil
 }
@@ -315,4 +315,19 @@ func (s *soak) liveRevisionKeys(ctx context.Context, ns string) (map[string]bool
 		}
 	}
 	return out, nil
+}
+
+// policiesBack waits, after kube-apiserver restarted, until its admission policies read every
+// namespace's tables again (the mutating policy marks a pod: WaitPolicyEffective), and closes the
+// window. Until then (its PinTable informer not synced, the kind not resolved yet: seconds to tens of
+// seconds on a loaded machine) the policies that read the tables fail open and the gate refuses the
+// pods of revisions that read config, whether their entries are written or not; none is admitted
+// unpinned.
+func (s *soak) policiesBack(ctx context.Context) {
+	for _, ns := range namespaces {
+		if err := s.c.WaitPolicyEffective(ctx, ns); err != nil {
+			fmt.Printf("      note: the admission policies not effective again in %s: %v\n", ns, err)
+		}
+		s.pin.tablesAway[ns].close(time.Now())
+	}
 }

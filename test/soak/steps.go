@@ -510,6 +510,12 @@ func (s *soak) execute(ctx context.Context, p plan) (string, error) {
 	case actAPIServer:
 		start := time.Now()
 		s.pin.disrupted.open(start)
+		if s.admissionPolicy() {
+			for _, ns := range namespaces {
+				s.pin.tablesAway[ns].open(start)
+			}
+			defer s.policiesBack(ctx)
+		}
 		if err := s.c.RestartAPIServer(ctx, io.Discard); err != nil {
 			return "", err
 		}
