@@ -16,7 +16,10 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/dynamic"
+	"k8s.io/client-go/tools/clientcmd"
 	"k8s.io/utils/ptr"
 
 	"github.com/configmap-attacher/configmap-attacher/internal/api"
@@ -434,4 +437,50 @@ func TestChartRendersTheWebhookAlertsOnlyInWebhookMode(t *testing.T) {
 		}
 	}
 	t.Log("then: the webhook's alerts in webhook mode only; the waiting revisions' in both")
+}
+
+// With the chart, only the controller's ServiceAccount writes PinTables, and only values that name a
+// snapshot of the object they map: anyone else who may create a PinTable (an administrator, here)
+// cannot point a revision's pods at another ConfigMap or Secret of the namespace.
+func TestChartLetsOnlyTheControllerWritePinTables(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	ns := givenNamespace(t, "e2e-pintables")
+	appNS := givenNamespace(t, "e2e-pintables-app")
+	must(t, e2e.cluster.EnsurePinTableCRD(ctx, e2e.root))
+	r := installChart(t, "cma-tables", ns, "watchNamespaces={"+appNS+"}", "pinning.enabled=true", "pinning.admission=policy")
+	table := func(name, value string) *unstructured.Unstructured {
+		return &unstructured.Unstructured{Object: map[string]any{
+			"apiVersion": policy.Group + "/" + policy.Version, "kind": policy.Kind,
+			"metadata": map[string]any{"name": name, "labels": map[string]any{policy.TableLabel: policy.TableValue}},
+			"spec":     map[string]any{"revisions": map[string]any{"rs-1": map[string]any{"revision": "ReplicaSet/web-1", "configMaps": map[string]any{"app-config": value}}}},
+		}}
+	}
+	create := func(client dynamic.Interface, name, value string) error {
+		var err error
+		// kube-apiserver loads a new policy about a second after Helm created it.
+		for start := time.Now(); time.Since(start) < 30*time.Second; time.Sleep(time.Second) {
+			_, err = client.Resource(policy.GVR).Namespace(appNS).Create(ctx, table(name, value), metav1.CreateOptions{DryRun: []string{metav1.DryRunAll}})
+			if err != nil && strings.Contains(err.Error(), "ValidatingAdmissionPolicy") {
+				return err
+			}
+		}
+		return err
+	}
+	err := create(e2e.cluster.Dynamic, "pins", "app-config-0123456789")
+	if err == nil || !strings.Contains(err.Error(), "PinTables are written by configmap-attacher alone") {
+		t.Fatalf("an administrator's PinTable: %v, want refused naming the controller's ServiceAccount", err)
+	}
+	t.Logf("then: an administrator's PinTable is refused: %v", err)
+	cfg, err := clientcmd.BuildConfigFromFlags("", serviceAccountKubeconfig(t, ns, r.fullname()))
+	must(t, err)
+	sa, err := dynamic.NewForConfig(cfg)
+	must(t, err)
+	if err := create(sa, "pins", "db-password-0123456789"); err == nil || !strings.Contains(err.Error(), "names a snapshot of the object it maps") {
+		t.Fatalf("the controller's PinTable mapping app-config to db-password's snapshot: %v, want refused", err)
+	}
+	if _, err := sa.Resource(policy.GVR).Namespace(appNS).Create(ctx, table("pins", "app-config-0123456789"), metav1.CreateOptions{DryRun: []string{metav1.DryRunAll}}); err != nil {
+		t.Fatalf("the controller's PinTable mapping app-config to a snapshot of it: %v", err)
+	}
+	t.Log("then: as the controller's ServiceAccount, a value naming another object's snapshot is refused, one naming a snapshot of the object admitted")
 }
