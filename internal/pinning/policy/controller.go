@@ -412,11 +412,6 @@ func (c *Controller) sync(ctx context.Context, ns string) (reconcile.Result, err
 		if _, ok := d.Entries[key]; ok {
 			continue
 		}
-		if _, ok := byKey[key]; ok {
-			// A revision the cache shows whose entry could not be refreshed: kept as it is.
-			d.Entries[key], d.Routes[key] = e, existing.routes[key]
-			continue
-		}
 		gone, route, err := c.gone(ctx, ns, key, e)
 		if err != nil {
 			errs = append(errs, err)
