@@ -4,6 +4,7 @@ import (
 	"context"
 	"flag"
 	"fmt"
+	"time"
 
 	"k8s.io/client-go/tools/cache"
 
@@ -28,14 +29,17 @@ type AdmissionOptions struct {
 	// ApplyPolicies: the controller writes the policies (as it writes the webhook's configuration at
 	// -webhook-url); the chart renders them itself and turns this off.
 	ApplyPolicies bool
-	// TableMaxBytes bounds a PinTable's spec; beyond, workloads are split off into tables of their own.
+	// TableMaxBytes bounds a PinTable's spec; beyond, workloads are split off into shards.
 	TableMaxBytes int
+	// WaitWarning: a revision that wants pods and has had no entry for longer gets a Warning Event on
+	// its workload and counts in configmap_attacher_pin_revisions_waiting.
+	WaitWarning time.Duration
 	// resolved is Mode once the API server was asked (Run).
 	resolved policy.Mode
 }
 
 func defaultAdmissionOptions() AdmissionOptions {
-	return AdmissionOptions{Mode: string(policy.Auto), ApplyPolicies: true, TableMaxBytes: policy.DefaultMaxTableBytes}
+	return AdmissionOptions{Mode: string(policy.Auto), ApplyPolicies: true, TableMaxBytes: policy.DefaultMaxTableBytes, WaitWarning: policy.DefaultWaitWarning}
 }
 
 func (a *AdmissionOptions) addFlags(fs *flag.FlagSet) {
@@ -43,7 +47,9 @@ func (a *AdmissionOptions) addFlags(fs *flag.FlagSet) {
 		"Kubernetes 1.36+), webhook (this controller's webhook), or auto: policy where the API server serves mutatingadmissionpolicies in admissionregistration.k8s.io/v1, else webhook (docs/pinning.md)")
 	fs.StringVar(&a.PolicyName, "admission-policy-name", a.PolicyName, "name of the admission policies and their bindings (policy mode; default: -webhook-configuration-name)")
 	fs.BoolVar(&a.ApplyPolicies, "apply-admission-policies", a.ApplyPolicies, "write the admission policies and their bindings in policy mode (the chart renders them itself and sets this to false)")
-	fs.IntVar(&a.TableMaxBytes, "pinning-table-max-bytes", a.TableMaxBytes, "the largest PinTable spec written, in bytes; beyond, a namespace's workloads are split off into tables of their own")
+	fs.IntVar(&a.TableMaxBytes, "pinning-table-max-bytes", a.TableMaxBytes, "the largest PinTable spec written, in bytes; beyond, a namespace's workloads are split off into shards (pins-1, pins-2, ...)")
+	fs.DurationVar(&a.WaitWarning, "pinning-wait-warning", a.WaitWarning, "a revision that wants pods and has had no PinTable entry for longer gets a PinEntryWaiting Warning Event on its workload "+
+		"and counts in configmap_attacher_pin_revisions_waiting (its pods are refused meanwhile)")
 }
 
 func (a *AdmissionOptions) validate() []string {
@@ -53,6 +59,9 @@ func (a *AdmissionOptions) validate() []string {
 	}
 	if a.TableMaxBytes < 4096 {
 		errs = append(errs, fmt.Sprintf("-pinning-table-max-bytes %d is too small: give at least 4096 (1 MiB by default)", a.TableMaxBytes))
+	}
+	if a.WaitWarning <= 0 {
+		errs = append(errs, fmt.Sprintf("-pinning-wait-warning %s: give a positive duration (%s by default)", a.WaitWarning, policy.DefaultWaitWarning))
 	}
 	return errs
 }
@@ -99,8 +108,8 @@ func newAdmission(ctx context.Context, o *Options, clients *kube.Clients, cs *ca
 		return nil, kube.Explain(err)
 	}
 	if a.resolved == policy.Webhook && o.Pinning.URL == "" && o.Pinning.Service == "" {
-		return nil, fmt.Errorf("-pinning-admission=%s chose the webhook (the API server does not serve mutatingadmissionpolicies in admissionregistration.k8s.io/v1): "+
-			"give -webhook-url=https://127.0.0.1:PORT or -webhook-service=NAMESPACE/NAME", a.Mode)
+		return nil, fmt.Errorf("-pinning-admission=%s chose the webhook (the API server does not serve mutatingadmissionpolicies in admissionregistration.k8s.io/v1, "+
+			"or the PinTable CRD is not installed): give -webhook-url=https://127.0.0.1:PORT or -webhook-service=NAMESPACE/NAME, or apply the CRD", a.Mode)
 	}
 	log := logging.FromContext(ctx)
 	log.Info("pinning admission", "mode", a.resolved, "asked", a.Mode)
@@ -116,15 +125,12 @@ func newAdmission(ctx context.Context, o *Options, clients *kube.Clients, cs *ca
 		}
 	}
 	switch {
-	case a.resolved == policy.Policy && !served:
-		return nil, fmt.Errorf("policy mode needs the PinTable CRD (%s.%s): apply charts/configmap-attacher/crds/pintables.yaml (Helm installs it with the chart, but only at install, not on upgrade)",
-			policy.Resource, policy.Group)
-	case !served || !policyServed:
+	case !served || !policyServed: // policy mode has both (Resolve)
 		return adm, nil // webhook mode with no policy mode to switch to
 	}
 	adm.table, err = policy.New(cs, policy.Clients{Kube: clients.Kube, Dynamic: clients.Dynamic, Metadata: clients.Metadata},
 		&pinning.Taker{Kube: clients.Kube, Writer: writer}, events.Recorder, m,
-		policy.Options{Take: a.resolved == policy.Policy, MaxTableBytes: a.TableMaxBytes, Namespaces: o.Namespaces})
+		policy.Options{Take: a.resolved == policy.Policy, MaxTableBytes: a.TableMaxBytes, Namespaces: o.Namespaces, WaitWarning: a.WaitWarning})
 	if err != nil {
 		return nil, err
 	}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 	"time"
 
@@ -81,7 +82,7 @@ func New(c *caches.Caches, taker *Taker, events record.EventRecorder, m *metrics
 		return nil, err
 	}
 	if pods, ok := c.Users[caches.Pod]; ok {
-		if err := pods.AddEventHandlerAfterFirstList(cache.ResourceEventHandlerFuncs{AddFunc: ctl.enqueueAudit}); err != nil {
+		if err := pods.AddEventHandlerAfterFirstList(cache.ResourceEventHandlerFuncs{AddFunc: ctl.enqueueAudit, UpdateFunc: ctl.enqueueAuditIfReadsMore}); err != nil {
 			return nil, err
 		}
 	}
@@ -171,6 +172,16 @@ func (c *Controller) enqueueUsers(ns string, r refs.Ref) {
 
 func driftKey(kind refs.Kind, ns, name string) string {
 	return fmt.Sprintf("drift/%s/%s/%s", kind, ns, name)
+}
+
+// enqueueAuditIfReadsMore queues a pod for the audit again when it reads an object it did not: an
+// ephemeral container (kubectl debug), added by an update that no admission of pinning sees.
+func (c *Controller) enqueueAuditIfReadsMore(old, cur any) {
+	o, okO := caches.UserOf(old)
+	n, okN := caches.UserOf(cur)
+	if okO && okN && slices.ContainsFunc(n.Refs, func(r refs.Ref) bool { return !slices.Contains(o.Refs, r) }) {
+		c.enqueueAudit(cur)
+	}
 }
 
 // enqueueAudit queues a new pod for the audit: through the queue, because its workers start only
@@ -412,7 +423,7 @@ func (c *Controller) auditPod(key string) {
 	}
 	if reads := c.unpinned(u); len(reads) > 0 {
 		c.event(&corev1.ObjectReference{APIVersion: "v1", Kind: "Pod", Namespace: u.Namespace, Name: u.Name, UID: u.UID}, corev1.EventTypeWarning, ReasonUnpinned,
-			"reads "+strings.Join(reads, ", ")+" directly, not its revision's snapshot: it sees every change to it (created before pinning, or while the webhook was unreachable)")
+			"reads "+strings.Join(reads, ", ")+" directly, not its revision's snapshot: it sees every change to it (created before pinning, or while the webhook was unreachable; or an ephemeral container reads it)")
 	}
 }
 

@@ -319,3 +319,38 @@ func TestUnpinnedPodsAreThoseOfPinningNamespaces(t *testing.T) {
 		t.Errorf("unpinned pods %v, want %v", got, want)
 	}
 }
+
+// A pod debugged with an ephemeral container that reads a pinned object by its own name is audited
+// again (the update adds a reference no admission of pinning saw); an update that adds no reference
+// (a status change) is not.
+func TestAnEphemeralContainerReadingMoreBringsThePodBackToTheAudit(t *testing.T) {
+	reduce := func(p *corev1.Pod) *caches.User {
+		u, err := caches.Reduce(p)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return u
+	}
+	before := pod(controlledBy("ReplicaSet", "web-5d8f", "rs-uid"), nil)
+	before.Name = "web-a"
+	debugged := before.DeepCopy()
+	debugged.Spec.EphemeralContainers = []corev1.EphemeralContainer{{EphemeralContainerCommon: corev1.EphemeralContainerCommon{Name: "debugger",
+		EnvFrom: []corev1.EnvFromSource{{ConfigMapRef: &corev1.ConfigMapEnvSource{LocalObjectReference: corev1.LocalObjectReference{Name: "other-config"}}}}}}}
+	restarted := before.DeepCopy()
+	restarted.Status.Phase = corev1.PodRunning
+	cs := caches.NewForTest(nil, nil)
+	cs.Pinning = caches.NewPinningForTest(nil, nil, ns)
+	c, err := New(cs, nil, record.NewFakeRecorder(5), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		cur  *corev1.Pod
+		want int
+	}{{restarted, 0}, {debugged, 1}} {
+		c.enqueueAuditIfReadsMore(reduce(before), reduce(tc.cur))
+		if got := c.loop.Queue.Len(); got != tc.want {
+			t.Errorf("%d keys queued, want %d", got, tc.want)
+		}
+	}
+}

@@ -21,9 +21,12 @@ import (
 const WebhookName = "pin-pods.configmap-attacher.io"
 
 // MatchOwnedByARevision is the CEL match condition that sends only pods a ReplicaSet, StatefulSet or
-// DaemonSet controls to the webhook (the chart carries the same expression).
+// DaemonSet of apps/v1 controls to the webhook and the admission policies (the chart carries the same
+// expression). apps/v1 only: OpenKruise's Advanced StatefulSet and DaemonSet (apps.kruise.io) share the
+// kinds, and their revisions are none of ours (policy.RevisionOf): their pods are admitted unchanged in
+// both modes, never refused waiting for an entry no controller of ours writes.
 const MatchOwnedByARevision = `has(object.metadata.ownerReferences) && object.metadata.ownerReferences.exists(r, ` +
-	`has(r.controller) && r.controller && (r.kind == 'ReplicaSet' || r.kind == 'StatefulSet' || r.kind == 'DaemonSet'))`
+	`has(r.controller) && r.controller && r.apiVersion == 'apps/v1' && (r.kind == 'ReplicaSet' || r.kind == 'StatefulSet' || r.kind == 'DaemonSet'))`
 
 // MatchNotPinnedByThePolicy is the CEL match condition that skips a pod pinning's mutating admission
 // policy has admitted (api.PolicyAdmittedAnnotation holds the pod's own revision key, which its

@@ -145,8 +145,8 @@ type Use struct {
 
 // Uses lists every place the pod spec names a ConfigMap or Secret, in spec order: volumes (configMap,
 // secret, projected sources, and the Secret of csi, azureFile, cephfs, cinder, flexVolume, iscsi,
-// rbd, scaleIO and storageos volumes), imagePullSecrets, then for initContainers and containers their
-// envFrom and env valueFrom. Empty names are skipped: the API server rejects them anyway and they
+// rbd, scaleIO and storageos volumes), imagePullSecrets, then for initContainers, containers and
+// ephemeralContainers their envFrom and env valueFrom. Empty names are skipped: the API server rejects them anyway and they
 // cannot be attached.
 func Uses(spec *corev1.PodSpec) []Use {
 	if spec == nil {
@@ -207,31 +207,40 @@ func Uses(spec *corev1.PodSpec) []Use {
 	for i, s := range spec.ImagePullSecrets {
 		add(Secret, s.Name, "imagePullSecrets", i, "name")
 	}
-	containers := func(field string, cs []corev1.Container) {
-		for i, c := range cs {
-			for j, e := range c.EnvFrom {
-				if e.ConfigMapRef != nil {
-					addOptional(ConfigMap, e.ConfigMapRef.Name, nil, e.ConfigMapRef.Optional, field, i, "envFrom", j, "configMapRef", "name")
-				}
-				if e.SecretRef != nil {
-					addOptional(Secret, e.SecretRef.Name, nil, e.SecretRef.Optional, field, i, "envFrom", j, "secretRef", "name")
-				}
+	env := func(field string, i int, envFrom []corev1.EnvFromSource, env []corev1.EnvVar) {
+		for j, e := range envFrom {
+			if e.ConfigMapRef != nil {
+				addOptional(ConfigMap, e.ConfigMapRef.Name, nil, e.ConfigMapRef.Optional, field, i, "envFrom", j, "configMapRef", "name")
 			}
-			for j, e := range c.Env {
-				if e.ValueFrom == nil {
-					continue
-				}
-				if r := e.ValueFrom.ConfigMapKeyRef; r != nil {
-					addOptional(ConfigMap, r.Name, []string{r.Key}, r.Optional, field, i, "env", j, "valueFrom", "configMapKeyRef", "name")
-				}
-				if r := e.ValueFrom.SecretKeyRef; r != nil {
-					addOptional(Secret, r.Name, []string{r.Key}, r.Optional, field, i, "env", j, "valueFrom", "secretKeyRef", "name")
-				}
+			if e.SecretRef != nil {
+				addOptional(Secret, e.SecretRef.Name, nil, e.SecretRef.Optional, field, i, "envFrom", j, "secretRef", "name")
+			}
+		}
+		for j, e := range env {
+			if e.ValueFrom == nil {
+				continue
+			}
+			if r := e.ValueFrom.ConfigMapKeyRef; r != nil {
+				addOptional(ConfigMap, r.Name, []string{r.Key}, r.Optional, field, i, "env", j, "valueFrom", "configMapKeyRef", "name")
+			}
+			if r := e.ValueFrom.SecretKeyRef; r != nil {
+				addOptional(Secret, r.Name, []string{r.Key}, r.Optional, field, i, "env", j, "valueFrom", "secretKeyRef", "name")
 			}
 		}
 	}
-	containers("initContainers", spec.InitContainers)
-	containers("containers", spec.Containers)
+	for i, c := range spec.InitContainers {
+		env("initContainers", i, c.EnvFrom, c.Env)
+	}
+	for i, c := range spec.Containers {
+		env("containers", i, c.EnvFrom, c.Env)
+	}
+	// Ephemeral containers (kubectl debug) are added to a running pod through its ephemeralcontainers
+	// subresource, an update no admission of pinning sees (the webhook and the policies pin at
+	// creation): what they read, they read by its own name. Listed so that what uses an object counts
+	// them (in-use protection, the Unpinned audit); never rewritten (InVolumesOrEnv is false).
+	for i, c := range spec.EphemeralContainers {
+		env("ephemeralContainers", i, c.EnvFrom, c.Env)
+	}
 	return out
 }
 

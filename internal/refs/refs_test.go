@@ -190,3 +190,35 @@ func TestReads(t *testing.T) {
 		t.Error("FromPodSpec must still list the image pull Secret: attach and in-use protection keep it")
 	}
 }
+
+// An ephemeral container (kubectl debug) reading config: listed, so that what uses the object counts
+// it, but never where pinning rewrites (it is added by an update no admission of pinning sees) nor
+// among what the workload's containers read.
+func TestUsesListsEphemeralContainersNeverToRewrite(t *testing.T) {
+	spec := &corev1.PodSpec{
+		Containers: []corev1.Container{{Name: "app"}},
+		EphemeralContainers: []corev1.EphemeralContainer{{EphemeralContainerCommon: corev1.EphemeralContainerCommon{Name: "debugger",
+			EnvFrom: []corev1.EnvFromSource{{ConfigMapRef: &corev1.ConfigMapEnvSource{LocalObjectReference: corev1.LocalObjectReference{Name: "app-config"}}}},
+			Env: []corev1.EnvVar{{Name: "TOKEN", ValueFrom: &corev1.EnvVarSource{SecretKeyRef: &corev1.SecretKeySelector{
+				LocalObjectReference: corev1.LocalObjectReference{Name: "token"}, Key: "t"}}}},
+		}}},
+	}
+	uses := Uses(spec)
+	var paths []string
+	for _, u := range uses {
+		paths = append(paths, u.Kind.Resource()+" "+u.Path.String())
+		if u.Path.InVolumesOrEnv() || u.Path.InEnv() {
+			t.Errorf("%s: an ephemeral container's reference counts as one pinning rewrites", u.Path)
+		}
+	}
+	want := []string{"configmaps ephemeralContainers[0].envFrom[0].configMapRef.name", "secrets ephemeralContainers[0].env[0].valueFrom.secretKeyRef.name"}
+	if !reflect.DeepEqual(paths, want) {
+		t.Errorf("uses %v, want %v", paths, want)
+	}
+	if set := FromPodSpec(spec); !set.Has(Ref{Kind: ConfigMap, Name: "app-config"}) || !set.Has(Ref{Kind: Secret, Name: "token"}) {
+		t.Errorf("FromPodSpec %v: the pod uses what its ephemeral container reads", set.Sorted())
+	}
+	if r := Reads(spec); len(r) != 0 {
+		t.Errorf("Reads %v: an ephemeral container is not what the workload's containers read", r)
+	}
+}

@@ -11,6 +11,8 @@
 //	go run ./test/bench reloader     # 100 workloads' ConfigMaps edited at once: ours beside Reloader
 //	go run ./test/bench scale        # one cluster grown to 1,000, 10,000, 50,000, 150,000 Pods: RSS beside
 //	                                 # kube-controller-manager and the peers, start, storm, restart
+//	go run ./test/bench policy-scale # the scale mix at 1,000 and 50,000 Pods: pod CREATE latency and the API
+//	                                 # server's and etcd's RSS with the admission policies and tables ÷ without
 //
 // The peers (the original configmap-attacher, configmap-rs-operator, Reloader) are built by
 // `hack/tools/build.sh peers` into _output/tools/bin; a scenario leaves out those not built.
@@ -115,8 +117,10 @@ func run(ctx context.Context, args []string) error {
 		"e.g. the sizing table's soft limit for the largest step and Go's default GC target (\"GOMEMLIMIT=224MiB,-gc-percent=100\")")
 	profiles := fs.String("scale-profiles", "", "scale: keep our controller's heap profile at each measurement in this directory")
 	controllerFlags := fs.String("controller-flags", "", "extra flags for the controller, space-separated (e.g. \"-workers=16 -kube-api-qps=300\")")
+	policySteps := fs.String("policy-steps", "1000,50000", "policy-scale: Pod counts to grow the cluster to, ascending, comma-separated")
+	policyProbes := fs.Int("policy-probes", 1000, "policy-scale: pods created one at a time for each latency figure")
 	if len(args) == 0 {
-		return fmt.Errorf("usage: bench job|controller|memory|webhook|reloader|scale [flags], or bench scale-plot [-scale-out DIR] scale.md...")
+		return fmt.Errorf("usage: bench job|controller|memory|webhook|reloader|scale|policy-scale [flags], or bench scale-plot [-scale-out DIR] scale.md...")
 	}
 	scenario := args[0]
 	if err := fs.Parse(args[1:]); err != nil {
@@ -127,6 +131,10 @@ func run(ctx context.Context, args []string) error {
 		return err
 	}
 	steps, err := ascending("-scale-steps", *scaleSteps)
+	if err != nil {
+		return err
+	}
+	pSteps, err := ascending("-policy-steps", *policySteps)
 	if err != nil {
 		return err
 	}
@@ -142,6 +150,16 @@ func run(ctx context.Context, args []string) error {
 	if *kubeconfig == "" {
 		// Room for the pods of 500 Rollouts during a canary.
 		os.Setenv("CLUSTER_NODES", "12")
+		if scenario == "policy-scale" {
+			// The scale scenario's cluster tuning, a cluster of its own.
+			name = "policy-scale"
+			os.Setenv("CLUSTER_NODES", "1")
+			os.Setenv("CLUSTER_KWOKCTL_CONFIG", filepath.Join(root, "test/bench/scale-kwokctl.yaml"))
+			os.Setenv("ROLLOUTS_CONTROLLER_ARGS", "--qps 300 --burst 600 --rollout-threads 20")
+			if err := framework.DeleteCluster(ctx, root, name, os.Stderr); err != nil {
+				return fmt.Errorf("deleting the policy-scale cluster of an earlier run: %w", err)
+			}
+		}
 		if scenario == "scale" {
 			// A cluster of its own, tuned for size (test/bench/scale-kwokctl.yaml); it adds its nodes.
 			name = "scale"
@@ -217,6 +235,8 @@ func run(ctx context.Context, args []string) error {
 		return err
 	case "reloader":
 		return e.againstReloader(ctx, *workloads, *keep)
+	case "policy-scale":
+		return e.policyScale(ctx, pSteps, *policyProbes)
 	case "scale":
 		variants, err := parseWatchVariants(*watchVariants)
 		if err != nil {
@@ -225,7 +245,7 @@ func run(ctx context.Context, args []string) error {
 		return e.scale(ctx, scaleOptions{watchVariants: variants, steps: steps, stormRollouts: *stormRollouts, webhookPods: *webhookPods, inFlight: *inFlight,
 			pending: *pending, outDir: inRepo(root, *scaleOut), budget: *budget, peersMax: *peersMax, keep: *keep, resume: *resume})
 	}
-	return fmt.Errorf("unknown scenario %q: job, controller, memory, webhook, reloader or scale", scenario)
+	return fmt.Errorf("unknown scenario %q: job, controller, memory, webhook, reloader, scale or policy-scale", scenario)
 }
 
 // inRepo makes a relative path relative to the repository.

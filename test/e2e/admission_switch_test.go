@@ -18,6 +18,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/watch"
 
+	"github.com/configmap-attacher/configmap-attacher/internal/pinning/policy"
 	"github.com/configmap-attacher/configmap-attacher/internal/workload"
 	"github.com/configmap-attacher/configmap-attacher/test/framework"
 )
@@ -55,6 +56,13 @@ func watchPods(t *testing.T, ns string) *podLedger {
 	}()
 	t.Cleanup(cancel)
 	return l
+}
+
+// snapshot is how many pods were created so far, and the unpinned ones.
+func (l *podLedger) snapshot() (int, []string) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.created, slices.Clone(l.unpinned)
 }
 
 // result stops the watch: how many pods were created, and the unpinned ones.
@@ -268,26 +276,35 @@ func TestPolicyUninstallTakesTheBindingsOutFirst(t *testing.T) {
 		t.Fatalf("pod creations refused during the uninstall: %s", strings.Join(append(waiting, other...), "; "))
 	}
 	ar := e2e.cluster.Kube.AdmissionregistrationV1()
+	tables := policy.TablesPolicyName(r.fullname())
 	for what, get := range map[string]func() error{
-		"MutatingAdmissionPolicyBinding": func() error {
+		"MutatingAdmissionPolicyBinding " + r.fullname(): func() error {
 			_, err := ar.MutatingAdmissionPolicyBindings().Get(ctx, r.fullname(), metav1.GetOptions{})
 			return err
 		},
-		"ValidatingAdmissionPolicyBinding": func() error {
+		"ValidatingAdmissionPolicyBinding " + r.fullname(): func() error {
 			_, err := ar.ValidatingAdmissionPolicyBindings().Get(ctx, r.fullname(), metav1.GetOptions{})
 			return err
 		},
-		"MutatingAdmissionPolicy": func() error {
+		"ValidatingAdmissionPolicyBinding " + tables: func() error {
+			_, err := ar.ValidatingAdmissionPolicyBindings().Get(ctx, tables, metav1.GetOptions{})
+			return err
+		},
+		"MutatingAdmissionPolicy " + r.fullname(): func() error {
 			_, err := ar.MutatingAdmissionPolicies().Get(ctx, r.fullname(), metav1.GetOptions{})
 			return err
 		},
-		"ValidatingAdmissionPolicy": func() error {
+		"ValidatingAdmissionPolicy " + r.fullname(): func() error {
 			_, err := ar.ValidatingAdmissionPolicies().Get(ctx, r.fullname(), metav1.GetOptions{})
+			return err
+		},
+		"ValidatingAdmissionPolicy " + tables: func() error {
+			_, err := ar.ValidatingAdmissionPolicies().Get(ctx, tables, metav1.GetOptions{})
 			return err
 		},
 	} {
 		if err := get(); !apierrors.IsNotFound(err) {
-			t.Fatalf("%s %s after uninstall: %v", what, r.fullname(), err)
+			t.Fatalf("%s after uninstall: %v", what, err)
 		}
 	}
 	if left := finalizersIn(t, appNS); len(left) > 0 {

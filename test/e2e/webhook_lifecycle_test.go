@@ -233,18 +233,20 @@ func (c *churned) longestWait(from, to time.Time, alive []corev1.Pod) (time.Dura
 }
 
 // churn deletes a pod of rs every interval until ctx ends, as spot interruptions do: its ReplicaSet
-// creates each again through the pod path.
-func churn(ctx context.Context, rs *appsv1.ReplicaSet, interval time.Duration) *churned {
+// creates each again through the pod path. With more ReplicaSets (others), one of them in turn.
+func churn(ctx context.Context, rs *appsv1.ReplicaSet, interval time.Duration, others ...*appsv1.ReplicaSet) *churned {
 	c := new(churned)
+	all := append([]*appsv1.ReplicaSet{rs}, others...)
 	go func() {
 		tick := time.NewTicker(interval)
 		defer tick.Stop()
-		for {
+		for i := 0; ; i++ {
 			select {
 			case <-ctx.Done():
 				return
 			case <-tick.C:
 			}
+			rs := all[i%len(all)]
 			pods, err := e2e.cluster.PodsOf(ctx, rs)
 			if err != nil || len(pods) == 0 {
 				continue

@@ -108,6 +108,10 @@ type pinningState struct {
 	// revision's entry was missing.
 	entries *entries
 	waited  map[string]int32
+	// tablesAway: by namespace, when the API server could not apply its tables: they (or one of them)
+	// were missing (crd-delete, table-delete), until the soak saw them put back; or kube-apiserver
+	// restarted (apiserver-restart), until its policies read the tables again (WaitPolicyEffective).
+	tablesAway map[string]*windows
 }
 
 // pinnedRevision is a revision of a pinned workload as the soak first saw it.
@@ -119,9 +123,10 @@ type pinnedRevision struct {
 
 func newPinningState() *pinningState {
 	p := &pinningState{objects: map[string]map[string]string{}, on: map[string]bool{}, off: map[string]*windows{},
-		policy: "Fail", revisions: map[types.UID]*pinnedRevision{}, allowed: map[string]bool{}, waited: map[string]int32{}}
+		policy: "Fail", revisions: map[types.UID]*pinnedRevision{}, allowed: map[string]bool{}, waited: map[string]int32{}, tablesAway: map[string]*windows{}}
 	for _, ns := range namespaces {
 		p.off[ns] = &windows{}
+		p.tablesAway[ns] = &windows{}
 	}
 	return p
 }

@@ -47,13 +47,19 @@ const (
 	actBundleWipe    action = "bundle-wipe"    // the webhook configuration's caBundle emptied, as a replace by another tool does
 	actWebhookPolicy action = "webhook-policy" // failurePolicy Fail <-> Ignore, by a rolling restart
 	actPinToggle     action = "pin-toggle"     // a namespace's pinning label removed for 1–4 steps
+	// Policy mode only (policy.go): a part of ours missing.
+	actCRDDelete    action = "crd-delete"    // the PinTable CRD deleted (every table with it) and applied again
+	actTableDelete  action = "table-delete"  // kubectl delete of a namespace's PinTable or of a shard
+	actOutageDeploy action = "outage-deploy" // every replica killed, then a pinned deploy; back 1–3 steps later
 )
 
 // faultActions are counted as faults.
-var faultActions = []action{actCtlKill, actLeaderKill, actAPIServer, actSpotKill, actCanaryKill, actWebhookKill, actTrigRestart, actCertRotate, actBundleWipe}
+var faultActions = []action{actCtlKill, actLeaderKill, actAPIServer, actSpotKill, actCanaryKill, actWebhookKill, actTrigRestart, actCertRotate, actBundleWipe,
+	actCRDDelete, actTableDelete, actOutageDeploy}
 
 // pinningActions are the pinning steps (the summary counts them).
-var pinningActions = []action{actPinConfig, actCanaryKill, actWebhookKill, actWebhookPolicy, actPinToggle, actCertRotate, actBundleWipe}
+var pinningActions = []action{actPinConfig, actCanaryKill, actWebhookKill, actWebhookPolicy, actPinToggle, actCertRotate, actBundleWipe,
+	actCRDDelete, actTableDelete, actOutageDeploy}
 
 func isFault(a action) bool {
 	for _, f := range faultActions {
@@ -74,6 +80,8 @@ var weights = []struct {
 	{actPinConfig, 10}, {actCanaryKill, 4}, {actWebhookKill, 3}, {actWebhookPolicy, 3}, {actPinToggle, 3},
 	{actCertRotate, 3}, {actBundleWipe, 3},
 	{actTrigEdit, 8}, {actTrigRevert, 5}, {actTrigBurst, 4}, {actTrigPaused, 3}, {actTrigRestart, 3},
+	// Never possible in webhook mode: its draws stay those of the seeds chosen for it.
+	{actCRDDelete, 2}, {actTableDelete, 3}, {actOutageDeploy, 3},
 }
 
 // plan is one step, decided.
@@ -112,6 +120,11 @@ func (s *soak) eligible(a action) []*app {
 		return exists(func(w *app) bool { return w.pinned })
 	case actCanaryKill:
 		return exists(func(w *app) bool { return w.pinned && w.kind == canary })
+	case actOutageDeploy:
+		if s.ctl.down || !s.admissionPolicy() {
+			return nil
+		}
+		return exists(func(w *app) bool { return w.pinned && !w.trigger })
 	case actTrigEdit, actTrigBurst, actTrigRestart, actTrigRevert, actTrigPaused:
 		if s.ctl.down {
 			return nil // a change is judged against a running controller (trig-restart stops it itself)
@@ -148,6 +161,8 @@ func (s *soak) possible(a action) bool {
 		return !s.ctl.down && !s.admissionPolicy() // policy mode: no webhook
 	case actCtlKill, actLeaderKill:
 		return !s.ctl.down
+	case actCRDDelete, actTableDelete:
+		return !s.ctl.down && s.admissionPolicy() // the controller puts the tables back
 	case actPinToggle:
 		return s.pin.offNS == "" // one namespace at a time
 	case actAPIServer:
@@ -202,8 +217,11 @@ func (s *soak) choose() plan {
 		}
 	case actCanaryKill:
 		p.picks = []uint64{s.rnd.r.Uint64()}
-	case actCtlKill:
+	case actCtlKill, actOutageDeploy:
 		p.downFor = 1 + s.rnd.intn(3)
+	case actTableDelete:
+		p.ns = namespaces[s.rnd.intn(len(namespaces))]
+		p.picks = []uint64{s.rnd.r.Uint64()}
 	case actPinToggle:
 		p.ns = namespaces[s.rnd.intn(len(namespaces))]
 		p.downFor = 1 + s.rnd.intn(4)
@@ -257,7 +275,7 @@ func (s *soak) plan(out io.Writer) {
 			p.w.exists = false
 		case actRecreate:
 			p.w.exists = true
-		case actCtlKill:
+		case actCtlKill, actOutageDeploy:
 			s.ctl.down, s.ctl.upAt = true, s.step+p.downFor
 		case actPinToggle:
 			s.pin.offNS, s.pin.onAt = p.ns, s.step+p.downFor
@@ -464,6 +482,12 @@ func (s *soak) execute(ctx context.Context, p plan) (string, error) {
 		s.pin.disrupted.open(time.Now())
 		s.ctl.killAll(s.step + p.downFor)
 		return fmt.Sprintf("both replicas killed (-9); back at step %d", s.step+p.downFor), nil
+	case actOutageDeploy:
+		return s.outageDeploy(ctx, w, s.step+p.downFor)
+	case actCRDDelete:
+		return s.crdDelete(ctx)
+	case actTableDelete:
+		return s.tableDelete(ctx, p.ns, p.picks[0])
 	case actLeaderKill:
 		start := time.Now()
 		s.pin.disrupted.open(start)
@@ -486,6 +510,12 @@ func (s *soak) execute(ctx context.Context, p plan) (string, error) {
 	case actAPIServer:
 		start := time.Now()
 		s.pin.disrupted.open(start)
+		if s.admissionPolicy() {
+			for _, ns := range namespaces {
+				s.pin.tablesAway[ns].open(start)
+			}
+			defer s.policiesBack(ctx)
+		}
 		if err := s.c.RestartAPIServer(ctx, io.Discard); err != nil {
 			return "", err
 		}

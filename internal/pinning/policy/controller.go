@@ -28,6 +28,7 @@ import (
 
 	"github.com/configmap-attacher/configmap-attacher/internal/api"
 	"github.com/configmap-attacher/configmap-attacher/internal/caches"
+	"github.com/configmap-attacher/configmap-attacher/internal/content"
 	"github.com/configmap-attacher/configmap-attacher/internal/logging"
 	"github.com/configmap-attacher/configmap-attacher/internal/metrics"
 	"github.com/configmap-attacher/configmap-attacher/internal/pinning"
@@ -44,11 +45,18 @@ const (
 	ReasonTableFull = "PinTableFull"
 	// ReasonWaiting: the revision reads an object that does not exist yet (and not optionally).
 	ReasonWaiting = "PinWaiting"
+	// ReasonEntryWaiting, on the workload: a revision that wants pods has had no entry for longer than
+	// Options.WaitWarning; its pods are refused meanwhile.
+	ReasonEntryWaiting = "PinEntryWaiting"
 )
 
-// waitRetry is how soon a revision waiting for an object that does not exist is looked at again: the
-// object's creation brings no event when it is not labelled for pinning.
-const waitRetry = 2 * time.Second
+// DefaultWaitWarning is Options.WaitWarning's default.
+const DefaultWaitWarning = 2 * time.Minute
+
+// flushEvery: a pass over a namespace's revisions (a read of each new revision's objects) writes the
+// entries it has made so far at least this often, so that a namespace just labelled, or our return
+// after an outage, does not keep every revision waiting for the slowest.
+const flushEvery = time.Second
 
 // errNotYet: the entry needs a snapshot the cache does not show yet (its snapshot event brings the
 // namespace back).
@@ -64,6 +72,9 @@ type Options struct {
 	MaxTableBytes int
 	// Namespaces watched (nil: all).
 	Namespaces []string
+	// WaitWarning: a revision that wants pods and has had no entry for longer gets a Warning Event on
+	// its workload and counts in configmap_attacher_pin_revisions_waiting (DefaultWaitWarning when 0).
+	WaitWarning time.Duration
 }
 
 // Clients the table controller uses.
@@ -86,13 +97,38 @@ type Controller struct {
 	tables  *caches.Informer[*unstructured.Unstructured]
 	start   []func(<-chan struct{})
 
+	mu sync.Mutex
 	// written are the tables as this controller last wrote them, by namespace and name: the only
 	// writer's view, newer than the cache until the cache catches up.
-	mu      sync.Mutex
 	written map[string]map[string]written
+	// deleted are the tables the cache saw deleted, by namespace and name: their uid.
+	deleted map[string]map[string]types.UID
+	// known is, by namespace, what this controller last wrote into the tables: what it puts back when
+	// anyone else deletes or edits them.
+	known map[string]knowledge
+	// waits are the revisions without an entry, by namespace and key.
+	waits map[string]map[string]*waiting
+	// clears are the wake-up annotations to take off, by namespace.
+	clears map[string][]clear
 
 	writes   *prometheus.CounterVec
+	restores *prometheus.CounterVec
+	wakes    *prometheus.CounterVec
 	overflow map[string]int // by namespace, the revisions refused an entry for size
+}
+
+// knowledge is what the controller last wrote into a namespace's tables: every entry with its route,
+// and the shard of each workload split off.
+type knowledge struct {
+	entries map[string]Entry
+	routes  map[string]string
+	split   map[string]string
+}
+
+// clear is a wake-up annotation to take off at a time.
+type clear struct {
+	target wakeTarget
+	at     time.Time
 }
 
 // New wires the table controller to the caches (which must include the pinning caches). taker is used
@@ -104,8 +140,12 @@ func New(c *caches.Caches, clients Clients, taker *pinning.Taker, events record.
 	if o.MaxTableBytes <= 0 {
 		o.MaxTableBytes = DefaultMaxTableBytes
 	}
+	if o.WaitWarning <= 0 {
+		o.WaitWarning = DefaultWaitWarning
+	}
 	ctl := &Controller{caches: c, clients: clients, taker: taker, events: events, opts: o,
-		written: map[string]map[string]written{}, overflow: map[string]int{}}
+		written: map[string]map[string]written{}, deleted: map[string]map[string]types.UID{}, known: map[string]knowledge{},
+		waits: map[string]map[string]*waiting{}, clears: map[string][]clear{}, overflow: map[string]int{}}
 	ctl.loop = &reconcile.Loop{Name: Name, Queue: reconcile.NewQueue(Name, m), Sync: ctl.sync, Metrics: m}
 
 	namespaces := o.Namespaces
@@ -140,7 +180,8 @@ func New(c *caches.Caches, clients Clients, taker *pinning.Taker, events record.
 			return nil, err
 		}
 	}
-	if err := ctl.tables.AddEventHandler(handler); err != nil {
+	if err := ctl.tables.AddEventHandler(cache.ResourceEventHandlerFuncs{AddFunc: byNamespace, UpdateFunc: func(_, cur any) { byNamespace(cur) },
+		DeleteFunc: ctl.tableDeleted}); err != nil {
 		return nil, err
 	}
 	err := c.Pinning.Namespaces.AddEventHandler(cache.ResourceEventHandlerFuncs{
@@ -167,6 +208,21 @@ func New(c *caches.Caches, clients Clients, taker *pinning.Taker, events record.
 			ctl.writes.WithLabelValues(op)
 		}
 		m.Registry.MustRegister(ctl.writes)
+		ctl.restores = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "configmap_attacher_pin_table_restores_total",
+			Help: "PinTables put back after someone else deleted or changed them, by what was done to them (deleted, edited)."}, []string{"cause"})
+		for _, cause := range []string{"deleted", "edited"} {
+			ctl.restores.WithLabelValues(cause)
+		}
+		m.Registry.MustRegister(ctl.restores)
+		ctl.wakes = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "configmap_attacher_pin_wakes_total",
+			Help: "Workload controllers woken (an annotation of ours on the revision's ReplicaSet or ControllerRevision, or a StatefulSet) once a revision whose pods were refused got its entry, by kind of workload."},
+			[]string{"kind"})
+		for _, kind := range []string{"ReplicaSet", "StatefulSet", "DaemonSet"} {
+			ctl.wakes.WithLabelValues(kind)
+		}
+		m.Registry.MustRegister(ctl.wakes)
+		m.Gauge("configmap_attacher_pin_revisions_waiting", "Revisions that want pods and have had no PinTable entry for longer than -pinning-wait-warning: their pods are refused.",
+			func() float64 { return float64(ctl.waitingLong(time.Now())) })
 		m.Gauge("configmap_attacher_pin_table_entries", "Revisions with an entry in the PinTables.", func() float64 { return float64(ctl.stats().entries) })
 		m.Gauge("configmap_attacher_pin_table_bytes_max", "The largest PinTable's spec, bytes (a table is split per workload beyond -pinning-table-max-bytes).",
 			func() float64 { return float64(ctl.stats().maxBytes) })
@@ -182,6 +238,26 @@ func New(c *caches.Caches, clients Clients, taker *pinning.Taker, events record.
 			})
 	}
 	return ctl, nil
+}
+
+// tableDeleted remembers a table the cache saw deleted (so that what this controller wrote there is
+// not taken for still there), and queues its namespace.
+func (c *Controller) tableDeleted(obj any) {
+	if d, ok := obj.(cache.DeletedFinalStateUnknown); ok {
+		obj = d.Obj
+	}
+	if m, ok := obj.(metav1.Object); ok {
+		c.mu.Lock()
+		ns, name := m.GetNamespace(), m.GetName()
+		if w, ok := c.written[ns][name]; !ok || w.table != nil || w.deleted != m.GetUID() { // not our own deletion
+			if c.deleted[ns] == nil {
+				c.deleted[ns] = map[string]types.UID{}
+			}
+			c.deleted[ns][name] = m.GetUID()
+		}
+		c.mu.Unlock()
+	}
+	c.enqueue(obj)
 }
 
 // inScope reports whether the namespace is one this controller keeps tables in (-namespaces): the
@@ -234,48 +310,92 @@ func (c *Controller) stats() stats {
 
 func (c *Controller) sync(ctx context.Context, ns string) (reconcile.Result, error) {
 	ctx = logging.NewContext(ctx, logging.FromContext(ctx).With("namespace", ns))
+	var res reconcile.Result
+	var errs []error
+	after := func(d time.Duration) {
+		if d > 0 && (res.RequeueAfter == 0 || d < res.RequeueAfter) {
+			res.RequeueAfter = d
+		}
+	}
+	after(c.clearWakes(ctx, ns, time.Now()))
 	if !c.inScope(ns) || !c.caches.Pinning.Enabled(ns) {
 		// Pinning off (or never on): the policies do not look here. A table stays as it is, so that
 		// turning pinning on again finds every revision that kept its entry answered at once (a table
 		// made anew would leave the namespace's pods refused until it is).
-		return reconcile.Result{}, nil
+		return res, nil
 	}
-	current, err := c.current(ns)
+	live, existing, trusted, err := c.current(ns)
 	if err != nil {
-		return reconcile.Result{}, err
+		return res, err
 	}
-	existing := map[string]Entry{}
-	for _, t := range current {
-		maps.Copy(existing, t.Spec.Revisions)
+	if len(live) == 0 && len(existing.entries) == 0 {
+		// A namespace just labelled: its (empty) table first, before the reads of its revisions.
+		if err := c.apply(ctx, ns, plan(ns, live, Desired{}, c.opts.MaxTableBytes)); err != nil {
+			return res, err
+		}
+		if live, _, _, err = c.current(ns); err != nil {
+			return res, err
+		}
 	}
-	d := Desired{Entries: map[string]Entry{}, Routes: map[string]string{}}
-	var res reconcile.Result
-	var errs []error
-	for _, u := range c.revisions(ns) {
+	d := Desired{Entries: map[string]Entry{}, Routes: map[string]string{}, Split: existing.split}
+	revisions := c.revisions(ns)
+	byKey := map[string]*caches.User{}
+	for _, u := range revisions {
 		rev, _ := RevisionOf(string(u.Kind()), u.Name, u.UID, u.Owner)
-		e, had := existing[rev.Key]
+		byKey[rev.Key] = u
+	}
+	// flush writes what this pass has made so far, the other entries as they are.
+	lastFlush, fresh := time.Now(), 0
+	flush := func() {
+		partial := Desired{Entries: maps.Clone(d.Entries), Routes: maps.Clone(d.Routes), Split: d.Split}
+		for key, e := range existing.entries {
+			if _, ok := partial.Entries[key]; !ok {
+				partial.Entries[key], partial.Routes[key] = e, existing.routes[key]
+			}
+		}
+		if err := c.write(ctx, ns, live, partial, byKey); err != nil {
+			errs = append(errs, err)
+			return
+		}
+		live, _, _, _ = c.current(ns)
+	}
+	for _, u := range revisions {
+		if fresh > 0 && time.Since(lastFlush) >= flushEvery {
+			flush()
+			lastFlush, fresh = time.Now(), 0
+		}
+		rev, _ := RevisionOf(string(u.Kind()), u.Name, u.UID, u.Owner)
+		e, had := existing.entries[rev.Key]
+		now := time.Now()
+		w := c.waitOf(ns, rev.Key)
+		if !had && !w.due(now, u.Generation) {
+			after(w.next.Sub(now))
+			continue
+		}
 		var taken []string
 		var wait string
+		var pods bool
 		var err error
 		if had {
-			e, taken, err = c.refresh(ctx, u, e)
+			e, taken, err = c.refresh(ctx, u, e, trusted)
 		} else {
-			e, taken, wait, err = c.newEntry(ctx, u, rev)
+			e, taken, wait, pods, err = c.newEntry(ctx, u, rev)
 		}
 		switch {
 		case errors.Is(err, errNotYet):
-			res.RequeueAfter = waitRetry
+			after(waitRetry)
 			continue
 		case err != nil:
 			errs = append(errs, err)
 			if had {
-				d.Entries[rev.Key], d.Routes[rev.Key] = existing[rev.Key], rev.Route // keep what it had
+				d.Entries[rev.Key], d.Routes[rev.Key] = existing.entries[rev.Key], rev.Route // keep what it had
 			}
 			continue
 		case wait != "":
+			w = c.stillWaiting(ns, rev.Key, now, u.Generation, pods, wait)
 			c.event(u, corev1.EventTypeNormal, ReasonWaiting, "pods of this revision wait for "+wait+
 				" to exist before configmap-attacher records what they read (they could not start without it)")
-			res.RequeueAfter = waitRetry
+			after(w.next.Sub(now))
 			continue
 		}
 		if len(taken) > 0 {
@@ -283,9 +403,12 @@ func (c *Controller) sync(ctx context.Context, ns string) (reconcile.Result, err
 			c.event(u, corev1.EventTypeNormal, pinning.ReasonPinned, "pods of this revision read "+strings.Join(taken, ", "))
 		}
 		d.Entries[rev.Key], d.Routes[rev.Key] = e, rev.Route
+		if !had {
+			fresh++
+		}
 	}
 	// Entries of revisions the cache no longer shows: removed once the API server agrees they are gone.
-	for key, e := range existing {
+	for key, e := range existing.entries {
 		if _, ok := d.Entries[key]; ok {
 			continue
 		}
@@ -295,15 +418,214 @@ func (c *Controller) sync(ctx context.Context, ns string) (reconcile.Result, err
 		}
 		if !gone || err != nil {
 			d.Entries[key], d.Routes[key] = e, route
-			res.RequeueAfter = waitRetry
+			after(waitRetry)
 		}
 	}
-	p := plan(ns, current, d, c.opts.MaxTableBytes)
-	c.reportOverflow(ns, p.Overflow)
-	if err := c.apply(ctx, ns, p); err != nil {
+	if err := c.write(ctx, ns, live, d, byKey); err != nil {
 		errs = append(errs, err)
 	}
+	after(c.warnWaiting(ns, byKey, time.Now()))
 	return res, errors.Join(errs...)
+}
+
+// write plans the tables for d and applies the plan; then, for the revisions whose entries it made
+// present, it wakes their controllers where their pods were refused, and forgets they waited.
+func (c *Controller) write(ctx context.Context, ns string, live map[string]*Table, d Desired, byKey map[string]*caches.User) error {
+	p := plan(ns, live, d, c.opts.MaxTableBytes)
+	c.reportOverflow(ns, p.Overflow)
+	if err := c.apply(ctx, ns, p); err != nil {
+		return err
+	}
+	written := maps.Clone(d.Entries)
+	for _, key := range p.Overflow {
+		delete(written, key)
+	}
+	var split map[string]string
+	for _, w := range p.Writes {
+		if w.Table.Name == TableName && w.Op != "delete" {
+			split = w.Table.Spec.Split
+		}
+	}
+	if split == nil && live[TableName] != nil {
+		split = live[TableName].Spec.Split
+	}
+	routes := map[string]string{}
+	for key := range written {
+		routes[key] = d.Routes[key]
+	}
+	c.mu.Lock()
+	c.known[ns] = knowledge{entries: written, routes: routes, split: split}
+	c.mu.Unlock()
+
+	now := time.Now()
+	woken := map[wakeTarget]bool{}
+	var errs []error
+	for key := range written {
+		u, ok := byKey[key]
+		if !ok {
+			continue
+		}
+		c.entryWritten(ns, key)
+		if held(live, key) {
+			continue
+		}
+		t, ok := targetOf(u)
+		if !ok || woken[t] || u.CreationTimestamp.IsZero() {
+			continue
+		}
+		f := wakeFacts{age: now.Sub(u.CreationTimestamp.Time)}
+		if f.age >= wakeAge { // read only for those the other facts do not settle
+			missing, err := c.podsMissing(ctx, t)
+			if err != nil && !apierrors.IsNotFound(err) {
+				errs = append(errs, err)
+				continue
+			}
+			f.podsMissing = missing
+		}
+		if !shouldWake(f) {
+			continue
+		}
+		woken[t] = true
+		at := now.UTC().Format(time.RFC3339Nano)
+		if err := c.annotate(ctx, t, &at); err != nil {
+			errs = append(errs, err)
+			continue
+		}
+		logging.FromContext(ctx).Info("woke the controller of a revision whose pods were refused until its entry", "object", t.String(), "revision", u.Name,
+			"waited", f.age.Round(time.Millisecond))
+		if c.wakes != nil {
+			c.wakes.WithLabelValues(t.Workload).Inc()
+		}
+		c.mu.Lock()
+		c.clears[ns] = append(c.clears[ns], clear{target: t, at: now.Add(wakeClear)})
+		c.mu.Unlock()
+		c.loop.Queue.AddAfter(ns, wakeClear)
+	}
+	return errors.Join(errs...)
+}
+
+// held reports whether some table holds the entry key.
+func held(tables map[string]*Table, key string) bool {
+	for _, t := range tables {
+		if _, ok := t.Spec.Revisions[key]; ok {
+			return true
+		}
+	}
+	return false
+}
+
+// clearWakes takes off the wake-up annotations that are due, and returns how soon the next one is.
+func (c *Controller) clearWakes(ctx context.Context, ns string, now time.Time) time.Duration {
+	c.mu.Lock()
+	var due, later []clear
+	for _, cl := range c.clears[ns] {
+		if now.Before(cl.at) {
+			later = append(later, cl)
+		} else {
+			due = append(due, cl)
+		}
+	}
+	c.clears[ns] = later
+	c.mu.Unlock()
+	for _, cl := range due {
+		if err := c.annotate(ctx, cl.target, nil); err != nil {
+			logging.FromContext(ctx).Warn("taking off the wake-up annotation", "object", cl.target.String(), "err", err)
+			c.mu.Lock()
+			c.clears[ns] = append(c.clears[ns], clear{target: cl.target, at: now.Add(wakeClear)})
+			c.mu.Unlock()
+		}
+	}
+	var next time.Duration
+	c.mu.Lock()
+	for _, cl := range c.clears[ns] {
+		if d := cl.at.Sub(now); next == 0 || d < next {
+			next = max(d, time.Millisecond)
+		}
+	}
+	c.mu.Unlock()
+	return next
+}
+
+// waitOf is the waiting state of revision key of ns, nil when it is not waiting.
+func (c *Controller) waitOf(ns, key string) *waiting {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.waits[ns][key]
+}
+
+// stillWaiting records a look at a revision that found it still waiting for what.
+func (c *Controller) stillWaiting(ns, key string, now time.Time, generation int64, pods bool, what string) *waiting {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.waits[ns] == nil {
+		c.waits[ns] = map[string]*waiting{}
+	}
+	w := c.waits[ns][key]
+	if w == nil {
+		w = &waiting{since: now}
+		c.waits[ns][key] = w
+	}
+	w.what = what
+	w.retry(now, generation, pods)
+	return w
+}
+
+// entryWritten forgets that a revision waited.
+func (c *Controller) entryWritten(ns, key string) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	delete(c.waits[ns], key)
+}
+
+// warnWaiting records a Warning Event on the workload of each revision of ns that wants pods and has
+// waited for its entry longer than Options.WaitWarning, once; it forgets revisions gone, and returns
+// how soon the next warning is due.
+func (c *Controller) warnWaiting(ns string, byKey map[string]*caches.User, now time.Time) time.Duration {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	var next time.Duration
+	for key, w := range c.waits[ns] {
+		u, ok := byKey[key]
+		switch {
+		case !ok:
+			delete(c.waits[ns], key)
+			continue
+		case !w.pods || w.warned:
+			continue
+		}
+		if d := w.since.Add(c.opts.WaitWarning).Sub(now); d > 0 {
+			if next == 0 || d < next {
+				next = d
+			}
+			continue
+		}
+		w.warned = true
+		msg := fmt.Sprintf("pods of %s %s are refused: configmap-attacher has had no PinTable entry for it since %s (%s); it waits for %s",
+			u.Kind(), u.Name, w.since.UTC().Format(time.RFC3339), now.Sub(w.since).Round(time.Second), w.what)
+		if u.Owner != nil {
+			c.recordOn(&corev1.ObjectReference{APIVersion: u.Owner.APIVersion, Kind: u.Owner.Kind, Namespace: u.Namespace, Name: u.Owner.Name, UID: u.Owner.UID},
+				corev1.EventTypeWarning, ReasonEntryWaiting, msg)
+		} else {
+			c.event(u, corev1.EventTypeWarning, ReasonEntryWaiting, msg)
+		}
+	}
+	return next
+}
+
+// waitingLong counts the revisions that want pods and have waited for their entry longer than
+// Options.WaitWarning.
+func (c *Controller) waitingLong(now time.Time) int {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	n := 0
+	for _, ws := range c.waits {
+		for _, w := range ws {
+			if w.pods && now.Sub(w.since) > c.opts.WaitWarning {
+				n++
+			}
+		}
+	}
+	return n
 }
 
 // revisions are the namespace's revisions the cache shows: ReplicaSets, and ControllerRevisions of
@@ -329,7 +651,7 @@ func (c *Controller) revisions(ns string) []*caches.User {
 // a pin label put on in the same deploy as the revision is seen, whatever the cache shows yet. It
 // waits (wait names what) while an object the revision cannot start without does not exist: created a
 // moment later, labelled, its pods would otherwise have read it unpinned.
-func (c *Controller) newEntry(ctx context.Context, u *caches.User, rev Revision) (e Entry, taken []string, wait string, err error) {
+func (c *Controller) newEntry(ctx context.Context, u *caches.User, rev Revision) (e Entry, taken []string, wait string, pods bool, err error) {
 	e = Entry{Revision: rev.Kind + "/" + rev.Name}
 	var missing []refs.Ref
 	for _, r := range u.Refs {
@@ -343,7 +665,7 @@ func (c *Controller) newEntry(ctx context.Context, u *caches.User, rev Revision)
 			missing = append(missing, r)
 			continue
 		case err != nil:
-			return e, nil, "", fmt.Errorf("reading %s %s/%s for %s: %w", r.Kind, u.Namespace, r.Name, e.Revision, err)
+			return e, nil, "", false, fmt.Errorf("reading %s %s/%s for %s: %w", r.Kind, u.Namespace, r.Name, e.Revision, err)
 		}
 		if !pinnable(m.Labels) {
 			continue
@@ -356,30 +678,46 @@ func (c *Controller) newEntry(ctx context.Context, u *caches.User, rev Revision)
 			missing = append(missing, r)
 			continue
 		case err != nil:
-			return e, nil, "", err
+			return e, nil, "", false, err
 		case snap == "":
-			return e, nil, "", errNotYet // webhook mode: the taker's snapshot is on its way to the cache
+			return e, nil, "", false, errNotYet // webhook mode: the taker's snapshot is on its way to the cache
 		}
 		e.Pin(r, snap)
 		taken = append(taken, fmt.Sprintf("%s/%s -> %s", strings.ToLower(string(r.Kind)), r.Name, snap))
 	}
 	if len(missing) > 0 {
-		needed, err := c.needed(ctx, u, missing)
+		needed, pods, err := c.needed(ctx, u, missing)
 		if err != nil {
-			return e, nil, "", err
+			return e, nil, "", false, err
 		}
 		if len(needed) > 0 {
-			return e, nil, strings.Join(needed, ", "), nil
+			return e, nil, strings.Join(needed, ", "), pods, nil
 		}
 	}
-	return e, taken, "", nil
+	return e, taken, "", false, nil
 }
 
 // refresh brings an entry up to date with the cache: an object labelled since gets its snapshot, and
 // a revision's pin that changed (a hand-deleted snapshot held for it, replaced) is followed. A mapping
-// is never removed: the cache not showing a snapshot yet is no reason to unpin.
-func (c *Controller) refresh(ctx context.Context, u *caches.User, e Entry) (Entry, []string, error) {
+// this controller wrote (trusted) is never removed: the cache not showing a snapshot yet is no reason
+// to unpin. One it did not write (the tables as it found them at its start) stays only if it names a
+// snapshot of the object it maps: a PinTable written by anyone else cannot point a revision's pods at
+// another object.
+func (c *Controller) refresh(ctx context.Context, u *caches.User, e Entry, trusted bool) (Entry, []string, error) {
 	out := Entry{Revision: e.Revision, ConfigMaps: maps.Clone(e.ConfigMaps), Secrets: maps.Clone(e.Secrets)}
+	if !trusted {
+		for _, kind := range refs.Kinds() {
+			m := out.ConfigMaps
+			if kind == refs.Secret {
+				m = out.Secrets
+			}
+			for name, snap := range m {
+				if !content.IsRevisionOf(snap, name) || !slices.Contains(c.caches.Pinning.SnapshotsOf(u.Namespace, refs.Ref{Kind: kind, Name: name}), snap) {
+					delete(m, name)
+				}
+			}
+		}
+	}
 	var taken []string
 	for _, r := range u.Refs {
 		if snap, ok := c.caches.Pinning.Snapshot(u.Namespace, string(u.UID), r); ok {
@@ -420,24 +758,27 @@ func (c *Controller) pin(ctx context.Context, u *caches.User, r refs.Ref) (strin
 }
 
 // needed are those of the missing objects the revision's pods cannot start without (a use that is not
-// optional, in volumes or env), read from the revision itself.
-func (c *Controller) needed(ctx context.Context, u *caches.User, missing []refs.Ref) ([]string, error) {
+// optional, in volumes or env), read from the revision itself; and whether the revision wants pods (a
+// ReplicaSet's spec.replicas; a ControllerRevision is taken to).
+func (c *Controller) needed(ctx context.Context, u *caches.User, missing []refs.Ref) ([]string, bool, error) {
 	var spec *corev1.PodSpec
+	pods := true
 	switch u.Kind() {
 	case caches.ReplicaSet:
 		rs, err := c.clients.Kube.AppsV1().ReplicaSets(u.Namespace).Get(ctx, u.Name, metav1.GetOptions{})
 		if err != nil {
-			return nil, err
+			return nil, false, err
 		}
 		spec = &rs.Spec.Template.Spec
+		pods = rs.Spec.Replicas == nil || *rs.Spec.Replicas > 0
 	case caches.ControllerRevision:
 		cr, err := c.clients.Kube.AppsV1().ControllerRevisions(u.Namespace).Get(ctx, u.Name, metav1.GetOptions{})
 		if err != nil {
-			return nil, err
+			return nil, false, err
 		}
 		t, err := caches.ControllerRevisionTemplate(cr)
 		if err != nil {
-			return nil, err
+			return nil, false, err
 		}
 		spec = &t.Spec
 	}
@@ -450,7 +791,7 @@ func (c *Controller) needed(ctx context.Context, u *caches.User, missing []refs.
 			}
 		}
 	}
-	return out, nil
+	return out, pods, nil
 }
 
 // gone reports whether the revision of an entry the cache no longer shows is gone from the API
@@ -483,18 +824,21 @@ func (c *Controller) gone(ctx context.Context, ns, key string, e Entry) (bool, s
 	return true, "", nil // not an entry of ours
 }
 
-// current are the namespace's tables: the cache's, or what this controller last wrote where the cache
-// has not caught up with it.
-func (c *Controller) current(ns string) (map[string]*Table, error) {
+// current are the namespace's tables as the API server has them, as far as this controller can tell:
+// the cache's, or what this controller last wrote where the cache has not caught up with it (a table
+// the cache saw deleted since is gone). And what the tables should hold: what this controller last
+// wrote there (trusted), or, before its first write, what the tables hold. A table anyone else
+// deleted or changed is thus written again as this controller knows it (Controller.apply counts it).
+func (c *Controller) current(ns string) (map[string]*Table, knowledge, bool, error) {
 	out := map[string]*Table{}
 	objs, err := c.tables.InNamespace(ns, func(*unstructured.Unstructured) bool { return true })
 	if err != nil {
-		return nil, err
+		return nil, knowledge{}, false, err
 	}
 	for _, u := range objs {
 		t, err := FromUnstructured(u)
 		if err != nil {
-			return nil, err
+			return nil, knowledge{}, false, err
 		}
 		out[t.Name] = t
 	}
@@ -505,11 +849,23 @@ func (c *Controller) current(ns string) (map[string]*Table, error) {
 		switch {
 		case w.table == nil && ok && cached.UID == w.deleted:
 			delete(out, name) // deleted by us; the cache still shows it
+		case w.table != nil && !ok && c.sawDeleted(ns, name, w.table.UID):
+			delete(c.written[ns], name) // deleted by someone else: the cache saw it go
 		case w.table != nil && (!ok || newer(w.table.ResourceVersion, cached.ResourceVersion)):
 			out[name] = w.table
 		}
 	}
-	return out, nil
+	if k, ok := c.known[ns]; ok {
+		return out, k, true, nil
+	}
+	k := knowledge{entries: map[string]Entry{}, routes: map[string]string{}}
+	if main, ok := out[TableName]; ok {
+		k.split = main.Spec.Split
+	}
+	for _, t := range out {
+		maps.Copy(k.entries, t.Spec.Revisions)
+	}
+	return out, k, false, nil
 }
 
 // written is a table as this controller last wrote it, or the uid of the one it deleted.
@@ -526,10 +882,12 @@ func newer(a, b string) bool {
 	return errA == nil && errB == nil && x > y
 }
 
-// apply writes the plan in its order, remembering what it wrote.
+// apply writes the plan in its order, remembering what it wrote. A write of a table this controller
+// wrote before, which someone else has since deleted or changed, is counted as a restore.
 func (c *Controller) apply(ctx context.Context, ns string, p Plan) error {
 	res := c.clients.Dynamic.Resource(GVR).Namespace(ns)
 	for _, w := range p.Writes {
+		cause := c.restoring(ns, w)
 		var out *unstructured.Unstructured
 		var err error
 		switch w.Op {
@@ -545,6 +903,15 @@ func (c *Controller) apply(ctx context.Context, ns string, p Plan) error {
 			}
 			if w.Op == "create" {
 				out, err = res.Create(ctx, obj, metav1.CreateOptions{FieldManager: api.FieldManager})
+				if apierrors.IsAlreadyExists(err) {
+					// There, but not in the cache: our label taken off it. Written over, as ours.
+					var live *unstructured.Unstructured
+					if live, err = res.Get(ctx, w.Table.Name, metav1.GetOptions{}); err == nil {
+						obj.SetResourceVersion(live.GetResourceVersion())
+						out, err = res.Update(ctx, obj, metav1.UpdateOptions{FieldManager: api.FieldManager})
+						cause = "edited"
+					}
+				}
 			} else {
 				out, err = res.Update(ctx, obj, metav1.UpdateOptions{FieldManager: api.FieldManager})
 			}
@@ -556,8 +923,41 @@ func (c *Controller) apply(ctx context.Context, ns string, p Plan) error {
 		if err != nil {
 			return fmt.Errorf("%s PinTable %s/%s: %w", w.Op, ns, w.Table.Name, err)
 		}
+		if cause != "" && w.Op != "delete" {
+			logging.FromContext(ctx).Info("put back a PinTable someone else had "+cause, "table", w.Table.Name, "entries", len(w.Table.Spec.Revisions))
+			if c.restores != nil {
+				c.restores.WithLabelValues(cause).Inc()
+			}
+		}
 	}
 	return nil
+}
+
+// sawDeleted reports whether the cache saw table name of ns deleted (with that uid, unless empty).
+// Under c.mu.
+func (c *Controller) sawDeleted(ns, name string, uid types.UID) bool {
+	got, ok := c.deleted[ns][name]
+	return ok && (uid == "" || got == uid)
+}
+
+// restoring says whether write w puts back a table someone else deleted ("deleted") or changed
+// ("edited") since this controller wrote it; "" otherwise.
+func (c *Controller) restoring(ns string, w Write) string {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if _, known := c.known[ns]; !known {
+		return ""
+	}
+	switch {
+	case w.Op == "create" && c.sawDeleted(ns, w.Table.Name, ""):
+		delete(c.deleted[ns], w.Table.Name)
+		return "deleted"
+	case w.Op == "update":
+		if mine, ok := c.written[ns][w.Table.Name]; ok && mine.table != nil && mine.table.ResourceVersion != w.Table.ResourceVersion {
+			return "edited"
+		}
+	}
+	return ""
 }
 
 // remember keeps what was written (or forgets it on a conflict or NotFound: the cache is the truth
@@ -596,9 +996,12 @@ func (c *Controller) reportOverflow(ns string, keys []string) {
 }
 
 func (c *Controller) event(u *caches.User, typ, reason, msg string) {
-	if c.events == nil {
-		return
-	}
-	c.events.Event(&corev1.ObjectReference{APIVersion: appsv1.SchemeGroupVersion.String(), Kind: u.TypeMeta.Kind, Namespace: u.Namespace, Name: u.Name, UID: u.UID},
+	c.recordOn(&corev1.ObjectReference{APIVersion: appsv1.SchemeGroupVersion.String(), Kind: u.TypeMeta.Kind, Namespace: u.Namespace, Name: u.Name, UID: u.UID},
 		typ, reason, msg)
+}
+
+func (c *Controller) recordOn(ref *corev1.ObjectReference, typ, reason, msg string) {
+	if c.events != nil {
+		c.events.Event(ref, typ, reason, msg)
+	}
 }

@@ -13,6 +13,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	dynamicfake "k8s.io/client-go/dynamic/fake"
 	kubefake "k8s.io/client-go/kubernetes/fake"
+	metafake "k8s.io/client-go/metadata/fake"
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/client-go/tools/record"
 	"k8s.io/utils/ptr"
@@ -20,6 +21,7 @@ import (
 	"github.com/configmap-attacher/configmap-attacher/internal/api"
 	"github.com/configmap-attacher/configmap-attacher/internal/attach"
 	"github.com/configmap-attacher/configmap-attacher/internal/caches"
+	"github.com/configmap-attacher/configmap-attacher/internal/metrics"
 	"github.com/configmap-attacher/configmap-attacher/internal/pinning"
 	"github.com/configmap-attacher/configmap-attacher/internal/refs"
 	"github.com/configmap-attacher/configmap-attacher/internal/testutil"
@@ -54,7 +56,9 @@ type tableFixture struct {
 	ctl     *Controller
 	kube    *kubefake.Clientset
 	dynamic *dynamicfake.FakeDynamicClient
+	meta    *metafake.FakeMetadataClient
 	events  *record.FakeRecorder
+	metrics *metrics.Metrics
 }
 
 // newTableFixture: the caches show cachedRS and, as labelled for pinning, cachedPins; the API server
@@ -90,8 +94,9 @@ func newTableFixture(t *testing.T, cachedRS []*appsv1.ReplicaSet, cachedPins []r
 	}
 	dyn := dynamicfake.NewSimpleDynamicClientWithCustomListKinds(scheme, map[schema.GroupVersionResource]string{GVR: Kind + "List"}, objs...)
 	events := record.NewFakeRecorder(20)
+	m := metrics.New()
 	ctl, err := New(cs, Clients{Kube: kube, Dynamic: dyn, Metadata: meta}, &pinning.Taker{Kube: kube, Writer: &attach.Writer{Client: meta}},
-		events, nil, Options{Take: true})
+		events, m, Options{Take: true})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -100,7 +105,7 @@ func newTableFixture(t *testing.T, cachedRS []*appsv1.ReplicaSet, cachedPins []r
 			t.Fatal(err)
 		}
 	}
-	return &tableFixture{ctl: ctl, kube: kube, dynamic: dyn, events: events}
+	return &tableFixture{ctl: ctl, kube: kube, dynamic: dyn, meta: meta, events: events, metrics: m}
 }
 
 func (f *tableFixture) table(t *testing.T) *Table {
@@ -213,20 +218,25 @@ func TestTableStaysWhilePinningIsOff(t *testing.T) {
 func TestTableReadsItsOwnWrites(t *testing.T) {
 	rs := rsReading("web-5d8f", "rs-1", false)
 	f := newTableFixture(t, []*appsv1.ReplicaSet{rs}, nil, nil, appConfig(map[string]string{api.PinLabel: api.PinValue}), rs)
-	for range 2 {
+	for i, want := range []int{2, 0} { // the namespace's empty table first, then the entry; then nothing
+		f.dynamic.ClearActions()
 		if _, err := f.ctl.sync(context.Background(), ns); err != nil {
 			t.Fatal(err)
 		}
+		if got := tableWrites(f); got != want {
+			t.Errorf("sync %d: %d writes of the table, want %d", i+1, got, want)
+		}
 	}
+}
+
+func tableWrites(f *tableFixture) int {
 	writes := 0
 	for _, a := range f.dynamic.Actions() {
-		if a.GetVerb() == "create" || a.GetVerb() == "update" {
+		if a.GetVerb() == "create" || a.GetVerb() == "update" || a.GetVerb() == "delete" {
 			writes++
 		}
 	}
-	if writes != 1 {
-		t.Errorf("%d writes of the table for one new revision, want 1", writes)
-	}
+	return writes
 }
 
 // Every kind of object the controller follows brings its namespace back: revisions as the caches keep

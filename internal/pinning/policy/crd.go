@@ -29,8 +29,7 @@ func CRD() map[string]any {
 		"type":                  "object",
 		"x-kubernetes-map-type": "atomic",
 		"properties": map[string]any{
-			"route": map[string]any{"type": "string", "description": "In a table split off: the workload whose revisions it holds (ReplicaSet/NAME, StatefulSet/NAME, DaemonSet/NAME)."},
-			"split": names("In the namespace's table: workload -> the table split off for it."),
+			"split": names("In the namespace's table: workload (ReplicaSet/NAME, StatefulSet/NAME, DaemonSet/NAME) -> the shard (pins-N) holding its revisions."),
 			"revisions": map[string]any{
 				"type":                 "object",
 				"description":          "Revision key (a ReplicaSet's uid; a StatefulSet's or DaemonSet's uid/controller-revision-hash) -> its pins.",
@@ -49,10 +48,6 @@ func CRD() map[string]any {
 			"scope": "Namespaced",
 			"versions": []any{map[string]any{
 				"name": Version, "served": true, "storage": true,
-				"additionalPrinterColumns": []any{
-					map[string]any{"name": "Route", "type": "string", "jsonPath": ".spec.route"},
-					map[string]any{"name": "Age", "type": "date", "jsonPath": ".metadata.creationTimestamp"},
-				},
 				"schema": map[string]any{"openAPIV3Schema": map[string]any{
 					"type": "object",
 					"description": "Zero-touch pinning's table in admission policy mode, written by configmap-attacher: for each revision of the " +

@@ -43,99 +43,127 @@ const HandoverDelay = 10 * time.Second
 
 // Apply makes the live policy objects say objs (server-side apply with our field manager, forced:
 // controller-owned mode, the webhook's -webhook-url counterpart), policies before their bindings, the
-// mutating binding before the validating one (which refuses a pod the mutating one did not pin).
+// mutating binding before the validating ones (which refuse a pod the mutating one did not pin).
 func Apply(ctx context.Context, kube kubernetes.Interface, objs Objects) error {
 	ar := kube.AdmissionregistrationV1()
 	opts := metav1.PatchOptions{FieldManager: api.FieldManager, Force: ptr.To(true)}
+	mutating := func(ctx context.Context, n string, b []byte) error {
+		_, err := ar.MutatingAdmissionPolicies().Patch(ctx, n, types.ApplyPatchType, b, opts)
+		return err
+	}
+	validating := func(ctx context.Context, n string, b []byte) error {
+		_, err := ar.ValidatingAdmissionPolicies().Patch(ctx, n, types.ApplyPatchType, b, opts)
+		return err
+	}
+	mutatingBinding := func(ctx context.Context, n string, b []byte) error {
+		_, err := ar.MutatingAdmissionPolicyBindings().Patch(ctx, n, types.ApplyPatchType, b, opts)
+		return err
+	}
+	validatingBinding := func(ctx context.Context, n string, b []byte) error {
+		_, err := ar.ValidatingAdmissionPolicyBindings().Patch(ctx, n, types.ApplyPatchType, b, opts)
+		return err
+	}
 	for _, o := range []struct {
 		obj   any
+		kind  string
 		name  string
-		patch func(context.Context, string, types.PatchType, []byte, metav1.PatchOptions, ...string) error
+		patch func(context.Context, string, []byte) error
 	}{
-		{objs.Mutating, "MutatingAdmissionPolicy", func(ctx context.Context, n string, pt types.PatchType, b []byte, po metav1.PatchOptions, s ...string) error {
-			_, err := ar.MutatingAdmissionPolicies().Patch(ctx, n, pt, b, po, s...)
-			return err
-		}},
-		{objs.Validating, "ValidatingAdmissionPolicy", func(ctx context.Context, n string, pt types.PatchType, b []byte, po metav1.PatchOptions, s ...string) error {
-			_, err := ar.ValidatingAdmissionPolicies().Patch(ctx, n, pt, b, po, s...)
-			return err
-		}},
-		{objs.MutatingBinding, "MutatingAdmissionPolicyBinding", func(ctx context.Context, n string, pt types.PatchType, b []byte, po metav1.PatchOptions, s ...string) error {
-			_, err := ar.MutatingAdmissionPolicyBindings().Patch(ctx, n, pt, b, po, s...)
-			return err
-		}},
-		{objs.ValidatingBinding, "ValidatingAdmissionPolicyBinding", func(ctx context.Context, n string, pt types.PatchType, b []byte, po metav1.PatchOptions, s ...string) error {
-			_, err := ar.ValidatingAdmissionPolicyBindings().Patch(ctx, n, pt, b, po, s...)
-			return err
-		}},
+		{objs.Mutating, "MutatingAdmissionPolicy", objs.Mutating.Name, mutating},
+		{objs.Validating, "ValidatingAdmissionPolicy", objs.Validating.Name, validating},
+		{objs.Tables, "ValidatingAdmissionPolicy", objs.Tables.Name, validating},
+		{objs.MutatingBinding, "MutatingAdmissionPolicyBinding", objs.MutatingBinding.Name, mutatingBinding},
+		{objs.ValidatingBinding, "ValidatingAdmissionPolicyBinding", objs.ValidatingBinding.Name, validatingBinding},
+		{objs.TablesBinding, "ValidatingAdmissionPolicyBinding", objs.TablesBinding.Name, validatingBinding},
 	} {
 		body, err := json.Marshal(o.obj)
 		if err != nil {
 			return err
 		}
-		if err := o.patch(ctx, objs.Mutating.Name, types.ApplyPatchType, body, opts); err != nil {
-			return fmt.Errorf("applying %s %s: %w", o.name, objs.Mutating.Name, err)
+		if err := o.patch(ctx, o.name, body); err != nil {
+			return fmt.Errorf("applying %s %s: %w", o.kind, o.name, err)
 		}
 	}
 	logging.FromContext(ctx).Info("admission policies applied", "name", objs.Mutating.Name)
 	return nil
 }
 
+// policyObject is one of pinning's admission policy objects: its kind and name, and how to get and
+// delete it.
+type policyObject struct {
+	kind, name string
+	get        func(context.Context, string, metav1.GetOptions) error
+	del        func(context.Context, string, metav1.DeleteOptions) error
+}
+
+// policyObjects are pinning's admission policy objects named after name, in the order they are taken
+// out of the pod path: the validating bindings (which refuse a pod the mutating policy did not pin),
+// the mutating binding, then the policies.
+func policyObjects(kube kubernetes.Interface, name string) []policyObject {
+	ar := kube.AdmissionregistrationV1()
+	vb, mb, mp, vp := ar.ValidatingAdmissionPolicyBindings(), ar.MutatingAdmissionPolicyBindings(), ar.MutatingAdmissionPolicies(), ar.ValidatingAdmissionPolicies()
+	getVB := func(ctx context.Context, n string, o metav1.GetOptions) error {
+		_, err := vb.Get(ctx, n, o)
+		return err
+	}
+	getVP := func(ctx context.Context, n string, o metav1.GetOptions) error {
+		_, err := vp.Get(ctx, n, o)
+		return err
+	}
+	getMB := func(ctx context.Context, n string, o metav1.GetOptions) error {
+		_, err := mb.Get(ctx, n, o)
+		return err
+	}
+	getMP := func(ctx context.Context, n string, o metav1.GetOptions) error {
+		_, err := mp.Get(ctx, n, o)
+		return err
+	}
+	tables := TablesPolicyName(name)
+	return []policyObject{
+		{"ValidatingAdmissionPolicyBinding", name, getVB, vb.Delete},
+		{"ValidatingAdmissionPolicyBinding", tables, getVB, vb.Delete},
+		{"MutatingAdmissionPolicyBinding", name, getMB, mb.Delete},
+		{"MutatingAdmissionPolicy", name, getMP, mp.Delete},
+		{"ValidatingAdmissionPolicy", name, getVP, vp.Delete},
+		{"ValidatingAdmissionPolicy", tables, getVP, vp.Delete},
+	}
+}
+
 // DeletePolicies takes pinning's admission policies named name out of the pod path: the validating
-// binding first, and the mutating one only HandoverDelay later, once every kube-apiserver has let go
-// of the validating one: the validating policy refuses a pod the mutating one did not pin, so for a
-// moment the other way round every pod of a pinned revision would be refused. kube-apiserver reloads
-// policies about once a second after its informers deliver the change, but on a loaded control plane,
-// or one of several API servers, delivery can take seconds more (2 s left no margin on a loaded 2-core CI
+// bindings first, and the mutating one only HandoverDelay later, once every kube-apiserver has let go
+// of the validating ones: they refuse a pod the mutating one did not pin, so for a moment the other
+// way round every pod of a pinned revision would be refused. kube-apiserver reloads policies about
+// once a second after its informers deliver the change, but on a loaded control plane, or one of
+// several API servers, delivery can take seconds more (2 s left no margin on a loaded 2-core CI
 // machine: TestPolicyUninstallTakesTheBindingsOutFirst), and a mutating binding kept longer costs
 // nothing (it only pins). Then the policies. Gone already is fine. What `release
 // -delete-admission-policy` and a webhook-mode leader taking over do.
 func DeletePolicies(ctx context.Context, kube kubernetes.Interface, name string) error {
-	ar := kube.AdmissionregistrationV1()
-	for i, d := range []struct {
-		what string
-		del  func(context.Context, string, metav1.DeleteOptions) error
-	}{
-		{"ValidatingAdmissionPolicyBinding", ar.ValidatingAdmissionPolicyBindings().Delete},
-		{"MutatingAdmissionPolicyBinding", ar.MutatingAdmissionPolicyBindings().Delete},
-		{"MutatingAdmissionPolicy", ar.MutatingAdmissionPolicies().Delete},
-		{"ValidatingAdmissionPolicy", ar.ValidatingAdmissionPolicies().Delete},
-	} {
-		err := d.del(ctx, name, metav1.DeleteOptions{})
-		if err != nil && !apierrors.IsNotFound(err) {
-			return fmt.Errorf("deleting %s %s: %w", d.what, name, err)
-		}
-		if i == 0 && err == nil {
+	deleted := false
+	for _, o := range policyObjects(kube, name) {
+		if o.kind == "MutatingAdmissionPolicyBinding" && deleted {
 			select {
 			case <-ctx.Done():
 				return ctx.Err()
 			case <-time.After(HandoverDelay):
 			}
 		}
+		err := o.del(ctx, o.name, metav1.DeleteOptions{})
+		if err != nil && !apierrors.IsNotFound(err) {
+			return fmt.Errorf("deleting %s %s: %w", o.kind, o.name, err)
+		}
+		if err == nil && o.kind == "ValidatingAdmissionPolicyBinding" {
+			deleted = true
+		}
 	}
 	logging.FromContext(ctx).Info("took the admission policies out of the pod path", "name", name)
 	return nil
 }
 
-// policiesPresent reports whether any of pinning's admission policy objects named name exists.
+// policiesPresent reports whether any of pinning's admission policy objects named after name exists.
 func policiesPresent(ctx context.Context, kube kubernetes.Interface, name string) (bool, error) {
-	ar := kube.AdmissionregistrationV1()
-	for _, get := range []func() error{
-		func() error {
-			_, err := ar.MutatingAdmissionPolicyBindings().Get(ctx, name, metav1.GetOptions{})
-			return err
-		},
-		func() error {
-			_, err := ar.ValidatingAdmissionPolicyBindings().Get(ctx, name, metav1.GetOptions{})
-			return err
-		},
-		func() error { _, err := ar.MutatingAdmissionPolicies().Get(ctx, name, metav1.GetOptions{}); return err },
-		func() error {
-			_, err := ar.ValidatingAdmissionPolicies().Get(ctx, name, metav1.GetOptions{})
-			return err
-		},
-	} {
-		switch err := get(); {
+	for _, o := range policyObjects(kube, name) {
+		switch err := o.get(ctx, o.name, metav1.GetOptions{}); {
 		case err == nil:
 			return true, nil
 		case !apierrors.IsNotFound(err):

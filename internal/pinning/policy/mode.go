@@ -61,8 +61,10 @@ func served(d discovery.DiscoveryInterface, gv, resource string) (bool, error) {
 	return false, nil
 }
 
-// Resolve turns auto into the mode the API server allows; policy where it is not served is an error
-// naming the fix.
+// Resolve turns auto into the mode the API server allows: policy where it serves the admission
+// policies and the PinTable CRD is installed, else webhook (the chart decides the same, and
+// docs/pinning.md says so: an upgrade from a chart without the CRD stays at the webhook until the CRD
+// is applied). policy where either is missing is an error naming the fix.
 func Resolve(m Mode, d discovery.DiscoveryInterface) (Mode, error) {
 	if m == Webhook {
 		return m, nil
@@ -71,12 +73,22 @@ func Resolve(m Mode, d discovery.DiscoveryInterface) (Mode, error) {
 	if err != nil {
 		return "", err
 	}
+	if !ok {
+		if m == Auto {
+			return Webhook, nil
+		}
+		return "", fmt.Errorf("-pinning-admission=policy: the API server does not serve mutatingadmissionpolicies in admissionregistration.k8s.io/v1 " +
+			"(Kubernetes 1.36 or later): use -pinning-admission=webhook (or auto)")
+	}
+	if ok, err = TableServed(d); err != nil {
+		return "", err
+	}
 	switch {
 	case ok:
 		return Policy, nil
 	case m == Auto:
 		return Webhook, nil
 	}
-	return "", fmt.Errorf("-pinning-admission=policy: the API server does not serve mutatingadmissionpolicies in admissionregistration.k8s.io/v1 " +
-		"(Kubernetes 1.36 or later): use -pinning-admission=webhook (or auto)")
+	return "", fmt.Errorf("policy mode needs the PinTable CRD (%s.%s): apply charts/configmap-attacher/crds/pintables.yaml "+
+		"(Helm installs it with the chart, but only at install, not on upgrade)", Resource, Group)
 }

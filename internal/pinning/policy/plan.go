@@ -1,35 +1,44 @@
 package policy
 
 import (
+	"fmt"
 	"maps"
 	"slices"
 	"sort"
+	"strings"
 
 	"k8s.io/apimachinery/pkg/api/equality"
 )
 
 // A namespace's tables, planned. The namespace's table (TableName) holds every revision while it fits
-// in maxBytes. Beyond, workloads are split off, the largest first, each into a table of its own
-// (TableFor its route), until the namespace's fits; a workload once split off stays so while it has
-// revisions (no moving back and forth). A workload whose own table would outgrow maxBytes keeps the
-// entries it has and gets no new one: those revisions are reported (Overflow), never dropped silently,
-// and the ValidatingAdmissionPolicy refuses their pods, naming what they wait for.
+// in maxBytes. Beyond, workloads (routes) are split off, the largest first, into shards: tables
+// pins-1, pins-2, ... each holding the revisions of as many workloads as fit (first fit, near
+// maxBytes), until the namespace's table fits; the namespace's table names, for each workload split
+// off, its shard (spec.split). A few shards, not one table per workload: kube-apiserver evaluates the
+// policies once per table of the namespace for every pod. A workload once split off stays in its
+// shard while it has revisions (no moving back and forth); a shard outgrowing maxBytes moves its
+// largest workloads to another shard with room, or a new one. A workload alone in its shard that
+// outgrows it keeps the entries it has and gets no new one: those revisions are reported (Overflow),
+// never dropped silently, and the gate refuses their pods, naming what they wait for.
 //
 // | facts | step |
 // | --- | --- |
 // | the entries fit in the namespace's table | one table |
-// | they do not | split off the largest workload, again until they fit |
-// | a split-off workload has no revision left | back to the namespace's table; its table deleted |
-// | a split-off workload's table would not fit | keep its entries, refuse the new ones (Overflow) |
+// | they do not | split off the largest workload into the first shard with room (a new shard if none), again until they fit |
+// | a shard does not fit | move its largest workload to another shard with room (or a new one), while it holds more than one |
+// | a split-off workload has no revision left | it leaves its shard; a shard left empty is deleted |
+// | a workload alone in its shard does not fit | keep its entries, refuse the new ones (Overflow) |
 //
-// The writes come in the order that never leaves a pod's revision unanswered: tables split off are
-// written before the namespace's table stops answering for them (between the two, both hold the
-// entries), and deleted only after.
+// The writes come in the order that never leaves a revision without an entry in some table: the
+// tables a workload moves to are written before the tables it moves from (between the two, both hold
+// its entries), and tables are deleted last. The policies do not care which table holds an entry.
 
-// Desired is what the tables should say: every entry, and the route of each.
+// Desired is what the tables should say: every entry, and the route of each; Split, when not nil, the
+// shard each workload was split off into (else the namespace's table says).
 type Desired struct {
 	Entries map[string]Entry
 	Routes  map[string]string
+	Split   map[string]string
 }
 
 // Write is one API write of a table.
@@ -44,18 +53,79 @@ type Plan struct {
 	Overflow []string
 }
 
+// specOverhead bounds what a spec adds to its entries' entrySize: {"revisions":{...}}.
+const specOverhead = 32
+
 // plan computes the writes taking the namespace's tables from current (by name) to d.
 func plan(ns string, current map[string]*Table, d Desired, maxBytes int) Plan {
 	byRoute := map[string][]string{}
-	for key := range d.Entries {
-		byRoute[d.Routes[key]] = append(byRoute[d.Routes[key]], key)
+	routeBytes := map[string]int{}
+	for key, e := range d.Entries {
+		route := d.Routes[key]
+		byRoute[route] = append(byRoute[route], key)
+		routeBytes[route] += entrySize(key, e)
 	}
-	split := map[string]string{}
-	if main, ok := current[TableName]; ok {
-		for route, name := range main.Spec.Split {
-			if len(byRoute[route]) > 0 {
-				split[route] = name
+	split := map[string]string{} // route -> shard
+	was := d.Split
+	if main, ok := current[TableName]; ok && was == nil {
+		was = main.Spec.Split
+	}
+	for route, name := range was {
+		if len(byRoute[route]) > 0 {
+			split[route] = name
+		}
+	}
+	shardBytes := func(name string) int {
+		n := specOverhead
+		for route, s := range split {
+			if s == name {
+				n += routeBytes[route]
 			}
+		}
+		return n
+	}
+	routesOf := func(name string) []string {
+		var out []string
+		for route, s := range split {
+			if s == name {
+				out = append(out, route)
+			}
+		}
+		// largest first; by name among equals
+		slices.SortFunc(out, func(a, b string) int {
+			if routeBytes[a] != routeBytes[b] {
+				return routeBytes[b] - routeBytes[a]
+			}
+			return strings.Compare(a, b)
+		})
+		return out
+	}
+	shards := func() []string { return slices.Sorted(maps.Keys(setOf(slices.Collect(maps.Values(split))))) }
+	sources := map[string]bool{} // shards a workload moves out of
+	newShard := func() string {
+		used := setOf(slices.Collect(maps.Keys(current)))
+		for _, s := range split {
+			used[s] = struct{}{}
+		}
+		for i := 1; ; i++ {
+			if name := fmt.Sprintf("%s-%d", TableName, i); !has(used, name) {
+				return name
+			}
+		}
+	}
+	// room is the first shard (not one a workload moves out of, not except) that takes bytes more.
+	room := func(bytes int, except string) string {
+		for _, name := range shards() {
+			if name != except && !sources[name] && shardBytes(name)+bytes <= maxBytes {
+				return name
+			}
+		}
+		return newShard()
+	}
+	for _, name := range shards() {
+		for routes := routesOf(name); shardBytes(name) > maxBytes && len(routes) > 1; routes = routesOf(name) {
+			sources[name] = true
+			split[routes[0]] = room(routeBytes[routes[0]], name)
 		}
 	}
 	mainSpec := func() TableSpec {
@@ -76,48 +146,70 @@ func plan(ns string, current map[string]*Table, d Desired, maxBytes int) Plan {
 		if !ok {
 			break
 		}
-		split[route] = TableFor(route)
+		split[route] = room(routeBytes[route], "")
 		spec = mainSpec()
 	}
 
 	var p Plan
-	var before, after []Write
-	for _, route := range slices.Sorted(maps.Keys(split)) {
-		name := split[route]
-		s := TableSpec{Route: route, Revisions: map[string]Entry{}}
-		keys := slices.Sorted(slices.Values(byRoute[route]))
+	var gain, lose, after []Write
+	for _, name := range shards() {
+		s := TableSpec{Revisions: map[string]Entry{}}
+		var keys []string
+		for _, route := range routesOf(name) {
+			keys = append(keys, byRoute[route]...)
+		}
+		slices.Sort(keys)
 		for _, key := range keys {
 			s.Revisions[key] = d.Entries[key]
 		}
 		if s.size() > maxBytes {
-			s, p.Overflow = fit(s, current[name], current[TableName], keys, maxBytes, p.Overflow)
+			s, p.Overflow = fit(s, current, keys, maxBytes, p.Overflow)
 		}
 		if w, ok := write(ns, name, current[name], s); ok {
-			before = append(before, w)
+			if sources[name] {
+				lose = append(lose, w)
+			} else {
+				gain = append(gain, w)
+			}
 		}
 	}
 	// A spec whose every entry is new still has to fit: what does not, waits.
 	if spec.size() > maxBytes {
 		keys := slices.Sorted(maps.Keys(spec.Revisions))
-		spec, p.Overflow = fit(spec, current[TableName], nil, keys, maxBytes, p.Overflow)
+		spec, p.Overflow = fit(spec, current, keys, maxBytes, p.Overflow)
 	}
 	if len(spec.Revisions) == 0 {
 		spec.Revisions = nil
 	}
 	main, ok := write(ns, TableName, current[TableName], spec)
+	live := setOf(shards())
 	for name, t := range current {
-		if name != TableName && !slices.Contains(slices.Collect(maps.Values(split)), name) && isOurs(t.Labels) {
+		if name != TableName && !has(live, name) && isOurs(t.Labels) {
 			after = append(after, Write{Op: "delete", Table: t})
 		}
 	}
 	sort.Slice(after, func(i, j int) bool { return after[i].Table.Name < after[j].Table.Name })
-	p.Writes = append(p.Writes, before...)
+	p.Writes = append(p.Writes, gain...)
 	if ok {
 		p.Writes = append(p.Writes, main)
 	}
+	p.Writes = append(p.Writes, lose...)
 	p.Writes = append(p.Writes, after...)
 	sort.Strings(p.Overflow)
 	return p
+}
+
+func setOf(s []string) map[string]struct{} {
+	m := make(map[string]struct{}, len(s))
+	for _, v := range s {
+		m[v] = struct{}{}
+	}
+	return m
+}
+
+func has(m map[string]struct{}, k string) bool {
+	_, ok := m[k]
+	return ok
 }
 
 // largestRoute is the route with the most bytes of entries in spec, if any.
@@ -135,15 +227,13 @@ func largestRoute(spec TableSpec, d Desired) (string, bool) {
 	return best, most >= 0
 }
 
-// fit drops from s the entries that no table holds yet (neither cur nor was), last key first, until s
-// fits; the dropped keys join overflow. Entries a table holds already are never dropped.
-func fit(s TableSpec, cur, was *Table, keys []string, maxBytes int, overflow []string) (TableSpec, []string) {
+// fit drops from s the entries that no current table holds yet, last key first, until s fits; the
+// dropped keys join overflow. Entries a table holds already are never dropped.
+func fit(s TableSpec, current map[string]*Table, keys []string, maxBytes int, overflow []string) (TableSpec, []string) {
 	held := func(key string) bool {
-		for _, t := range []*Table{cur, was} {
-			if t != nil {
-				if _, ok := t.Spec.Revisions[key]; ok {
-					return true
-				}
+		for _, t := range current {
+			if _, ok := t.Spec.Revisions[key]; ok {
+				return true
 			}
 		}
 		return false

@@ -8,6 +8,7 @@ import (
 	"strings"
 	"testing"
 
+	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	fakediscovery "k8s.io/client-go/discovery/fake"
@@ -109,51 +110,90 @@ func TestChartFilesAreGenerated(t *testing.T) {
 }
 
 // The bindings select what the webhook does: the same namespaces, never the controller's own nor
-// kube-system, the same escape label, and the policies the same match condition.
+// kube-system, the same escape label, and the policies the same match condition. Each policy's own
+// constraints carry the selectors too: kube-apiserver raises a policy's configuration error (its
+// paramKind gone with the CRD) for every pod its own constraints match, bindings aside.
 func TestPoliciesSelectWhatTheWebhookDoes(t *testing.T) {
 	objs := Build(Config{Name: "cma", OwnNamespace: "tools", Namespaces: []string{"team-a"}})
 	w := pinning.Registration{OwnNamespace: "tools", Namespaces: []string{"team-a"}}.Webhook(nil)
-	for name, got := range map[string]*metav1.LabelSelector{
-		"mutating namespaces": objs.MutatingBinding.Spec.MatchResources.NamespaceSelector, "validating namespaces": objs.ValidatingBinding.Spec.MatchResources.NamespaceSelector,
+	for name, got := range map[string]*admissionregistrationv1.MatchResources{
+		"mutating binding": objs.MutatingBinding.Spec.MatchResources, "validating binding": objs.ValidatingBinding.Spec.MatchResources,
+		"tables binding":  objs.TablesBinding.Spec.MatchResources,
+		"mutating policy": objs.Mutating.Spec.MatchConstraints, "validating policy": objs.Validating.Spec.MatchConstraints,
+		"tables policy": objs.Tables.Spec.MatchConstraints,
 	} {
-		if got.String() != w.NamespaceSelector.String() {
-			t.Errorf("%s: %v, want the webhook's %v", name, got, w.NamespaceSelector)
+		if got == nil || got.NamespaceSelector.String() != w.NamespaceSelector.String() {
+			t.Errorf("%s: namespaces %v, want the webhook's %v", name, got, w.NamespaceSelector)
+			continue
+		}
+		if got.ObjectSelector.String() != w.ObjectSelector.String() {
+			t.Errorf("%s: object selector %v, want the webhook's %v", name, got.ObjectSelector, w.ObjectSelector)
 		}
 	}
-	if got := objs.ValidatingBinding.Spec.MatchResources.ObjectSelector; got.String() != w.ObjectSelector.String() {
-		t.Errorf("object selector %v, want the webhook's %v", got, w.ObjectSelector)
-	}
-	if got := objs.Mutating.Spec.MatchConditions; len(got) != 1 || got[0].Expression != pinning.MatchOwnedByARevision {
-		t.Errorf("match conditions %v, want the webhook's owned-by-a-revision", got)
-	}
-	if *objs.MutatingBinding.Spec.ParamRef.ParameterNotFoundAction != "Allow" || *objs.ValidatingBinding.Spec.ParamRef.ParameterNotFoundAction != "Deny" {
-		t.Error("a namespace without a table: the mutating policy has nothing to do, the validating one must refuse")
+	for name, got := range map[string][]admissionregistrationv1.MatchCondition{
+		"mutating": objs.Mutating.Spec.MatchConditions, "validating": objs.Validating.Spec.MatchConditions, "tables": objs.Tables.Spec.MatchConditions,
+	} {
+		if len(got) != 1 || got[0].Expression != pinning.MatchOwnedByARevision {
+			t.Errorf("%s: match conditions %v, want the webhook's owned-by-a-revision", name, got)
+		}
 	}
 }
 
+// What is missing of ours never refuses a pod that reads nothing: the gate reads no PinTable (no
+// param error can reach it) and fails closed; the policies that read PinTables fail open and take
+// a namespace without tables as nothing to do (the gate refuses what needs an entry).
+func TestOnlyTheGateRefusesAndItReadsNoTable(t *testing.T) {
+	objs := Build(Config{Name: "cma", OwnNamespace: "tools"})
+	if objs.Validating.Spec.ParamKind != nil || objs.ValidatingBinding.Spec.ParamRef != nil {
+		t.Errorf("the gate reads params: %v, %v", objs.Validating.Spec.ParamKind, objs.ValidatingBinding.Spec.ParamRef)
+	}
+	if *objs.Validating.Spec.FailurePolicy != admissionregistrationv1.Fail {
+		t.Errorf("the gate fails %s, want Fail", *objs.Validating.Spec.FailurePolicy)
+	}
+	if *objs.Mutating.Spec.FailurePolicy != admissionregistrationv1.Ignore || *objs.Tables.Spec.FailurePolicy != admissionregistrationv1.Ignore {
+		t.Errorf("the policies reading PinTables fail %s and %s, want Ignore", *objs.Mutating.Spec.FailurePolicy, *objs.Tables.Spec.FailurePolicy)
+	}
+	for name, ref := range map[string]*admissionregistrationv1.ParamRef{"mutating": objs.MutatingBinding.Spec.ParamRef, "tables": objs.TablesBinding.Spec.ParamRef} {
+		if ref == nil || *ref.ParameterNotFoundAction != admissionregistrationv1.AllowAction {
+			t.Errorf("%s binding: paramRef %v, want parameterNotFoundAction Allow", name, ref)
+		}
+	}
+	if objs.Tables.Name != "cma-tables" || objs.TablesBinding.Spec.PolicyName != "cma-tables" {
+		t.Errorf("the tables policy is %s bound as %s", objs.Tables.Name, objs.TablesBinding.Spec.PolicyName)
+	}
+}
+
+// auto is policy only where the API server serves the policies and the PinTable CRD is installed:
+// without the CRD (an upgrade from a chart that had none) it stays at the webhook, as the chart and
+// docs/pinning.md say; policy says what is missing.
 func TestResolve(t *testing.T) {
 	for _, tc := range []struct {
-		asked  Mode
-		served bool
-		want   Mode
-		err    string
+		asked         Mode
+		served, table bool
+		want          Mode
+		err           string
 	}{
-		{Auto, true, Policy, ""},
-		{Auto, false, Webhook, ""},
-		{Webhook, true, Webhook, ""},
-		{Policy, true, Policy, ""},
-		{Policy, false, "", "use -pinning-admission=webhook"},
+		{Auto, true, true, Policy, ""},
+		{Auto, true, false, Webhook, ""},
+		{Auto, false, false, Webhook, ""},
+		{Webhook, true, true, Webhook, ""},
+		{Policy, true, true, Policy, ""},
+		{Policy, true, false, "", "policy mode needs the PinTable CRD"},
+		{Policy, false, false, "", "use -pinning-admission=webhook"},
 	} {
 		kube := kubefake.NewClientset()
 		d := kube.Discovery().(*fakediscovery.FakeDiscovery)
+		policies := metav1.APIResource{Name: "validatingadmissionpolicies"}
 		if tc.served {
-			d.Resources = []*metav1.APIResourceList{{GroupVersion: "admissionregistration.k8s.io/v1", APIResources: []metav1.APIResource{{Name: "mutatingadmissionpolicies"}}}}
-		} else {
-			d.Resources = []*metav1.APIResourceList{{GroupVersion: "admissionregistration.k8s.io/v1", APIResources: []metav1.APIResource{{Name: "validatingadmissionpolicies"}}}}
+			policies = metav1.APIResource{Name: "mutatingadmissionpolicies"}
+		}
+		d.Resources = []*metav1.APIResourceList{{GroupVersion: "admissionregistration.k8s.io/v1", APIResources: []metav1.APIResource{policies}}}
+		if tc.table {
+			d.Resources = append(d.Resources, &metav1.APIResourceList{GroupVersion: Group + "/" + Version, APIResources: []metav1.APIResource{{Name: Resource}}})
 		}
 		got, err := Resolve(tc.asked, d)
 		if got != tc.want || (err == nil) != (tc.err == "") || (err != nil && !strings.Contains(err.Error(), tc.err)) {
-			t.Errorf("Resolve(%s, served %v) = %q, %v; want %q, %q", tc.asked, tc.served, got, err, tc.want, tc.err)
+			t.Errorf("Resolve(%s, served %v, CRD %v) = %q, %v; want %q, %q", tc.asked, tc.served, tc.table, got, err, tc.want, tc.err)
 		}
 	}
 	if _, err := ParseMode("Policy"); err == nil {

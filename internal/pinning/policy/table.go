@@ -10,8 +10,6 @@
 package policy
 
 import (
-	"crypto/sha256"
-	"encoding/hex"
 	"encoding/json"
 	"fmt"
 	"strings"
@@ -33,8 +31,8 @@ const (
 	Version  = "v1alpha1"
 	Kind     = "PinTable"
 	Resource = "pintables"
-	// TableName is a namespace's table; a workload split off into a table of its own (TableFor) when
-	// the namespace's would outgrow MaxTableBytes.
+	// TableName is a namespace's table; workloads are split off into shards TableName-1, -2, ... when
+	// the namespace's would outgrow MaxTableBytes (plan).
 	TableName = "pins"
 	// TableLabel=TableValue marks our tables: the bindings' paramRef selects them by it.
 	TableLabel = "configmap-attacher.io/pin-table"
@@ -53,11 +51,8 @@ type Table struct {
 
 // TableSpec is what the policies read.
 type TableSpec struct {
-	// Route, in a table split off, is the workload whose revisions it holds (Route); empty in the
-	// namespace's table.
-	Route string `json:"route,omitempty"`
-	// Split, in the namespace's table, names the table each workload split off lives in (route ->
-	// table name): the namespace's table no longer answers for those.
+	// Split, in the namespace's table, names the shard each workload split off lives in (route ->
+	// table name), for the controller and for people: the policies read whichever table holds an entry.
 	Split map[string]string `json:"split,omitempty"`
 	// Revisions: revision key -> entry. Atomic in the CRD (one managedFields entry, not one per key).
 	Revisions map[string]Entry `json:"revisions,omitempty"`
@@ -100,8 +95,8 @@ type Revision struct {
 	// Key is what a pod of it carries: its controlling ReplicaSet's uid, or its StatefulSet's or
 	// DaemonSet's uid and controller-revision-hash label, "<uid>/<hash>".
 	Key string
-	// Route is the workload a table split off holds: "ReplicaSet/<Deployment or Rollout name>" (the
-	// ReplicaSet's name without its pod-template hash), "StatefulSet/<name>", "DaemonSet/<name>".
+	// Route is the workload, whose revisions share a table: "ReplicaSet/<Deployment or Rollout name>"
+	// (the ReplicaSet's name without its pod-template hash), "StatefulSet/<name>", "DaemonSet/<name>".
 	Route string
 	// Kind and Name of the revision object (ReplicaSet or ControllerRevision), UID its uid.
 	Kind, Name string
@@ -141,12 +136,6 @@ func RevisionOf(kind, name string, uid types.UID, owner *metav1.OwnerReference) 
 		return r, true
 	}
 	return r, false
-}
-
-// TableFor names the table a route split off lives in.
-func TableFor(route string) string {
-	sum := sha256.Sum256([]byte(route))
-	return TableName + "-" + hex.EncodeToString(sum[:])[:10]
 }
 
 // size is the bytes the spec takes in the stored object (JSON; etcd holds protobuf for built-in
