@@ -162,10 +162,8 @@ func TestStoreInformerFollowsListAndWatch(t *testing.T) {
 	if err := users.AddEventHandler(rec.handler()); err != nil {
 		t.Fatal(err)
 	}
-	stop := make(chan struct{})
-	defer close(stop)
-	go inf.Run(stop)
-	if !cache.WaitForCacheSync(stop, inf.HasSynced) {
+	go inf.RunWithContext(t.Context())
+	if !cache.WaitForCacheSync(t.Context().Done(), inf.HasSynced) {
 		t.Fatal("not synced")
 	}
 	w := <-watches
@@ -193,9 +191,7 @@ func TestStoreInformerFollowsListAndWatch(t *testing.T) {
 	if err := users.AddEventHandler(late.handler()); err != nil {
 		t.Fatal(err)
 	}
-	if got := late.events(); !slices.Equal(got, []string{"add a"}) {
-		t.Errorf("a handler added late got %q", got)
-	}
+	waitFor(t, "a handler added late gets what is cached", func() bool { return slices.Equal(late.events(), []string{"add a"}) })
 }
 
 // noWatchList is a client that does not serve watch-lists: the reflector lists.
