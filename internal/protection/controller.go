@@ -49,18 +49,26 @@ type Controller struct {
 	caches     *caches.Caches
 	finalizers Finalizers
 	writer     *attach.Writer
-	live       UserLister
+	live       *liveChecks
 	kube       kubernetes.Interface // namespaces: is this one terminating?
 	events     record.EventRecorder
 	loop       *reconcile.Loop
 	now        func() time.Time // the clock of the oldest hold's age
 }
 
-// New wires the controller to its caches. live double-checks a cache that says "unused"; events may
-// be nil. Every heldResync (0: never) every held object is examined again, whatever events came.
+// New wires the controller to its caches. live double-checks a cache that says "unused" (the objects
+// of a namespace waiting at once share a look, liveChecks); events may be nil. Every heldResync (0: never) every held object is examined again, whatever events came.
 func New(c *caches.Caches, writer *attach.Writer, live UserLister, kube kubernetes.Interface, events record.EventRecorder, m *metrics.Metrics,
 	heldResync time.Duration) (*Controller, error) {
-	ctl := &Controller{caches: c, finalizers: Finalizers{Client: writer.Client}, writer: writer, live: live, kube: kube, events: events, now: time.Now}
+	var skipped func(caches.Kind, int)
+	if m != nil {
+		skipped = func(kind caches.Kind, n int) { m.LiveCheckSkipped(string(kind), n) }
+		for _, kind := range []caches.Kind{caches.ControllerRevision, caches.Rollout} {
+			skipped(kind, 0) // the series exist from the start
+		}
+	}
+	ctl := &Controller{caches: c, finalizers: Finalizers{Client: writer.Client}, writer: writer, live: newLiveChecks(live, skipped), kube: kube,
+		events: events, now: time.Now}
 	ctl.loop = &reconcile.Loop{Name: Name, Queue: reconcile.NewQueue(Name, m), Sync: ctl.sync, Metrics: m,
 		Resync: ctl.resyncHeld, ResyncPeriod: heldResync}
 	for kind, inf := range c.Configs {
@@ -109,7 +117,9 @@ func (c *Controller) configHandler(kind refs.Kind) cache.ResourceEventHandler {
 }
 
 // userHandler re-examines the held objects a user could have been holding, when the user goes away
-// or stops being live or referencing them (heldBy).
+// or stops being live or referencing them (heldBy). An object of another uid under the same name is
+// another object: the one before it went (deleted and created again while the watch was down, which a
+// relist shows as an update), and with it what it held by its uid (a pinning snapshot it owned).
 func (c *Controller) userHandler() cache.ResourceEventHandler {
 	requeue := func(u *caches.User) {
 		for _, key := range c.heldBy(u) {
@@ -119,7 +129,7 @@ func (c *Controller) userHandler() cache.ResourceEventHandler {
 	return cache.ResourceEventHandlerFuncs{
 		UpdateFunc: func(old, cur any) {
 			if o, ok := caches.UserOf(old); ok && o.Live() {
-				if n, ok := caches.UserOf(cur); !ok || !n.Live() || !slices.Equal(n.Refs, o.Refs) {
+				if n, ok := caches.UserOf(cur); !ok || n.UID != o.UID || !n.Live() || !slices.Equal(n.Refs, o.Refs) {
 					requeue(o)
 				}
 			}
@@ -223,8 +233,12 @@ func (c *Controller) syncDeleting(ctx context.Context, kind refs.Kind, m *metav1
 	}
 	if len(users) == 0 {
 		// The cache may not show a user created a moment ago: ask the API server before letting go.
-		if users, err = c.live.Users(ctx, m.Namespace, ref, owners...); err != nil {
+		u, err := c.live.user(ctx, m.Namespace, Query{Ref: ref, Owners: owners})
+		if err != nil {
 			return err
+		}
+		if u != nil {
+			users = []*caches.User{u}
 		}
 	}
 	obj := involved(kind, m)
