@@ -7,7 +7,6 @@ import (
 	"sync"
 	"sync/atomic"
 	"testing"
-	"time"
 
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
@@ -90,15 +89,18 @@ func (s *source) lw() cache.ListerWatcher {
 	return cache.ToListWatcherWithWatchListSemantics(lw, noWatchList{})
 }
 
-// waitFor waits until the handler has got want, and fails the test, saying what it got, if it has not
-// within 10 s.
-func (r *recordingHandler) waitFor(t *testing.T, want []string) {
+// runRecorded runs an informer of users of src's objects (example their type) with a recording handler
+// until the test ends, and returns them once it has synced, with its watch.
+func runRecorded(t *testing.T, src *source, example runtime.Object) (*storeInformer, *recordingHandler, *watch.FakeWatcher) {
 	t.Helper()
-	for deadline := time.Now().Add(10 * time.Second); !slices.Equal(r.events(), want); time.Sleep(time.Millisecond) {
-		if time.Now().After(deadline) {
-			t.Fatalf("the handler got %q, want %q", r.events(), want)
-		}
+	inf := newStoreInformer(src.lw(), example, newReducer(nil, false, false).transform, nil)
+	rec := &recordingHandler{}
+	if err := newViewInformer(userView, inf).AddEventHandler(rec.handler()); err != nil {
+		t.Fatal(err)
 	}
+	go inf.RunWithContext(t.Context())
+	waitFor(t, "the informer syncs", inf.HasSynced)
+	return inf, rec, <-src.watches
 }
 
 // stored lists the keys an informer holds, sorted.
@@ -151,14 +153,7 @@ func TestReplaceSkipsAnUnreadableObject(t *testing.T) {
 // no pods any more), and a later readable version brings it back; its deletion ends its count.
 func TestAnObjectBecomingUnreadableLeavesTheCache(t *testing.T) {
 	src := newSource(false, []runtime.Object{readableCR("web-1", "4")})
-	inf := newStoreInformer(src.lw(), &appsv1.ControllerRevision{}, newReducer(nil, false, false).transform, nil)
-	var rec recordingHandler
-	if err := newViewInformer(userView, inf).AddEventHandler(rec.handler()); err != nil {
-		t.Fatal(err)
-	}
-	go inf.RunWithContext(t.Context())
-	waitFor(t, "the informer syncs", inf.HasSynced)
-	w := <-src.watches
+	inf, rec, w := runRecorded(t, src, &appsv1.ControllerRevision{})
 	w.Modify(unreadableCR("web-1", "6"))
 	want := []string{"add web-1", "delete (unseen) web-1"}
 	rec.waitFor(t, want)
@@ -262,14 +257,7 @@ func TestReplaceWithChangesStillQueued(t *testing.T) {
 // A watch-list after the watch expired no longer holds an object: its deletion reaches the handlers.
 func TestAWatchListRelistDeliversTheDeletionOfWhatItMisses(t *testing.T) {
 	src := newSource(true, []runtime.Object{ownedPod("a"), ownedPod("b")}, []runtime.Object{ownedPod("a")})
-	inf := newStoreInformer(src.lw(), &corev1.Pod{}, newReducer(nil, false, false).transform, nil)
-	var rec recordingHandler
-	if err := newViewInformer(userView, inf).AddEventHandler(rec.handler()); err != nil {
-		t.Fatal(err)
-	}
-	go inf.RunWithContext(t.Context())
-	waitFor(t, "the informer syncs", inf.HasSynced)
-	w := <-src.watches
+	inf, rec, w := runRecorded(t, src, &corev1.Pod{})
 	w.Error(&metav1.Status{Status: metav1.StatusFailure, Code: 410, Reason: metav1.StatusReasonExpired, Message: "too old"})
 	// A watch-list's objects come in any order.
 	waitFor(t, "the handler gets four events", func() bool { return len(rec.events()) >= 4 })

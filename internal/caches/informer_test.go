@@ -25,23 +25,37 @@ func cm(name string, labels map[string]string) *metav1.PartialObjectMetadata {
 
 var optedIn = map[string]string{api.RevisionedLabel: api.RevisionedValue}
 
-// recorder notes the events a handler gets, as "add x", "update x", "delete x".
-type recorder struct {
+// notes are what a handler of tests got, in order: handlers run on goroutines of their own.
+type notes struct {
 	mu  sync.Mutex
 	got []string
 }
 
-func (r *recorder) note(s string) {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	r.got = append(r.got, s)
+func (n *notes) note(s string) {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	n.got = append(n.got, s)
 }
 
-func (r *recorder) events() []string {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	return slices.Clone(r.got)
+func (n *notes) events() []string {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	return slices.Clone(n.got)
 }
+
+// waitFor waits until the handler has got want, and fails the test, saying what it got, if it has not
+// within 10 s.
+func (n *notes) waitFor(t *testing.T, want []string) {
+	t.Helper()
+	for deadline := time.Now().Add(10 * time.Second); !slices.Equal(n.events(), want); time.Sleep(time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("the handler got %q, want %q", n.events(), want)
+		}
+	}
+}
+
+// recorder notes the events a handler of config objects gets, as "add x", "update x", "delete x".
+type recorder struct{ notes }
 
 func (r *recorder) handler() cache.ResourceEventHandler {
 	name := func(obj any) string {

@@ -148,7 +148,12 @@ func (s *sharedInformer) AddEventHandler(h cache.ResourceEventHandler) (cache.Re
 func (s *sharedInformer) handlersSynced() bool {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	for _, r := range s.regs {
+	return allSynced(s.regs)
+}
+
+// allSynced reports whether every registration has synced.
+func allSynced[R cache.ResourceEventHandlerRegistration](regs []R) bool {
+	for _, r := range regs {
 		if !r.HasSynced() {
 			return false
 		}
@@ -200,12 +205,7 @@ func (i *storeInformer) unreadable(kind Kind) int {
 func (i *storeInformer) handlersSynced() bool {
 	i.mu.Lock()
 	defer i.mu.Unlock()
-	for _, l := range i.listeners {
-		if !l.HasSynced() {
-			return false
-		}
-	}
-	return true
+	return allSynced(i.listeners)
 }
 
 // process stores one queued change and queues it for every handler, as client-go's informers do.

@@ -89,23 +89,9 @@ func TestStoreSparseIndex(t *testing.T) {
 	}
 }
 
-// recordingHandler notes the events it gets as "add x (initial)", "update x", "delete x".
-type recordingHandler struct {
-	mu  sync.Mutex
-	got []string
-}
-
-func (r *recordingHandler) note(s string) {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	r.got = append(r.got, s)
-}
-
-func (r *recordingHandler) events() []string {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	return slices.Clone(r.got)
-}
+// recordingHandler notes the events a handler of users gets as "add x", "update x finished=…",
+// "delete x", "delete (unseen) x".
+type recordingHandler struct{ notes }
 
 func (r *recordingHandler) handler() cache.ResourceEventHandler {
 	name := func(obj any) string {

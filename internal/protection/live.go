@@ -114,33 +114,22 @@ type lister struct {
 	list pager.ListPageFunc
 }
 
+// pageOf makes a typed client's List a pager's page.
+func pageOf[L runtime.Object](list func(context.Context, metav1.ListOptions) (L, error)) pager.ListPageFunc {
+	return func(ctx context.Context, o metav1.ListOptions) (runtime.Object, error) { return list(ctx, o) }
+}
+
 func (a APIUsers) listers(ns string) []lister {
 	apps, batch, core := a.Kube.AppsV1(), a.Kube.BatchV1(), a.Kube.CoreV1()
 	out := []lister{
-		{caches.Pod, func(ctx context.Context, o metav1.ListOptions) (runtime.Object, error) {
-			return core.Pods(ns).List(ctx, o)
-		}},
-		{caches.ReplicaSet, func(ctx context.Context, o metav1.ListOptions) (runtime.Object, error) {
-			return apps.ReplicaSets(ns).List(ctx, o)
-		}},
-		{caches.ControllerRevision, func(ctx context.Context, o metav1.ListOptions) (runtime.Object, error) {
-			return apps.ControllerRevisions(ns).List(ctx, o)
-		}},
-		{caches.Job, func(ctx context.Context, o metav1.ListOptions) (runtime.Object, error) {
-			return batch.Jobs(ns).List(ctx, o)
-		}},
-		{caches.CronJob, func(ctx context.Context, o metav1.ListOptions) (runtime.Object, error) {
-			return batch.CronJobs(ns).List(ctx, o)
-		}},
-		{caches.Deployment, func(ctx context.Context, o metav1.ListOptions) (runtime.Object, error) {
-			return apps.Deployments(ns).List(ctx, o)
-		}},
-		{caches.StatefulSet, func(ctx context.Context, o metav1.ListOptions) (runtime.Object, error) {
-			return apps.StatefulSets(ns).List(ctx, o)
-		}},
-		{caches.DaemonSet, func(ctx context.Context, o metav1.ListOptions) (runtime.Object, error) {
-			return apps.DaemonSets(ns).List(ctx, o)
-		}},
+		{caches.Pod, pageOf(core.Pods(ns).List)},
+		{caches.ReplicaSet, pageOf(apps.ReplicaSets(ns).List)},
+		{caches.ControllerRevision, pageOf(apps.ControllerRevisions(ns).List)},
+		{caches.Job, pageOf(batch.Jobs(ns).List)},
+		{caches.CronJob, pageOf(batch.CronJobs(ns).List)},
+		{caches.Deployment, pageOf(apps.Deployments(ns).List)},
+		{caches.StatefulSet, pageOf(apps.StatefulSets(ns).List)},
+		{caches.DaemonSet, pageOf(apps.DaemonSets(ns).List)},
 	}
 	if a.Rollouts {
 		out = append(out, lister{caches.Rollout, func(ctx context.Context, o metav1.ListOptions) (runtime.Object, error) {
