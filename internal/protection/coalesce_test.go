@@ -48,7 +48,7 @@ func (l *liveChecks) gathered(namespace string) int {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	if n := l.ns[namespace]; n != nil && n.next != nil {
-		return len(n.next.queries)
+		return len(n.next.asked)
 	}
 	return 0
 }
@@ -62,37 +62,28 @@ func waitUntil(t *testing.T, what string, cond func() bool) {
 	}
 }
 
-// The deletions of one namespace waiting for the live check at once share one look: an uninstall
-// releasing thousands of objects reads the namespace once per look, not once per object. An object
-// asking while a look is under way waits for the next one (the look under way may have read the
-// namespace before its user was created).
-func TestDeletionsWaitingAtOnceShareOneLook(t *testing.T) {
+func heldCM(name, rv string) heldObject {
+	return heldObject{key: cmKey(name), resourceVersion: rv, query: Query{Ref: cmRef(name)}}
+}
+
+// One look answers every held object of a namespace: an uninstall deleting thousands of objects at
+// once reads the namespace a few times, not once per object. The object that asked gets its answer;
+// each other one found unused is released by its own sync with no look; one found in use is looked
+// at again by its sync.
+func TestOneLookAnswersEveryHeldObjectOfTheNamespace(t *testing.T) {
 	var configs []*metav1.PartialObjectMetadata
 	for i := range 5 {
 		configs = append(configs, config(fmt.Sprintf("cfg-%d", i), true, true, true))
 	}
 	f := newFixture(t, nil, nil, configs)
 	lister := &heldLister{users: liveUsers{pod("web-1", []string{"cfg-2"}, corev1.PodRunning)}, started: make(chan struct{}), release: make(chan struct{})}
-	f.c.live = newLiveChecks(lister, nil)
-	var wg sync.WaitGroup
-	start := func(name string) {
-		wg.Go(func() {
-			if _, err := f.c.sync(context.Background(), cmKey(name)); err != nil {
-				t.Errorf("sync %s: %v", name, err)
-			}
-		})
-	}
-	start("cfg-0")
-	<-lister.started
-	for i := 1; i < 5; i++ {
-		start(fmt.Sprintf("cfg-%d", i))
-	}
-	waitUntil(t, "four deletions wait for the next look", func() bool { return f.c.live.gathered(testutil.Namespace) == 4 })
 	close(lister.release)
-	wg.Wait()
-
-	if len(lister.looks) != 2 || len(lister.looks[0]) != 1 || len(lister.looks[1]) != 4 {
-		t.Errorf("looks %v, want one for cfg-0, then one for the four others", lister.looks)
+	f.c.live.looker = lister
+	for i := range 5 {
+		f.sync(fmt.Sprintf("cfg-%d", i))
+	}
+	if len(lister.looks) != 2 || len(lister.looks[0]) != 5 {
+		t.Errorf("looks %v, want one for all five, then one for cfg-2 (in use when the first looked)", lister.looks)
 	}
 	for i := range 5 {
 		name := fmt.Sprintf("cfg-%d", i)
@@ -100,8 +91,81 @@ func TestDeletionsWaitingAtOnceShareOneLook(t *testing.T) {
 			t.Errorf("%s: held %v, want held only while pod/web-1 uses it", name, held)
 		}
 	}
-	if n := len(f.c.live.ns); n != 0 {
+}
+
+// An object asking while a look is under way waits for the next look (the look under way may have
+// read the namespace before its user was created); the objects that asked meanwhile share it.
+func TestObjectsAskingDuringALookShareTheNext(t *testing.T) {
+	lister := &heldLister{users: liveUsers{pod("web-1", []string{"cfg-2"}, corev1.PodRunning)}, started: make(chan struct{}), release: make(chan struct{})}
+	l := newLiveChecks(lister, nil, nil)
+	var wg sync.WaitGroup
+	got := make([]*caches.User, 5)
+	ask := func(i int) {
+		wg.Go(func() {
+			u, err := l.user(context.Background(), testutil.Namespace, heldCM(fmt.Sprintf("cfg-%d", i), "1"))
+			if err != nil {
+				t.Errorf("cfg-%d: %v", i, err)
+			}
+			got[i] = u
+		})
+	}
+	ask(0)
+	<-lister.started
+	for i := 1; i < 5; i++ {
+		ask(i)
+	}
+	waitUntil(t, "four objects wait for the next look", func() bool { return l.gathered(testutil.Namespace) == 4 })
+	close(lister.release)
+	wg.Wait()
+	if len(lister.looks) != 2 || len(lister.looks[0]) != 1 || len(lister.looks[1]) != 4 {
+		t.Errorf("looks %v, want one for cfg-0, then one for the four others", lister.looks)
+	}
+	for i, u := range got {
+		if (u != nil) != (i == 2) {
+			t.Errorf("cfg-%d: user %v, want pod/web-1 for cfg-2 only", i, u)
+		}
+	}
+	if n := len(l.ns); n != 0 {
 		t.Errorf("%d namespaces still kept after every look ended", n)
+	}
+}
+
+// What a look found of an object is used only at the version it read (a snapshot given an owner since
+// is looked at again), once, and not after the object went.
+func TestAnAnswerIsForTheVersionItRead(t *testing.T) {
+	var looks int
+	held := []heldObject{heldCM("a", "1"), heldCM("b", "1"), heldCM("c", "1")}
+	l := newLiveChecks(lookerFunc(func(_ context.Context, _ string, q []Query) (Answer, error) {
+		looks++
+		return Answer{Users: make([]*caches.User, len(q))}, nil
+	}), func(string) []heldObject { return held }, nil)
+	ask := func(h heldObject) {
+		t.Helper()
+		if u, err := l.user(context.Background(), testutil.Namespace, h); err != nil || u != nil {
+			t.Fatalf("%s: %v, %v; want unused", h.key, u, err)
+		}
+	}
+	ask(heldCM("a", "1")) // a look, answering b and c too
+	ask(heldCM("b", "1"))
+	if looks != 1 {
+		t.Errorf("%d looks; b at the version read needs none", looks)
+	}
+	ask(heldCM("b", "1")) // a look, answering a and c
+	if looks != 2 {
+		t.Errorf("%d looks; an answer is used once", looks)
+	}
+	ask(heldCM("c", "2")) // a look, answering a and b
+	if looks != 3 {
+		t.Errorf("%d looks; c changed since the look read it, it needs a look of its own", looks)
+	}
+	l.drop(testutil.Namespace, cmKey("b"))
+	held = nil
+	ask(heldCM("b", "1"))
+	if looks != 4 {
+		t.Errorf("%d looks; b went and came again: what a look found of it before is forgotten", looks)
+	}
+	if n := len(l.ns); n != 0 {
+		t.Errorf("%d namespaces still kept with nothing to answer", n)
 	}
 }
 
@@ -111,12 +175,12 @@ func TestALookThatFailsFailsEveryObjectSharingIt(t *testing.T) {
 	failing := lookerFunc(func(context.Context, string, []Query) (Answer, error) {
 		return Answer{}, fmt.Errorf("the API server is away")
 	})
-	l := newLiveChecks(failing, nil)
-	if _, err := l.user(context.Background(), testutil.Namespace, Query{Ref: cmRef("a")}); err == nil {
+	l := newLiveChecks(failing, nil, nil)
+	if _, err := l.user(context.Background(), testutil.Namespace, heldCM("a", "1")); err == nil {
 		t.Error("no error from a failed look")
 	}
 	l.looker = lookerOf(liveUsers{pod("web-1", []string{"a"}, corev1.PodRunning)})
-	u, err := l.user(context.Background(), testutil.Namespace, Query{Ref: cmRef("a")})
+	u, err := l.user(context.Background(), testutil.Namespace, heldCM("a", "1"))
 	if err != nil || u == nil || u.Name != "web-1" {
 		t.Errorf("the next look: %v, %v; want pod/web-1", u, err)
 	}
@@ -138,8 +202,8 @@ func TestALookCountsWhatItSkipped(t *testing.T) {
 	got := map[caches.Kind]int{}
 	l := newLiveChecks(lookerFunc(func(_ context.Context, _ string, q []Query) (Answer, error) {
 		return Answer{Users: make([]*caches.User, len(q)), Unreadable: map[caches.Kind]int{caches.ControllerRevision: 2}}, nil
-	}), func(kind caches.Kind, n int) { got[kind] += n })
-	if _, err := l.user(context.Background(), testutil.Namespace, Query{Ref: cmRef("a")}); err != nil {
+	}), nil, func(kind caches.Kind, n int) { got[kind] += n })
+	if _, err := l.user(context.Background(), testutil.Namespace, heldCM("a", "1")); err != nil {
 		t.Fatal(err)
 	}
 	if got[caches.ControllerRevision] != 2 {

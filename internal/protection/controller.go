@@ -67,8 +67,8 @@ func New(c *caches.Caches, writer *attach.Writer, live UserLister, kube kubernet
 			skipped(kind, 0) // the series exist from the start
 		}
 	}
-	ctl := &Controller{caches: c, finalizers: Finalizers{Client: writer.Client}, writer: writer, live: newLiveChecks(live, skipped), kube: kube,
-		events: events, now: time.Now}
+	ctl := &Controller{caches: c, finalizers: Finalizers{Client: writer.Client}, writer: writer, kube: kube, events: events, now: time.Now}
+	ctl.live = newLiveChecks(live, ctl.heldIn, skipped)
 	ctl.loop = &reconcile.Loop{Name: Name, Queue: reconcile.NewQueue(Name, m), Sync: ctl.sync, Metrics: m,
 		Resync: ctl.resyncHeld, ResyncPeriod: heldResync}
 	for kind, inf := range c.Configs {
@@ -112,7 +112,12 @@ func (c *Controller) configHandler(kind refs.Kind) cache.ResourceEventHandler {
 		AddFunc:    func(obj any) { enqueueIf(obj, needsLook) },
 		UpdateFunc: func(_, cur any) { enqueueIf(cur, needsLook) },
 		// Deleted, or opted out: a label-selected watch reports an object losing the label as deleted.
-		DeleteFunc: func(obj any) { enqueueIf(obj, always) },
+		DeleteFunc: func(obj any) {
+			if m, ok := caches.MetaOf(obj); ok {
+				c.live.drop(m.Namespace, configKey(kind, m.Namespace, m.Name))
+			}
+			enqueueIf(obj, always)
+		},
 	}
 }
 
@@ -233,7 +238,8 @@ func (c *Controller) syncDeleting(ctx context.Context, kind refs.Kind, m *metav1
 	}
 	if len(users) == 0 {
 		// The cache may not show a user created a moment ago: ask the API server before letting go.
-		u, err := c.live.user(ctx, m.Namespace, Query{Ref: ref, Owners: owners})
+		u, err := c.live.user(ctx, m.Namespace, heldObject{key: configKey(kind, m.Namespace, m.Name), resourceVersion: m.ResourceVersion,
+			query: Query{Ref: ref, Owners: owners}})
 		if err != nil {
 			return err
 		}
@@ -293,6 +299,23 @@ func snapshotOwners(m *metav1.PartialObjectMetadata) []metav1.OwnerReference {
 		return nil
 	}
 	return m.OwnerReferences
+}
+
+// heldIn lists the held objects of namespace as the caches show them: a live look answers them all
+// (liveChecks).
+func (c *Controller) heldIn(namespace string) []heldObject {
+	var out []heldObject
+	for kind, inf := range c.caches.Configs {
+		objs, err := inf.InNamespace(namespace, isHeld)
+		if err != nil {
+			utilruntime.HandleError(err)
+		}
+		for _, m := range objs {
+			out = append(out, heldObject{key: configKey(kind, namespace, m.Name), resourceVersion: m.ResourceVersion,
+				query: Query{Ref: refs.Ref{Kind: kind, Name: m.Name}, Owners: snapshotOwners(m)}})
+		}
+	}
+	return out
 }
 
 func (c *Controller) liveCachedUsers(ns string, r refs.Ref, owners []metav1.OwnerReference) ([]*caches.User, error) {

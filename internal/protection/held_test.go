@@ -105,7 +105,7 @@ func TestASnapshotHeldForItsRevisionGoesWithTheRevision(t *testing.T) {
 	}
 
 	// The ReplicaSet is deleted: gone from the API server and the cache, then its delete event.
-	f.c.live = newLiveChecks(liveUsers(nil), nil)
+	f.c.live.looker = lookerOf(liveUsers(nil))
 	for _, idx := range f.c.caches.Users[caches.ReplicaSet].Indexers() {
 		if err := idx.Delete(rs); err != nil {
 			t.Fatal(err)

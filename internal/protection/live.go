@@ -11,6 +11,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/pager"
@@ -156,10 +157,26 @@ func (a APIUsers) Users(ctx context.Context, ns string, r refs.Ref, owners ...me
 func (a APIUsers) Look(ctx context.Context, ns string, queries []Query) (Answer, error) {
 	log := logging.FromContext(ctx)
 	ans := Answer{Users: make([]*caches.User, len(queries)), Unreadable: map[caches.Kind]int{}}
+	// The queries by what answers them: a look may ask about thousands of objects at once.
+	byRef, byOwner := map[refs.Ref][]int{}, map[types.UID][]int{}
+	for i, q := range queries {
+		byRef[q.Ref] = append(byRef[q.Ref], i)
+		for _, o := range q.Owners {
+			byOwner[o.UID] = append(byOwner[o.UID], i)
+		}
+	}
 	open := len(queries)
 	ctx, stop := context.WithCancelCause(ctx)
 	defer stop(nil)
 	var mu sync.Mutex // ans, open
+	answer := func(u *caches.User, is []int) {
+		for _, i := range is {
+			if ans.Users[i] == nil {
+				ans.Users[i] = u
+				open--
+			}
+		}
+	}
 	listers := a.listers(ns)
 	g := parallel.New(len(listers))
 	for _, l := range listers {
@@ -189,12 +206,10 @@ func (a APIUsers) Look(ctx context.Context, ns string, queries []Query) (Answer,
 				}
 				mu.Lock()
 				defer mu.Unlock()
-				for i, q := range queries {
-					if ans.Users[i] == nil && q.usedBy(u) {
-						ans.Users[i] = u
-						open--
-					}
+				for _, r := range u.Refs {
+					answer(u, byRef[r])
 				}
+				answer(u, byOwner[u.UID])
 				if open == 0 {
 					return errAnswered
 				}
