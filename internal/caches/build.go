@@ -51,9 +51,8 @@ type Caches struct {
 	Pinning *Pinning
 
 	reducer *reducer
-	// informers are every informer of the caches, started together; synced is their HasSynced.
+	// informers are every informer of the caches, started together.
 	informers []runner
-	synced    []cache.InformerSynced
 }
 
 // compressInitialLists is whether the informers accept gzip: kube-apiserver compresses a response
@@ -184,10 +183,7 @@ func listWatch[L runtime.Object](list func(context.Context, metav1.ListOptions) 
 }
 
 // add makes inf one of the informers the caches start and wait for.
-func (c *Caches) add(inf runner) {
-	c.informers = append(c.informers, inf)
-	c.synced = append(c.synced, inf.HasSynced)
-}
+func (c *Caches) add(inf runner) { c.informers = append(c.informers, inf) }
 
 // stored returns the object the cache of kind holds under key, as it holds it.
 func (c *Caches) stored(kind Kind, key string) (any, bool) {
@@ -221,23 +217,48 @@ func (c *Caches) widen() {
 	}
 }
 
-// Start starts every informer at once, in the background; they stop when stop closes. Once all have
-// synced, what their first lists needed to share identities whatever the order objects arrived in is
-// dropped (identities).
-func (c *Caches) Start(stop <-chan struct{}) {
+// Start starts every informer at once, in the background; they stop when ctx ends. Once every informer
+// that shares identities has stored its first list, what the first lists needed to share identities
+// whatever the order objects arrived in is dropped (identities). One whose lists are refused (a
+// namespace the controller may not list, a resource not served) may never store one: it does not hold
+// the table back, which would otherwise be kept, and grow with every object arriving, for as long as
+// the refusal lasts.
+func (c *Caches) Start(ctx context.Context) {
 	for _, inf := range c.informers {
-		go inf.Run(stop)
+		go inf.RunWithContext(ctx)
+	}
+	var firstLists []cache.InformerSynced
+	for _, inf := range c.informers {
+		if s, ok := inf.(*storeInformer); ok {
+			firstLists = append(firstLists, func() bool { return s.HasSynced() || s.refused.Load() })
+		}
 	}
 	go func() {
-		if cache.WaitForCacheSync(stop, c.synced...) {
+		if cache.WaitForCacheSync(ctx.Done(), firstLists...) {
 			c.reducer.ids.settle()
 		}
 	}()
 }
 
-// WaitForSync waits until every informer has synced; false if stop closed first.
+// WaitForSync waits until every informer has synced and every event handler added so far has been
+// handed its informer's first list; false if stop closed first.
 func (c *Caches) WaitForSync(stop <-chan struct{}) bool {
-	return cache.WaitForCacheSync(stop, c.synced...)
+	synced := make([]cache.InformerSynced, len(c.informers))
+	for i, inf := range c.informers {
+		synced[i] = func() bool { return inf.HasSynced() && inf.handlersSynced() }
+	}
+	return cache.WaitForCacheSync(stop, synced...)
+}
+
+// Unreadable counts the objects of kind the caches skip because they cannot be read (ErrUnreadable).
+func (c *Caches) Unreadable(kind Kind) int {
+	n := 0
+	for _, inf := range c.informers {
+		if s, ok := inf.(*storeInformer); ok {
+			n += s.unreadable(kind)
+		}
+	}
+	return n
 }
 
 // metadataInformers adds to into, for each kind, a metadata-only informer of namespace ns filtered by

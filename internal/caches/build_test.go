@@ -30,10 +30,8 @@ func TestPodsShareWithTheirReplicaSetWhicheverArrivesFirst(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			stop := make(chan struct{})
-			defer close(stop)
-			c.Start(stop)
-			if !c.WaitForSync(stop) {
+			c.Start(t.Context())
+			if !c.WaitForSync(t.Context().Done()) {
 				t.Fatal("caches did not sync")
 			}
 			stored, ok := c.Users[ReplicaSet].stored(rs.Namespace + "/" + rs.Name)

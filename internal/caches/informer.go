@@ -248,6 +248,9 @@ type filteringHandler[T runtime.Object] struct {
 	afterFirstList bool // no adds of the first list
 }
 
+// skipsFirstList tells the informer's listener not to queue the first list's adds at all.
+func (f filteringHandler[T]) skipsFirstList() bool { return f.afterFirstList }
+
 func (f filteringHandler[T]) OnAdd(obj any, initial bool) {
 	if initial && f.afterFirstList {
 		return

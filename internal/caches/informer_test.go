@@ -4,6 +4,8 @@ import (
 	"fmt"
 	"slices"
 	"strings"
+	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -23,8 +25,37 @@ func cm(name string, labels map[string]string) *metav1.PartialObjectMetadata {
 
 var optedIn = map[string]string{api.RevisionedLabel: api.RevisionedValue}
 
-// recorder notes the events a handler gets, as "add x", "update x", "delete x".
-type recorder struct{ got []string }
+// notes are what a handler of tests got, in order: handlers run on goroutines of their own.
+type notes struct {
+	mu  sync.Mutex
+	got []string
+}
+
+func (n *notes) note(s string) {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	n.got = append(n.got, s)
+}
+
+func (n *notes) events() []string {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	return slices.Clone(n.got)
+}
+
+// waitFor waits until the handler has got want, and fails the test, saying what it got, if it has not
+// within 10 s.
+func (n *notes) waitFor(t *testing.T, want []string) {
+	t.Helper()
+	for deadline := time.Now().Add(10 * time.Second); !slices.Equal(n.events(), want); time.Sleep(time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("the handler got %q, want %q", n.events(), want)
+		}
+	}
+}
+
+// recorder notes the events a handler of config objects gets, as "add x", "update x", "delete x".
+type recorder struct{ notes }
 
 func (r *recorder) handler() cache.ResourceEventHandler {
 	name := func(obj any) string {
@@ -32,9 +63,27 @@ func (r *recorder) handler() cache.ResourceEventHandler {
 		return m.Name
 	}
 	return cache.ResourceEventHandlerFuncs{
-		AddFunc:    func(obj any) { r.got = append(r.got, "add "+name(obj)) },
-		UpdateFunc: func(_, cur any) { r.got = append(r.got, "update "+name(cur)) },
-		DeleteFunc: func(obj any) { r.got = append(r.got, "delete "+name(obj)) },
+		AddFunc:    func(obj any) { r.note("add " + name(obj)) },
+		UpdateFunc: func(_, cur any) { r.note("update " + name(cur)) },
+		DeleteFunc: func(obj any) { r.note("delete " + name(obj)) },
+	}
+}
+
+// running makes an informer of tests hand what it processes to its handlers, as a running one does,
+// until the test ends.
+func running(t *testing.T, i *storeInformer) {
+	i.startListeners()
+	t.Cleanup(i.stopListeners)
+}
+
+// waitFor waits until cond holds (handlers run on goroutines of their own), and fails the test if it
+// does not within 10 s.
+func waitFor(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	for deadline := time.Now().Add(10 * time.Second); !cond(); time.Sleep(time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("%s: not within 10 s", what)
+		}
 	}
 }
 
@@ -298,9 +347,10 @@ func TestUsersUsingAndControlledBy(t *testing.T) {
 // it; it gets every later event, as a handler added plainly does.
 func TestAHandlerAfterTheFirstListGetsNoneOfItsAddsAndNoViews(t *testing.T) {
 	src := newTestInformer(nil)
-	views := 0
+	running(t, src)
+	var views atomic.Int32
 	inf := newViewInformer(func(obj any) (*metav1.PartialObjectMetadata, bool) {
-		views++
+		views.Add(1)
 		return configView(refs.ConfigMap)(obj)
 	}, src)
 	var every, after recorder
@@ -317,16 +367,15 @@ func TestAHandlerAfterTheFirstListGetsNoneOfItsAddsAndNoViews(t *testing.T) {
 		}
 	}
 	deliver(cache.Replaced, cm("listed", optedIn), true)
-	if views != 1 {
-		t.Errorf("%d views made of the first list's object, want 1 (for the plain handler only)", views)
+	waitFor(t, "the plain handler gets the first list's add", func() bool { return len(every.events()) == 1 })
+	if n := views.Load(); n != 1 {
+		t.Errorf("%d views made of the first list's object, want 1 (for the plain handler only)", n)
 	}
 	deliver(cache.Added, cm("made-later", optedIn), false)
 	deliver(cache.Updated, cm("listed", optedIn), false)
 	deliver(cache.Deleted, cm("made-later", optedIn), false)
-	if want := []string{"add listed", "add made-later", "update listed", "delete made-later"}; !slices.Equal(every.got, want) {
-		t.Errorf("the plain handler got %v, want %v", every.got, want)
-	}
-	if want := []string{"add made-later", "update listed", "delete made-later"}; !slices.Equal(after.got, want) {
-		t.Errorf("the handler after the first list got %v, want %v", after.got, want)
-	}
+	want := []string{"add listed", "add made-later", "update listed", "delete made-later"}
+	waitFor(t, "the plain handler gets "+strings.Join(want, ", "), func() bool { return slices.Equal(every.events(), want) })
+	want = []string{"add made-later", "update listed", "delete made-later"}
+	waitFor(t, "the handler after the first list gets "+strings.Join(want, ", "), func() bool { return slices.Equal(after.events(), want) })
 }

@@ -2,6 +2,7 @@ package caches
 
 import (
 	"context"
+	"sync/atomic"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
@@ -24,6 +25,11 @@ import (
 type reducingWatcher struct {
 	lw     cache.ListerWatcher
 	reduce cache.TransformFunc
+	// skipped learns which objects of a watch-list's initial events the reducer refused (nil: none is
+	// told): they never reach the reflector, whose store would fail them one by one.
+	skipped *skipped
+	// refused is cleared as each list starts (nil: none is kept); storeInformer.watchError sets it.
+	refused *atomic.Bool
 }
 
 func (l reducingWatcher) IsWatchListSemanticsUnSupported() bool {
@@ -35,6 +41,7 @@ func (l reducingWatcher) List(o metav1.ListOptions) (runtime.Object, error) {
 }
 
 func (l reducingWatcher) ListWithContext(ctx context.Context, o metav1.ListOptions) (runtime.Object, error) {
+	l.listing()
 	return cache.ToListerWithContext(l.lw).ListWithContext(ctx, o)
 }
 
@@ -43,27 +50,49 @@ func (l reducingWatcher) Watch(o metav1.ListOptions) (watch.Interface, error) {
 }
 
 func (l reducingWatcher) WatchWithContext(ctx context.Context, o metav1.ListOptions) (watch.Interface, error) {
+	initialEvents := o.SendInitialEvents != nil && *o.SendInitialEvents
+	if initialEvents {
+		l.listing()
+	}
 	w, err := cache.ToWatcherWithContext(l.lw).WatchWithContext(ctx, o)
-	if err != nil || o.SendInitialEvents == nil || !*o.SendInitialEvents {
+	if err != nil || !initialEvents {
 		return w, err
 	}
-	initial := true // only the filter's goroutine reads and writes it
+	// Only the filter's goroutine reads and writes these.
+	initial := true
+	var refused map[string]error
 	return watch.Filter(w, func(e watch.Event) (watch.Event, bool) {
 		switch {
 		case !initial:
 		case e.Type == watch.Added:
-			// An object the reducer refuses passes whole: the reflector's store transforms it again
-			// and reports the error as it always did.
-			if r, err := l.reduce(e.Object); err == nil {
-				if record, ok := r.(runtime.Object); ok {
-					e.Object = record
+			r, err := l.reduce(e.Object)
+			if err != nil {
+				// Skipped, as the queue skips it in a list (fifo.Replace), and told to it when the
+				// list is handed over.
+				if refused == nil {
+					refused = map[string]error{}
 				}
+				refused[keyOf(e.Object)] = err
+				return e, false
+			}
+			if record, ok := r.(runtime.Object); ok {
+				e.Object = record
 			}
 		case e.Type == watch.Bookmark && initialEventsEnd(e.Object):
 			initial = false
+			if l.skipped != nil {
+				l.skipped.stream(refused) // before the reflector, which reads the bookmark next, hands the list over
+			}
 		}
 		return e, true
 	}), nil
+}
+
+// listing notes that a list (or a watch-list) starts: whether it is refused is yet to be seen.
+func (l reducingWatcher) listing() {
+	if l.refused != nil {
+		l.refused.Store(false)
+	}
 }
 
 // initialEventsEnd reports whether a bookmark ends a watch-list's initial events.

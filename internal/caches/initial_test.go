@@ -94,9 +94,7 @@ func TestStoreInformerSyncsFromAWatchList(t *testing.T) {
 	}
 	r := newReducer(nil, false, false)
 	inf := newStoreInformer(lw, &corev1.Pod{}, r.transform, nil)
-	stop := make(chan struct{})
-	defer close(stop)
-	go inf.Run(stop)
+	go inf.RunWithContext(t.Context())
 	timeout := make(chan struct{})
 	timer := time.AfterFunc(10*time.Second, func() { close(timeout) })
 	defer timer.Stop()

@@ -294,10 +294,10 @@ func BenchmarkMix(b *testing.B) {
 				_ = inf.AddEventHandler(count)
 			}
 		}
-		stop := make(chan struct{})
+		ctx, stop := context.WithCancel(context.Background())
 		start := time.Now()
-		c.Start(stop)
-		if !c.WaitForSync(stop) {
+		c.Start(ctx)
+		if !c.WaitForSync(ctx.Done()) {
 			b.Fatal("not synced")
 		}
 		synced := time.Since(start)
@@ -324,7 +324,7 @@ func BenchmarkMix(b *testing.B) {
 		b.ReportMetric(float64(held)/float64(pods), "B/Pod")
 		b.ReportMetric(float64(held)/(1<<20)*150000/float64(pods), "MiB@150kPods")
 		b.ReportMetric(synced.Seconds(), "s-synced")
-		close(stop)
+		stop()
 		runtime.KeepAlive(c)
 	}
 }

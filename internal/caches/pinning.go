@@ -132,8 +132,9 @@ func (c *Caches) NewPinning(clients *kube.Clients, o Options) error {
 			if err := inf.SetTransform(trimPin); err != nil {
 				return err
 			}
-			pins[kind] = append(pins[kind], inf)
-			c.add(inf)
+			shared := &sharedInformer{SharedIndexInformer: inf}
+			pins[kind] = append(pins[kind], shared)
+			c.add(shared)
 		}
 		if c.AllConfigs != nil {
 			continue // the snapshots are a view of the config informers (below)
@@ -156,8 +157,9 @@ func (c *Caches) NewPinning(clients *kube.Clients, o Options) error {
 	if err := nsInf.SetTransform(trimNamespace); err != nil {
 		return err
 	}
-	p.Namespaces = NewInformer[*metav1.PartialObjectMetadata](nsInf)
-	c.add(nsInf)
+	shared := &sharedInformer{SharedIndexInformer: nsInf}
+	p.Namespaces = NewInformer[*metav1.PartialObjectMetadata](shared)
+	c.add(shared)
 	c.Pinning = p
 	return nil
 }

@@ -23,7 +23,8 @@ import (
 
 // Reduce turns an object of a kind that uses config (typed, or an unstructured Rollout) into the User
 // the caches hand out of it, labels included. The live double-check of the protection controller reduces
-// what it lists the same way, so cache and API server are judged alike.
+// what it lists the same way, so cache and API server are judged alike: an object it cannot read is
+// an error that is ErrUnreadable, which both skip.
 func Reduce(obj any) (*User, error) {
 	r := &reducer{keepLabels: true, keepReads: true}
 	rec, err := r.user(obj)
@@ -79,7 +80,7 @@ func (r *reducer) user(obj any) (any, error) {
 	case *appsv1.ControllerRevision:
 		t, err := ControllerRevisionTemplate(o)
 		if err != nil {
-			return nil, err
+			return nil, unreadable(ControllerRevision, o.Namespace, o.Name, err)
 		}
 		e := r.entry("apps/v1", ControllerRevision, &o.ObjectMeta, makeRefList(refs.FromPodSpec(&t.Spec).Sorted()), false)
 		e.number = o.Revision
@@ -103,7 +104,7 @@ func (r *reducer) user(obj any) (any, error) {
 	case *unstructured.Unstructured:
 		ro, err := workload.RolloutFromUnstructured(o)
 		if err != nil {
-			return nil, err
+			return nil, unreadable(Rollout, o.GetNamespace(), o.GetName(), err)
 		}
 		// Argo Rollouts writes generations as strings; one it does not write as a number is taken as
 		// observed rather than waited for for ever.

@@ -1,16 +1,21 @@
 package caches
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/client-go/tools/cache"
+
+	"github.com/configmap-attacher/configmap-attacher/internal/logging"
 )
 
 // The caches' own informer: client-go's reflector (cache.New) and a queue (fifo.go) filling a store
@@ -27,14 +32,25 @@ type Source interface {
 	HasSynced() bool
 }
 
-// storeInformer lists and watches one resource into a store.
+// storeInformer lists and watches one resource into a store, and hands each stored change to every
+// handler's listener (listener.go).
 type storeInformer struct {
 	store *store
+	queue *fifo
 	ctl   cache.Controller
-	// mu orders the handlers' events: each delta is stored and handed to every handler under it.
-	mu       sync.Mutex
-	handlers []cache.ResourceEventHandler
-	started  bool
+	what  string // the type it holds, for messages
+	// refused is set from a list refused for good (forbidden, or the resource not served) to the next
+	// attempt: the informer may never sync (see Caches.Start).
+	refused atomic.Bool
+
+	// mu orders the handlers' events: each change is stored and queued for every listener under it,
+	// and a listener added meanwhile gets what is stored as adds first.
+	mu        sync.Mutex
+	listeners []*listener
+	running   bool
+	stopped   bool
+	// synced: the queue has synced, and every listener has been told (listener.synced).
+	synced bool
 }
 
 // newStoreInformer makes the informer of a resource (example its type) listed and watched through lw,
@@ -42,50 +58,157 @@ type storeInformer struct {
 // the reflector sees them (initial.go). The reflector is told no type: it checks each event's type
 // against it, and the initial events carry records.
 func newStoreInformer(lw cache.ListerWatcher, example runtime.Object, transform cache.TransformFunc, indexers cache.Indexers) *storeInformer {
-	i := &storeInformer{store: newStore(indexers)}
-	i.ctl = cache.New(&cache.Config{Queue: newFIFO(i.store, transform), ListerWatcher: reducingWatcher{lw: lw, reduce: transform},
-		ObjectDescription: fmt.Sprintf("%T", example), Process: i.process})
+	i := &storeInformer{store: newStore(indexers), what: fmt.Sprintf("%T", example)}
+	i.queue = newFIFO(i.store, transform)
+	i.ctl = cache.New(&cache.Config{Queue: i.queue, ListerWatcher: reducingWatcher{lw: lw, reduce: transform, skipped: i.queue.skipped, refused: &i.refused},
+		ObjectDescription: i.what, Process: i.process, WatchErrorHandlerWithContext: i.watchError})
 	return i
 }
 
-func (i *storeInformer) Run(stop <-chan struct{}) {
-	i.mu.Lock()
-	i.started = true
-	i.mu.Unlock()
-	i.ctl.Run(stop)
+// RunWithContext runs the informer and its handlers' listeners until ctx ends.
+func (i *storeInformer) RunWithContext(ctx context.Context) {
+	i.queue.skipped.log = logging.FromContext(ctx)
+	i.startListeners()
+	defer i.stopListeners()
+	go func() {
+		select {
+		case <-i.queue.Done():
+			i.markSynced()
+		case <-ctx.Done():
+		}
+	}()
+	i.ctl.RunWithContext(ctx)
 }
 
-// runner is an informer the caches start: a SharedIndexInformer or a storeInformer.
+// startListeners starts handing changes to the handlers, each on its goroutine.
+func (i *storeInformer) startListeners() {
+	i.mu.Lock()
+	defer i.mu.Unlock()
+	i.running = true
+	for _, l := range i.listeners {
+		go l.run()
+	}
+}
+
+// stopListeners stops them; no handler can be added any more.
+func (i *storeInformer) stopListeners() {
+	i.mu.Lock()
+	defer i.mu.Unlock()
+	i.stopped = true
+	for _, l := range i.listeners {
+		l.stop()
+	}
+}
+
+// markSynced tells every listener the queue has synced: each has been handed, or has queued, every add
+// of the first list (the queue is synced once the last of them is processed).
+func (i *storeInformer) markSynced() {
+	i.mu.Lock()
+	defer i.mu.Unlock()
+	i.synced = true
+	for _, l := range i.listeners {
+		l.synced.UpstreamHasSynced()
+	}
+}
+
+// watchError notes whether the reflector's lists are refused for good, and logs the error as
+// client-go's informers do.
+func (i *storeInformer) watchError(ctx context.Context, r *cache.Reflector, err error) {
+	i.refused.Store(apierrors.IsForbidden(err) || apierrors.IsUnauthorized(err) || apierrors.IsNotFound(err))
+	cache.DefaultWatchErrorHandler(ctx, r, err)
+}
+
+// runner is an informer the caches start: a storeInformer or a sharedInformer.
 type runner interface {
 	Source
-	Run(stop <-chan struct{})
+	RunWithContext(ctx context.Context)
+	// handlersSynced reports whether every handler added so far has been handed the first list.
+	handlersSynced() bool
+}
+
+// sharedInformer is a SharedIndexInformer of the caches (the pinning caches) that keeps the
+// registrations of its handlers, so that WaitForSync waits for them too.
+type sharedInformer struct {
+	cache.SharedIndexInformer
+	mu   sync.Mutex
+	regs []cache.ResourceEventHandlerRegistration
+}
+
+func (s *sharedInformer) AddEventHandler(h cache.ResourceEventHandler) (cache.ResourceEventHandlerRegistration, error) {
+	reg, err := s.SharedIndexInformer.AddEventHandler(h)
+	if err != nil {
+		return nil, err
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.regs = append(s.regs, reg)
+	return reg, nil
+}
+
+func (s *sharedInformer) handlersSynced() bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return allSynced(s.regs)
+}
+
+// allSynced reports whether every registration has synced.
+func allSynced[R cache.ResourceEventHandlerRegistration](regs []R) bool {
+	for _, r := range regs {
+		if !r.HasSynced() {
+			return false
+		}
+	}
+	return true
 }
 
 // HasSynced reports whether the first list is stored; an informer of tests, which is never run, has.
-func (i *storeInformer) HasSynced() bool { return i.ctl == nil || i.ctl.HasSynced() }
+// It takes no lock (handlers may ask).
+func (i *storeInformer) HasSynced() bool { return i.ctl == nil || i.queue.HasSynced() }
 
 // newTestInformer is an informer that is never run: unit tests fill its store.
 func newTestInformer(indexers cache.Indexers) *storeInformer {
-	return &storeInformer{store: newStore(indexers)}
+	return &storeInformer{store: newStore(indexers), what: "tests"}
 }
 
 func (i *storeInformer) GetIndexer() cache.Indexer { return i.store }
 
-// AddEventHandler adds h; one added once the informer runs gets each object stored so far as an add
-// first, as a SharedIndexInformer's does.
+// AddEventHandler adds h, with a listener of its own; one added once the informer runs gets each object
+// stored so far as an add of the first list first, as a SharedIndexInformer's does. The registration
+// has synced once h has been handed the whole first list.
 func (i *storeInformer) AddEventHandler(h cache.ResourceEventHandler) (cache.ResourceEventHandlerRegistration, error) {
+	l := newListener(h, fmt.Sprintf("caches informer of %s: handler %T", i.what, h))
 	i.mu.Lock()
 	defer i.mu.Unlock()
-	if i.started {
-		for _, obj := range i.store.List() {
-			h.OnAdd(obj, true)
-		}
+	if i.stopped {
+		return nil, fmt.Errorf("handler %T not added: the informer of %s has stopped", h, i.what)
 	}
-	i.handlers = append(i.handlers, h)
-	return nil, nil
+	if i.running {
+		i.store.each(func(obj any) { l.add(notification{cur: obj, initial: true}) })
+		go l.run()
+	}
+	i.listeners = append(i.listeners, l)
+	if i.synced || i.ctl == nil {
+		l.synced.UpstreamHasSynced()
+	}
+	return l, nil
 }
 
-// process stores one queued change and hands it to the handlers, as client-go's informers do.
+// unreadable counts the objects of kind the informer skips (ErrUnreadable).
+func (i *storeInformer) unreadable(kind Kind) int {
+	if i.queue == nil {
+		return 0
+	}
+	return i.queue.skipped.count(kind)
+}
+
+// handlersSynced reports whether every handler added so far has been handed the first list.
+func (i *storeInformer) handlersSynced() bool {
+	i.mu.Lock()
+	defer i.mu.Unlock()
+	return allSynced(i.listeners)
+}
+
+// process stores one queued change and queues it for every handler, as client-go's informers do.
 func (i *storeInformer) process(obj any, initial bool) error {
 	deltas, ok := obj.(cache.Deltas)
 	if !ok {
@@ -95,23 +218,22 @@ func (i *storeInformer) process(obj any, initial bool) error {
 	defer i.mu.Unlock()
 	for _, d := range deltas {
 		key := keyOf(d.Object)
+		var n notification
 		switch d.Type {
 		case cache.Sync, cache.Replaced, cache.Added, cache.Updated:
 			old, existed := i.store.put(key, d.Object)
-			for _, h := range i.handlers {
-				if existed {
-					h.OnUpdate(old, d.Object)
-				} else {
-					h.OnAdd(d.Object, initial)
-				}
+			n = notification{cur: d.Object, initial: initial && !existed}
+			if existed {
+				n.old = old
 			}
 		case cache.Deleted:
 			i.store.remove(key)
-			for _, h := range i.handlers {
-				h.OnDelete(d.Object)
-			}
+			n = notification{old: d.Object}
 		default:
 			return fmt.Errorf("unexpected delta %s", d.Type)
+		}
+		for _, l := range i.listeners {
+			l.add(n)
 		}
 	}
 	return nil
@@ -416,15 +538,20 @@ func (s *store) GetByKey(key string) (any, bool, error) {
 	return item, ok, nil
 }
 
+// Replace swaps in a store made of list: readers see the old objects or the new ones, never an empty
+// store between them.
 func (s *store) Replace(list []any, _ string) error {
-	s.mu.Lock()
-	s.buckets, s.indices, s.values = map[string]*bucket{}, map[string]map[string]map[string]struct{}{}, map[string]map[string][]string{}
-	s.mu.Unlock()
+	s.mu.RLock()
+	fresh := newStore(s.indexers)
+	s.mu.RUnlock()
 	for _, o := range list {
-		if err := s.Add(o); err != nil {
+		if err := fresh.Add(o); err != nil {
 			return err
 		}
 	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.buckets, s.indices, s.values = fresh.buckets, fresh.indices, fresh.values
 	return nil
 }
 
@@ -439,7 +566,9 @@ func (s *store) Index(indexName string, obj any) ([]any, error) {
 	if indexName == cache.NamespaceIndex {
 		return s.ByIndex(indexName, keyNamespace(obj))
 	}
+	s.mu.RLock()
 	f, ok := s.indexers[indexName]
+	s.mu.RUnlock()
 	if !ok {
 		return nil, fmt.Errorf("index %q does not exist", indexName)
 	}
@@ -447,14 +576,19 @@ func (s *store) Index(indexName string, obj any) ([]any, error) {
 	if err != nil {
 		return nil, err
 	}
+	s.mu.RLock()
+	defer s.mu.RUnlock()
 	var out []any
 	seen := map[string]bool{}
 	for _, v := range vals {
-		keys, _ := s.IndexKeys(indexName, v)
-		for _, k := range keys {
-			if !seen[k] {
-				seen[k] = true
-				if o, ok := s.getByKey(k); ok {
+		for k := range s.indices[indexName][v] {
+			if seen[k] {
+				continue
+			}
+			seen[k] = true
+			ns, name := splitStoreKey(k)
+			if b, ok := s.buckets[ns]; ok {
+				if o, ok := b.get(name); ok {
 					out = append(out, o)
 				}
 			}
@@ -524,6 +658,8 @@ func (s *store) ByIndex(indexName, value string) ([]any, error) {
 
 func (s *store) GetIndexers() cache.Indexers {
 	out := cache.Indexers{cache.NamespaceIndex: func(obj any) ([]string, error) { return []string{keyNamespace(obj)}, nil }}
+	s.mu.RLock()
+	defer s.mu.RUnlock()
 	for k, v := range s.indexers {
 		out[k] = v
 	}

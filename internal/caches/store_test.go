@@ -89,23 +89,9 @@ func TestStoreSparseIndex(t *testing.T) {
 	}
 }
 
-// recordingHandler notes the events it gets as "add x (initial)", "update x", "delete x".
-type recordingHandler struct {
-	mu  sync.Mutex
-	got []string
-}
-
-func (r *recordingHandler) note(s string) {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	r.got = append(r.got, s)
-}
-
-func (r *recordingHandler) events() []string {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	return slices.Clone(r.got)
-}
+// recordingHandler notes the events a handler of users gets as "add x", "update x finished=…",
+// "delete x", "delete (unseen) x".
+type recordingHandler struct{ notes }
 
 func (r *recordingHandler) handler() cache.ResourceEventHandler {
 	name := func(obj any) string {
@@ -162,10 +148,8 @@ func TestStoreInformerFollowsListAndWatch(t *testing.T) {
 	if err := users.AddEventHandler(rec.handler()); err != nil {
 		t.Fatal(err)
 	}
-	stop := make(chan struct{})
-	defer close(stop)
-	go inf.Run(stop)
-	if !cache.WaitForCacheSync(stop, inf.HasSynced) {
+	go inf.RunWithContext(t.Context())
+	if !cache.WaitForCacheSync(t.Context().Done(), inf.HasSynced) {
 		t.Fatal("not synced")
 	}
 	w := <-watches
@@ -193,9 +177,7 @@ func TestStoreInformerFollowsListAndWatch(t *testing.T) {
 	if err := users.AddEventHandler(late.handler()); err != nil {
 		t.Fatal(err)
 	}
-	if got := late.events(); !slices.Equal(got, []string{"add a"}) {
-		t.Errorf("a handler added late got %q", got)
-	}
+	waitFor(t, "a handler added late gets what is cached", func() bool { return slices.Equal(late.events(), []string{"add a"}) })
 }
 
 // noWatchList is a client that does not serve watch-lists: the reflector lists.

@@ -72,6 +72,11 @@ func Check(in Inputs) ([]Problem, error) {
 	if p, ok := c.pages["README.md"]; ok && len(p.lines) > ReadmeMaxLines+1 {
 		out = append(out, Problem{"README.md", ReadmeMaxLines + 1, fmt.Sprintf("README.md has %d lines; it must fit one screen (%d at most): move the rest to docs/", len(p.lines)-1, ReadmeMaxLines)})
 	}
+	rb, err := c.runbooks()
+	if err != nil {
+		return nil, err
+	}
+	out = append(out, rb...)
 	gen, err := generated(in)
 	if err != nil {
 		return nil, err
@@ -175,6 +180,43 @@ func (c *checker) links(p *page) []Problem {
 		}
 	}
 	return out
+}
+
+// RunbooksPath is the operator's manual, where every alert of the charts has its runbook.
+const RunbooksPath = "docs/operations.md"
+
+// runbookRE finds an alert's runbook anchor in a chart template: runbook_url: <base>#anchor.
+var runbookRE = regexp.MustCompile(`runbook_url:.*#([A-Za-z0-9_-]+)`)
+
+// runbooks: every alert a chart renders links its runbook in the operator's manual, and that
+// heading exists. An alert is read in the middle of an incident: a dead link there costs most.
+func (c *checker) runbooks() ([]Problem, error) {
+	templates, err := filepath.Glob(filepath.Join(c.in.Root, "charts", "*", "templates", "*.yaml"))
+	if err != nil || len(templates) == 0 {
+		return nil, err
+	}
+	var out []Problem
+	for _, f := range templates {
+		b, err := os.ReadFile(f)
+		if err != nil {
+			return nil, err
+		}
+		rel, _ := filepath.Rel(c.in.Root, f)
+		for i, line := range strings.Split(string(b), "\n") {
+			m := runbookRE.FindStringSubmatch(line)
+			if m == nil {
+				continue
+			}
+			manual, err := c.page(RunbooksPath)
+			if err != nil {
+				return nil, fmt.Errorf("%s names runbooks: %w", rel, err)
+			}
+			if !manual.anchors[m[1]] {
+				out = append(out, Problem{filepath.ToSlash(rel), i + 1, fmt.Sprintf("runbook #%s: %s has no heading with that anchor; write the alert's runbook there", m[1], RunbooksPath)})
+			}
+		}
+	}
+	return out, nil
 }
 
 func flagSets(cmds []cli.CommandReference) map[string]map[string]bool {

@@ -132,6 +132,15 @@ func TestCheck(t *testing.T) {
 			want:  []string{"README.md has 121 lines"},
 		},
 		{
+			name: "every alert's runbook has its heading in the operator's manual",
+			files: map[string]string{
+				"docs/operations.md": "# Ops\n\n### ConfigMapAttacherNoLeader\n",
+				"charts/app/templates/rules.yaml": "    - alert: ConfigMapAttacherNoLeader\n      annotations:\n        runbook_url: {{ $runbook }}#configmapattachernoleader\n" +
+					"    - alert: ConfigMapAttacherNew\n      annotations:\n        runbook_url: {{ $runbook }}#configmapattachernew\n",
+			},
+			want: []string{"charts/app/templates/rules.yaml:6: runbook #configmapattachernew: docs/operations.md has no heading"},
+		},
+		{
 			name:  "a stale reference",
 			files: map[string]string{ReferencePath: "# old\n"},
 			want:  []string{"docs/reference.md:1: stale"},

@@ -91,6 +91,11 @@ func Run(parent context.Context, o *Options, clients *kube.Clients) (err error) 
 		func() float64 {
 			return float64(cs.CountConfigs(func(f caches.ConfigFacts) bool { return api.HasFinalizer(f.Finalizers, api.InUseFinalizer) }))
 		})
+	// The alert on objects nothing can read (another controller's ControllerRevisions, a Rollout of a
+	// newer CRD) reads it: they are skipped, so that they stall neither a cache nor a deletion.
+	m.GaugeByLabel("configmap_attacher_unreadable_objects",
+		"Objects the caches skip because they cannot be read as a pod template (a ControllerRevision whose data is not one, a Rollout that cannot be converted): they make no pods. By kind.",
+		"kind", []string{string(caches.ControllerRevision), string(caches.Rollout)}, func(kind string) float64 { return float64(cs.Unreadable(caches.Kind(kind))) })
 	events, stopEvents := attach.NewRecorderEvents(ctx, clients.Kube)
 	defer stopEvents()
 	writer := &attach.Writer{Client: clients.Metadata, Events: events}
@@ -120,7 +125,7 @@ func Run(parent context.Context, o *Options, clients *kube.Clients) (err error) 
 	}
 
 	// Every replica caches: a standby's webhook answers from warm caches, and it takes over faster.
-	cs.Start(ctx.Done())
+	cs.Start(ctx)
 	for _, ns := range displayNamespaces(o.Namespaces) {
 		log.Info("watching", "namespace", ns)
 	}

@@ -43,6 +43,7 @@ type Metrics struct {
 	queueWait *prometheus.HistogramVec
 	longest   *prometheus.GaugeVec
 	retries   *prometheus.CounterVec
+	skipped   *prometheus.CounterVec
 }
 
 // New registers the series plus the Go and process collectors (process_resident_memory_bytes is what
@@ -97,9 +98,13 @@ func New() *Metrics {
 		retries: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "configmap_attacher_queue_retries_total", Help: "Keys put back into a controller's queue to be retried with backoff, by controller.",
 		}, []string{"controller"}),
+		skipped: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "configmap_attacher_live_check_unreadable_total",
+			Help: "Objects in-use protection's live check skipped because they cannot be read as a pod template (they make no pods), by kind.",
+		}, []string{"kind"}),
 	}
 	reg.MustRegister(m.attaches, m.errors, m.reconcile, m.attachAge, m.isLeader, m.admission, m.apiCalls, m.started, m.overruled, m.notKept,
-		m.queueWait, m.longest, m.retries,
+		m.queueWait, m.longest, m.retries, m.skipped,
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	// Series an alert divides or compares exist from the start, at zero: a rate over a series that
 	// appears only with its first error is no rate at all, and an alert on it never fires.
@@ -162,6 +167,20 @@ func (q queueMetrics) NewRetriesMetric(name string) workqueue.CounterMetric {
 // Gauge registers a gauge read from value at scrape time (queue depths, held objects).
 func (m *Metrics) Gauge(name, help string, value func() float64) {
 	m.Registry.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: name, Help: help}, value))
+}
+
+// GaugeByLabel registers a gauge read at scrape time with one series per value of label, each there
+// from the start (at zero, as an alert needs it).
+func (m *Metrics) GaugeByLabel(name, help, label string, values []string, value func(string) float64) {
+	for _, v := range values {
+		m.Registry.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: name, Help: help, ConstLabels: prometheus.Labels{label: v}},
+			func() float64 { return value(v) }))
+	}
+}
+
+// LiveCheckSkipped records n objects of kind the live check skipped because they cannot be read.
+func (m *Metrics) LiveCheckSkipped(kind string, n int) {
+	m.skipped.WithLabelValues(kind).Add(float64(n))
 }
 
 // Synced records one sync of a controller: its duration and, on error, whether it is retried.

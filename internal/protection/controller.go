@@ -49,18 +49,26 @@ type Controller struct {
 	caches     *caches.Caches
 	finalizers Finalizers
 	writer     *attach.Writer
-	live       UserLister
+	live       *liveChecks
 	kube       kubernetes.Interface // namespaces: is this one terminating?
 	events     record.EventRecorder
 	loop       *reconcile.Loop
 	now        func() time.Time // the clock of the oldest hold's age
 }
 
-// New wires the controller to its caches. live double-checks a cache that says "unused"; events may
-// be nil. Every heldResync (0: never) every held object is examined again, whatever events came.
+// New wires the controller to its caches. live double-checks a cache that says "unused" (the objects
+// of a namespace waiting at once share a look, liveChecks); events may be nil. Every heldResync (0: never) every held object is examined again, whatever events came.
 func New(c *caches.Caches, writer *attach.Writer, live UserLister, kube kubernetes.Interface, events record.EventRecorder, m *metrics.Metrics,
 	heldResync time.Duration) (*Controller, error) {
-	ctl := &Controller{caches: c, finalizers: Finalizers{Client: writer.Client}, writer: writer, live: live, kube: kube, events: events, now: time.Now}
+	var skipped func(caches.Kind, int)
+	if m != nil {
+		skipped = func(kind caches.Kind, n int) { m.LiveCheckSkipped(string(kind), n) }
+		for _, kind := range []caches.Kind{caches.ControllerRevision, caches.Rollout} {
+			skipped(kind, 0) // the series exist from the start
+		}
+	}
+	ctl := &Controller{caches: c, finalizers: Finalizers{Client: writer.Client}, writer: writer, kube: kube, events: events, now: time.Now}
+	ctl.live = newLiveChecks(live, ctl.heldIn, skipped)
 	ctl.loop = &reconcile.Loop{Name: Name, Queue: reconcile.NewQueue(Name, m), Sync: ctl.sync, Metrics: m,
 		Resync: ctl.resyncHeld, ResyncPeriod: heldResync}
 	for kind, inf := range c.Configs {
@@ -104,12 +112,19 @@ func (c *Controller) configHandler(kind refs.Kind) cache.ResourceEventHandler {
 		AddFunc:    func(obj any) { enqueueIf(obj, needsLook) },
 		UpdateFunc: func(_, cur any) { enqueueIf(cur, needsLook) },
 		// Deleted, or opted out: a label-selected watch reports an object losing the label as deleted.
-		DeleteFunc: func(obj any) { enqueueIf(obj, always) },
+		DeleteFunc: func(obj any) {
+			if m, ok := caches.MetaOf(obj); ok {
+				c.live.drop(m.Namespace, configKey(kind, m.Namespace, m.Name))
+			}
+			enqueueIf(obj, always)
+		},
 	}
 }
 
 // userHandler re-examines the held objects a user could have been holding, when the user goes away
-// or stops being live or referencing them (heldBy).
+// or stops being live or referencing them (heldBy). An object of another uid under the same name is
+// another object: the one before it went (deleted and created again while the watch was down, which a
+// relist shows as an update), and with it what it held by its uid (a pinning snapshot it owned).
 func (c *Controller) userHandler() cache.ResourceEventHandler {
 	requeue := func(u *caches.User) {
 		for _, key := range c.heldBy(u) {
@@ -119,7 +134,7 @@ func (c *Controller) userHandler() cache.ResourceEventHandler {
 	return cache.ResourceEventHandlerFuncs{
 		UpdateFunc: func(old, cur any) {
 			if o, ok := caches.UserOf(old); ok && o.Live() {
-				if n, ok := caches.UserOf(cur); !ok || !n.Live() || !slices.Equal(n.Refs, o.Refs) {
+				if n, ok := caches.UserOf(cur); !ok || n.UID != o.UID || !n.Live() || !slices.Equal(n.Refs, o.Refs) {
 					requeue(o)
 				}
 			}
@@ -223,8 +238,13 @@ func (c *Controller) syncDeleting(ctx context.Context, kind refs.Kind, m *metav1
 	}
 	if len(users) == 0 {
 		// The cache may not show a user created a moment ago: ask the API server before letting go.
-		if users, err = c.live.Users(ctx, m.Namespace, ref, owners...); err != nil {
+		u, err := c.live.user(ctx, m.Namespace, heldObject{key: configKey(kind, m.Namespace, m.Name), resourceVersion: m.ResourceVersion,
+			query: Query{Ref: ref, Owners: owners}})
+		if err != nil {
 			return err
+		}
+		if u != nil {
+			users = []*caches.User{u}
 		}
 	}
 	obj := involved(kind, m)
@@ -279,6 +299,23 @@ func snapshotOwners(m *metav1.PartialObjectMetadata) []metav1.OwnerReference {
 		return nil
 	}
 	return m.OwnerReferences
+}
+
+// heldIn lists the held objects of namespace as the caches show them: a live look answers them all
+// (liveChecks).
+func (c *Controller) heldIn(namespace string) []heldObject {
+	var out []heldObject
+	for kind, inf := range c.caches.Configs {
+		objs, err := inf.InNamespace(namespace, isHeld)
+		if err != nil {
+			utilruntime.HandleError(err)
+		}
+		for _, m := range objs {
+			out = append(out, heldObject{key: configKey(kind, namespace, m.Name), resourceVersion: m.ResourceVersion,
+				query: Query{Ref: refs.Ref{Kind: kind, Name: m.Name}, Owners: snapshotOwners(m)}})
+		}
+	}
+	return out
 }
 
 func (c *Controller) liveCachedUsers(ns string, r refs.Ref, owners []metav1.OwnerReference) ([]*caches.User, error) {

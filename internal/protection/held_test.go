@@ -76,6 +76,11 @@ func TestUserEventsRequeueWhatTheUserCouldHold(t *testing.T) {
 		}},
 		{name: "a pod reading the snapshot by name finishes", event: func(h cache.ResourceEventHandler) { h.OnUpdate(podOfRS, finished) },
 			want: []string{cmKey("app-config-1f2e")}},
+		{name: "deleted and created again under its name while the watch was down (a relist's update)", event: func(h cache.ResourceEventHandler) {
+			again := rs.DeepCopyObject().(*caches.User)
+			again.UID = "uid-web-5d8f-again"
+			h.OnUpdate(rs, again)
+		}, want: both},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -100,7 +105,7 @@ func TestASnapshotHeldForItsRevisionGoesWithTheRevision(t *testing.T) {
 	}
 
 	// The ReplicaSet is deleted: gone from the API server and the cache, then its delete event.
-	f.c.live = liveUsers(nil)
+	f.c.live.looker = lookerOf(liveUsers(nil))
 	for _, idx := range f.c.caches.Users[caches.ReplicaSet].Indexers() {
 		if err := idx.Delete(rs); err != nil {
 			t.Fatal(err)

@@ -13,6 +13,8 @@
 //	                                 # kube-controller-manager and the peers, start, storm, restart
 //	go run ./test/bench policy-scale # the scale mix at 1,000 and 50,000 Pods: pod CREATE latency and the API
 //	                                 # server's and etcd's RSS with the admission policies and tables ÷ without
+//	go run ./test/bench uninstall    # 5,000 opted-in ConfigMaps deleted at once in a namespace of 5,000
+//	                                 # Pods: RSS while protection releases them (beside -baseline-bin)
 //
 // The peers (the original configmap-attacher, configmap-rs-operator, Reloader) are built by
 // `hack/tools/build.sh peers` into _output/tools/bin; a scenario leaves out those not built.
@@ -109,7 +111,7 @@ func run(ctx context.Context, args []string) error {
 	rawOut := fs.String("out", "docs/benchmarks", "directory for <scenario>.txt, a copy of what the scenario prints, overwritten by each run (relative to the repository; empty: none)")
 	budget := fs.Duration("scale-budget", time.Hour, "scale: no step starts that would end the run after this")
 	peersMax := fs.Int("scale-peers-max", 0, "scale: run the peers and the baseline build only up to this many Pods (0: at every size)")
-	baselineBin := fs.String("baseline-bin", "", "memory, scale: another build of configmap-attacher (e.g. main's) to measure beside ours")
+	baselineBin := fs.String("baseline-bin", "", "memory, scale, uninstall: another build of configmap-attacher (e.g. main's) to measure beside ours")
 	controllerEnv := fs.String("controller-env", "", "memory, scale: environment of our controller (and the baseline), space-separated (e.g. \"GOMEMLIMIT=200MiB\")")
 	resume := fs.Bool("scale-resume", false, "scale: measure the scale cluster an earlier run left (stopped or kept with -keep) instead of building one from empty: "+
 		"its steps start from the Pods it holds (with -keep, it is left for the next run)")
@@ -119,8 +121,12 @@ func run(ctx context.Context, args []string) error {
 	controllerFlags := fs.String("controller-flags", "", "extra flags for the controller, space-separated (e.g. \"-workers=16 -kube-api-qps=300\")")
 	policySteps := fs.String("policy-steps", "1000,50000", "policy-scale: Pod counts to grow the cluster to, ascending, comma-separated")
 	policyProbes := fs.Int("policy-probes", 1000, "policy-scale: pods created one at a time for each latency figure")
+	uninstallObjects := fs.Int("uninstall-objects", 5000, "uninstall: opted-in ConfigMaps deleted at once")
+	uninstallPods := fs.Int("uninstall-pods", 5000, "uninstall: Pods in their namespace, none reading them")
+	uninstallRounds := fs.Int("uninstall-rounds", 1, "uninstall: rounds, each build once per round")
+	uninstallTimeout := fs.Duration("uninstall-timeout", 20*time.Minute, "uninstall: how long a build may take to release them (the rest is counted, then released by the bench)")
 	if len(args) == 0 {
-		return fmt.Errorf("usage: bench job|controller|memory|webhook|reloader|scale|policy-scale [flags], or bench scale-plot [-scale-out DIR] scale.md...")
+		return fmt.Errorf("usage: bench job|controller|memory|webhook|reloader|scale|policy-scale|uninstall [flags], or bench scale-plot [-scale-out DIR] scale.md...")
 	}
 	scenario := args[0]
 	if err := fs.Parse(args[1:]); err != nil {
@@ -237,6 +243,8 @@ func run(ctx context.Context, args []string) error {
 		return e.againstReloader(ctx, *workloads, *keep)
 	case "policy-scale":
 		return e.policyScale(ctx, pSteps, *policyProbes)
+	case "uninstall":
+		return e.uninstall(ctx, *uninstallObjects, *uninstallPods, *uninstallRounds, *uninstallTimeout, *keep)
 	case "scale":
 		variants, err := parseWatchVariants(*watchVariants)
 		if err != nil {
@@ -245,7 +253,7 @@ func run(ctx context.Context, args []string) error {
 		return e.scale(ctx, scaleOptions{watchVariants: variants, steps: steps, stormRollouts: *stormRollouts, webhookPods: *webhookPods, inFlight: *inFlight,
 			pending: *pending, outDir: inRepo(root, *scaleOut), budget: *budget, peersMax: *peersMax, keep: *keep, resume: *resume})
 	}
-	return fmt.Errorf("unknown scenario %q: job, controller, memory, webhook, reloader, scale or policy-scale", scenario)
+	return fmt.Errorf("unknown scenario %q: job, controller, memory, webhook, reloader, scale, policy-scale or uninstall", scenario)
 }
 
 // inRepo makes a relative path relative to the repository.
