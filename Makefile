@@ -74,6 +74,7 @@ demo:
 test: test-unit test-docs test-rules test-workflows test-e2e soak-short
 
 test-unit:
+	@echo "== make $@"
 	$(GO) vet ./...
 	$(GO) test ./...
 
@@ -94,11 +95,13 @@ test-docs:
 
 ## test-rules: promtool test rules test/rules/configmap-attacher.test.yaml on the chart's PrometheusRule.
 test-rules: tools
+	@echo "== make $@"
 	hack/test-rules.sh
 
 ## test-workflows: actionlint (with shellcheck on run: scripts) and the pin rule on .github/workflows, then a few
 ## mistakes made in a copy of release.yml, each of which must be refused (hack/test-workflows.sh).
 test-workflows: tools
+	@echo "== make $@"
 	hack/test-workflows.sh
 
 ## fuzz: each fuzz target for FUZZTIME (default 1m), one after the other; findings land in testdata/fuzz.
@@ -108,7 +111,7 @@ fuzz:
 
 ## test-race: the unit tests under the race detector (slow on a cold cache: client-go is rebuilt).
 test-race:
-	$(GO) test -race ./...
+	CGO_ENABLED=1 $(GO) test -race ./...
 
 ## test-e2e: every e2e test on the local control plane (Kubernetes KUBERNETES_VERSION), then the compatibility story
 ## alone on a local cluster of the oldest supported minor (KUBERNETES_COMPAT_VERSION, hack/cluster/up.sh KUBERNETES_COMPAT).
@@ -117,8 +120,11 @@ test-race:
 ## waiting on the control plane, and each has namespaces of its own.
 E2E_PARALLEL ?= 6
 test-e2e: tools
+	@echo "== make $@: the release tools"
 	hack/tools/build.sh release
+	@echo "== make $@: the stories"
 	$(GO) test -tags e2e -count=1 -timeout 45m -parallel $(E2E_PARALLEL) -v ./test/e2e/ 2>&1 | hack/test-summary.sh
+	@echo "== make $@: the compatibility story on $(KUBERNETES_COMPAT)"
 	env -u KUBECONFIG KUBERNETES_COMPAT=$(KUBERNETES_COMPAT) $(GO) test -tags e2e -count=1 -timeout 15m -v -run '^TestCompat' ./test/e2e/ 2>&1 | hack/test-summary.sh
 
 KUBERNETES_COMPAT := $(shell sed -n 's/^KUBERNETES_COMPAT_VERSION=v\([0-9]*\.[0-9]*\).*/\1/p' hack/tools/versions.env)
@@ -129,6 +135,7 @@ KUBERNETES_COMPAT := $(shell sed -n 's/^KUBERNETES_COMPAT_VERSION=v\([0-9]*\.[0-
 ## or refused under Ignore, or a config edit made other revisions than expected.
 ## Seed 14875 draws every fault kind and every pinning and config-trigger step kind (test/soak/README.md).
 soak-short: tools
+	@echo "== make $@"
 	$(GO) run ./test/soak -steps 35 -seed 14875 $(if $(KUBECONFIG),-kubeconfig $(KUBECONFIG))
 
 ## clean: delete every local cluster first (their processes would outlive _output), then the builds.
