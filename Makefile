@@ -97,6 +97,7 @@ docs:
 ## chart value named exists, no commit hash or run/issue history in the user docs, README.md fits a screen, and
 ## docs/reference.md and the charts' READMEs are what `make docs` generates.
 test-docs:
+	@echo "== make $@"
 	hack/tools/build.sh helm-docs
 	$(GO) run ./hack/docs -helm-docs $(HELM_DOCS)
 
