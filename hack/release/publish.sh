@@ -6,7 +6,7 @@
 #   hack/release/publish.sh
 #
 #   1. dist/SHA256SUMS verifies (and, when HEAD carries a vX.Y.Z tag, dist/ is that release);
-#   2. the image index (both platforms) goes to IMAGE_REPOSITORY:<version> with crane, which must then
+#   2. the image index (its linux platforms) goes to IMAGE_REPOSITORY:<version> with crane, which must then
 #      serve it at the digest the charts pin, or it stops;
 #   3. the charts go to CHART_REPOSITORY with helm push: <CHART_REPOSITORY>/configmap-attacher:<version>
 #      and <CHART_REPOSITORY>/base-app:<version> (Helm 3.8+ and 4 install them from there);
@@ -123,7 +123,7 @@ log "release $version (tag ${tag:-none}), image $IMAGE_REPOSITORY@$digest; $sign
 WORK=$(mktemp -d)
 trap 'rm -rf "$WORK"' EXIT
 
-# The image: crane pushes the layout's one entry, the image index with both platforms (not with
+# The image: crane pushes the layout's one entry, the image index with its platforms (not with
 # --index, which would push the layout's own index.json wrapping it), then we check the registry
 # serves it under the digest the charts pin.
 mkdir "$WORK/image"
@@ -169,11 +169,13 @@ done
 # Signatures and attestations, by digest (a tag can move; a digest cannot).
 image_ref=$IMAGE_REPOSITORY@$digest
 run "$BIN/cosign" sign --yes "${cosign_flags[@]}" "$image_ref"
+attested=()
 for sbom in "$DIST"/"${NAME}"_linux_*.sbom.cdx.json; do
   run "$BIN/cosign" attest --yes "${cosign_flags[@]}" --type cyclonedx --predicate "$sbom" "$image_ref"
+  attested+=("$(basename "$sbom" .sbom.cdx.json)")
 done
 run "$BIN/cosign" attest --yes "${cosign_flags[@]}" --type slsaprovenance1 --predicate "$provenance" "$image_ref"
-[[ $DRY_RUN == 1 ]] || log "signed $image_ref; attested its SBOMs (linux/amd64, linux/arm64) and provenance"
+[[ $DRY_RUN == 1 ]] || log "signed $image_ref; attested its SBOMs (${attested[*]}) and provenance"
 for c in configmap-attacher base-app; do
   ref=${CHART_REPOSITORY#oci://}/$c@${chart_digest[$c]}
   run "$BIN/cosign" sign --yes "${cosign_flags[@]}" "$ref"

@@ -23,20 +23,31 @@
 # Environment: RELEASE_VERSION, DIST (default <repo>/dist), IMAGE_REPOSITORY (default
 # ghcr.io/configmap-attacher/configmap-attacher: the repository the charts pull from), BUILDER_ID (the
 # provenance's builder: the release job's workflow URI; default urn:configmap-attacher:builder:local),
-# TOOLS_OUT.
+# RELEASE_PLATFORMS (default "linux/amd64 linux/arm64 darwin/amd64 darwin/arm64": a release has them
+# all; the e2e release story asks for linux/amd64 alone, the one its node runs, since each other
+# platform is a cold compile of everything; the image holds the linux ones), TOOLS_OUT.
 set -euo pipefail
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
 DIST=${DIST:-$ROOT/dist}
 BIN=${TOOLS_OUT:-$ROOT/_output/tools}/bin
 IMAGE_REPOSITORY=${IMAGE_REPOSITORY:-ghcr.io/configmap-attacher/configmap-attacher}
 BUILDER_ID=${BUILDER_ID:-urn:configmap-attacher:builder:local}
-PLATFORMS=(linux/amd64 linux/arm64 darwin/amd64 darwin/arm64)
-IMAGE_PLATFORMS=(linux/amd64 linux/arm64)
 NAME=configmap-attacher
 
 log() { printf '[release %s] %s\n' "$(date +%H:%M:%S)" "$*" >&2; }
 die() { printf '[release] ERROR: %s\n' "$*" >&2; exit 1; }
 command -v go >/dev/null || export PATH=/usr/local/go/bin:$PATH
+
+read -r -a PLATFORMS <<<"${RELEASE_PLATFORMS:-linux/amd64 linux/arm64 darwin/amd64 darwin/arm64}"
+IMAGE_PLATFORMS=()
+for p in "${PLATFORMS[@]}"; do
+  case $p in
+    linux/amd64 | linux/arm64) IMAGE_PLATFORMS+=("$p") ;;
+    darwin/amd64 | darwin/arm64) ;;
+    *) die "RELEASE_PLATFORMS: unknown platform $p (linux/amd64 linux/arm64 darwin/amd64 darwin/arm64)" ;;
+  esac
+done
+((${#IMAGE_PLATFORMS[@]})) || die "RELEASE_PLATFORMS=${RELEASE_PLATFORMS:-}: the image needs linux/amd64 or linux/arm64"
 
 VERSION=$("$ROOT/hack/release/version.sh")
 # Every timestamp is the commit's: the binaries' VCS stamp, the image's creation and file times.

@@ -50,7 +50,9 @@ if ! command -v go >/dev/null; then
   export PATH=/usr/local/go/bin:$PATH
 fi
 
-ALL_TOOLS=(kubernetes etcd kubernetes-compat etcd-compat kwok argo-rollouts helm helm3 argo-cd helm-argocd flux prometheus pulumi actionlint helm-docs)
+# Longest build first (a cold build on 2 cores: pulumi ~15 min, kubernetes ~10, argo-cd and flux ~6, ...),
+# so that the builds run at once (build_all) end together.
+ALL_TOOLS=(pulumi kubernetes argo-cd flux kubernetes-compat argo-rollouts helm kwok prometheus helm-argocd helm3 etcd etcd-compat actionlint helm-docs)
 # Built only when named on the command line.
 OPTIONAL_TOOLS=(peers release)
 
@@ -542,6 +544,47 @@ build_tool() {
   log "$tool: built in $(( $(date +%s) - start ))s"
 }
 
+# build_all builds the given tools, TOOLS_JOBS (default 2) at once. One go build keeps both cores busy
+# only part of the time (a large package compiled alone while the rest wait for it, a link, loading
+# a module graph, generating code): a second build fills those gaps. They are started longest first
+# (the order of the list), so the longest is not left running alone at the end. The first failure
+# stops the others and the script.
+# kill_tree stops a process and everything it started (a build's go commands and compilers).
+kill_tree() {
+  local c
+  for c in $(pgrep -P "$1" 2>/dev/null); do kill_tree "$c"; done
+  kill "$1" 2>/dev/null || true
+}
+
+build_all() {
+  local jobs=${TOOLS_JOBS:-2} t done_pid rc=0 active=() p
+  [[ $jobs =~ ^[1-9][0-9]*$ ]] || die "TOOLS_JOBS=$jobs: want a number of builds at once (1 or more)"
+  for t in "$@"; do
+    if ((jobs == 1)); then
+      build_tool "$t"
+      continue
+    fi
+    if ((${#active[@]} == jobs)); then
+      wait -n -p done_pid "${active[@]}" || rc=$?
+      ((rc == 0)) || break
+      for p in "${!active[@]}"; do [[ ${active[p]} != "$done_pid" ]] || unset 'active[p]'; done
+      active=("${active[@]}")
+    fi
+    build_tool "$t" &
+    active+=($!)
+  done
+  while ((rc == 0 && ${#active[@]} > 0)); do
+    wait -n -p done_pid "${active[@]}" || rc=$?
+    for p in "${!active[@]}"; do [[ ${active[p]} != "$done_pid" ]] || unset 'active[p]'; done
+    active=("${active[@]}")
+  done
+  if ((rc != 0)); then
+    for p in "${active[@]}"; do kill_tree "$p"; done
+    wait "${active[@]}" 2>/dev/null || true
+    die "a tool failed to build (its lines above say which)"
+  fi
+}
+
 main() {
   local tools=() t total_start
   if (($# == 0)); then
@@ -562,9 +605,7 @@ main() {
   if ((${#stale[@]} > 1)); then
     prefetch "${stale[@]:1}"
   fi
-  for t in "${tools[@]}"; do
-    build_tool "$t"
-  done
+  build_all "${tools[@]}"
   if ((${#PREFETCH_PIDS[@]})); then
     wait "${PREFETCH_PIDS[@]}" 2>/dev/null || true
   fi

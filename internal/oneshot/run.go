@@ -48,11 +48,9 @@ func Run(ctx context.Context, o *Options, clients *kube.Clients, stdout io.Write
 	get := func(ctx context.Context, t refs.Ref) (*metav1.PartialObjectMetadata, error) {
 		return clients.Metadata.Resource(t.Kind.GVR()).Namespace(ref.Namespace).Get(ctx, t.Name, metav1.GetOptions{})
 	}
+	var pending []string // what the last check that finished was waiting for
 	timedOut := func(err error) error {
-		if waitCtx.Err() != nil && ctx.Err() == nil {
-			return fmt.Errorf("%w after %s: %v", ErrTimeout, o.Timeout, err)
-		}
-		return err
+		return checkFailed(ctx.Err(), waitCtx.Err(), o.Timeout, ref, pending, err)
 	}
 
 	// Most runs find the ReplicaSet already in place: a few reads, sent at once, decide, and watches
@@ -66,6 +64,7 @@ func Run(ctx context.Context, o *Options, clients *kube.Clients, stdout io.Write
 	if r.Ready() {
 		return attachTo(ctx, o, clients, r, stdout)
 	}
+	pending = r.Pending
 	log.Info("waiting", "for", r.Pending)
 	w, err := startWatcher(waitCtx, clients, ref, r.WorkloadRef)
 	if err != nil {
@@ -94,11 +93,32 @@ func Run(ctx context.Context, o *Options, clients *kube.Clients, stdout io.Write
 		if next.Ready() {
 			return attachTo(ctx, o, clients, next, stdout)
 		}
-		r = next
+		r, pending = next, next.Pending
 		if now := strings.Join(r.Pending, "; "); now != last {
 			log.Info("waiting", "for", r.Pending)
 			last = now
 		}
+	}
+}
+
+// checkFailed is the error of a check that failed with err. A check cut short by the wait's own deadline
+// is the timeout: it names what the last finished check was waiting for (the read the deadline cut says
+// nothing about the objects, and a run that waited for a missing ConfigMap must say so), or err when
+// no check finished yet.
+//
+//	parent done | wait's deadline passed | pending | error
+//	yes         | -                      | -       | err (the caller stopped us)
+//	no          | no                     | -       | err
+//	no          | yes                    | none    | ErrTimeout: err
+//	no          | yes                    | some    | ErrTimeout waiting for ref: pending
+func checkFailed(parentErr, waitErr error, timeout time.Duration, ref workload.Ref, pending []string, err error) error {
+	switch {
+	case parentErr != nil || waitErr == nil:
+		return err
+	case len(pending) == 0:
+		return fmt.Errorf("%w after %s: %v", ErrTimeout, timeout, err)
+	default:
+		return fmt.Errorf("%w after %s waiting for %s: %s", ErrTimeout, timeout, ref, strings.Join(pending, "; "))
 	}
 }
 

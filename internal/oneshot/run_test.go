@@ -2,12 +2,14 @@ package oneshot
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"net/http"
 	"net/http/httptest"
 	"strings"
 	"syscall"
 	"testing"
+	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -171,5 +173,33 @@ func TestNarrowSourceReadsTheRolloutAsJSON(t *testing.T) {
 	}
 	if _, err := src.Rollout(context.Background(), testutil.Namespace, "gone"); !apierrors.IsNotFound(err) {
 		t.Errorf("err = %v, want NotFound", err)
+	}
+}
+
+func TestCheckFailed(t *testing.T) {
+	ref := workload.Ref{Kind: workload.Rollout, Namespace: "ns", Name: "demo"}
+	readCut := errors.New("reading ConfigMap ns/app-config: context deadline exceeded")
+	pending := []string{"ConfigMap ns/app-config does not exist"}
+	for _, tc := range []struct {
+		name               string
+		parentErr, waitErr error
+		pending            []string
+		want               string
+		timeout            bool
+	}{
+		{name: "the caller stopped us", parentErr: context.Canceled, waitErr: context.Canceled, pending: pending,
+			want: readCut.Error()},
+		{name: "a read failed before the deadline", pending: pending, want: readCut.Error()},
+		{name: "the first check cut by the deadline", waitErr: context.DeadlineExceeded,
+			want: "timed out after 4s: " + readCut.Error(), timeout: true},
+		{name: "a later check cut by the deadline names what it waited for", waitErr: context.DeadlineExceeded, pending: pending,
+			want: "timed out after 4s waiting for Rollout ns/demo: ConfigMap ns/app-config does not exist", timeout: true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			err := checkFailed(tc.parentErr, tc.waitErr, 4*time.Second, ref, tc.pending, readCut)
+			if err.Error() != tc.want || errors.Is(err, ErrTimeout) != tc.timeout {
+				t.Errorf("got %q (timeout %v), want %q (timeout %v)", err, errors.Is(err, ErrTimeout), tc.want, tc.timeout)
+			}
+		})
 	}
 }

@@ -96,10 +96,14 @@ type ReleaseBuild struct {
 }
 
 // MakeRelease runs `make release` as the issue's interface names it (IMAGE_REPOSITORY pins the charts
-// to that repository), with RELEASE_VERSION and DIST; its progress goes to progress.
-func MakeRelease(ctx context.Context, repoRoot string, progress io.Writer, version, imageRepository, dist string) (ReleaseBuild, error) {
-	cmd := exec.CommandContext(ctx, "make", "-s", "-C", repoRoot, "release",
-		"IMAGE_REPOSITORY="+imageRepository, "RELEASE_VERSION="+version, "DIST="+dist)
+// to that repository), with RELEASE_VERSION and DIST, for the given platforms (RELEASE_PLATFORMS; none: a
+// release's four); its progress goes to progress.
+func MakeRelease(ctx context.Context, repoRoot string, progress io.Writer, version, imageRepository, dist string, platforms ...string) (ReleaseBuild, error) {
+	args := []string{"-s", "-C", repoRoot, "release", "IMAGE_REPOSITORY=" + imageRepository, "RELEASE_VERSION=" + version, "DIST=" + dist}
+	if len(platforms) > 0 {
+		args = append(args, "RELEASE_PLATFORMS="+strings.Join(platforms, " "))
+	}
+	cmd := exec.CommandContext(ctx, "make", args...)
 	var stdout bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &stdout, progress
 	if err := cmd.Run(); err != nil {

@@ -10,7 +10,6 @@ import (
 	"io"
 	"os"
 	"path/filepath"
-	"runtime"
 	"testing"
 
 	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
@@ -22,10 +21,24 @@ type Doc struct {
 	Obj  map[string]any
 }
 
-// Dir is internal/render/testdata/charts.
+// Dir is internal/render/testdata/charts, found from the directory a test runs in (its package's):
+// the module root is the nearest one up with go.mod. Not from this file's compiled path, which
+// -trimpath (the Makefile's setting) makes relative.
 func Dir() string {
-	_, file, _, _ := runtime.Caller(0)
-	return filepath.Join(filepath.Dir(file), "..", "..", "render", "testdata", "charts")
+	dir, err := os.Getwd()
+	if err != nil {
+		return ""
+	}
+	for {
+		if _, err := os.Stat(filepath.Join(dir, "go.mod")); err == nil {
+			return filepath.Join(dir, "internal", "render", "testdata", "charts")
+		}
+		parent := filepath.Dir(dir)
+		if parent == dir {
+			return ""
+		}
+		dir = parent
+	}
 }
 
 // Docs returns every object of every rendered chart.
