@@ -142,10 +142,12 @@ KUBERNETES_COMPAT := $(shell sed -n 's/^KUBERNETES_COMPAT_VERSION=v\([0-9]*\.[0-
 ## (test/soak/README.md) on its own local cluster "soak" (or the cluster KUBECONFIG names); fails if config
 ## in use was lost, unused config (snapshots included) leaked, a pod was unpinned or read the wrong content,
 ## or refused under Ignore, or a config edit made other revisions than expected.
-## Seed 14875 draws every fault kind and every pinning and config-trigger step kind (test/soak/README.md).
+## Seed 14875 draws every fault kind and every pinning and config-trigger step kind with the webhook, seed
+## 2638 every fault kind of admission policy mode (the CRD and a table deleted, an outage across a deploy).
 soak-short: tools
 	@echo "== make $@"
 	$(GO) run ./test/soak -steps 35 -seed 14875 $(if $(KUBECONFIG),-kubeconfig $(KUBECONFIG))
+	$(GO) run ./test/soak -steps 35 -seed 2638 -pinning-admission=policy $(if $(KUBECONFIG),-kubeconfig $(KUBECONFIG))
 
 ## clean: delete every local cluster first (their processes would outlive _output), then the builds.
 clean:
