@@ -8,7 +8,7 @@ import (
 )
 
 // scenarios are the families of figures docs/benchmarks.md records, one raw output each.
-var scenarios = []string{"job", "controller", "memory", "webhook", "reloader", "scale"}
+var scenarios = []string{"job", "controller", "memory", "webhook", "reloader", "scale", "policy-scale", "uninstall"}
 
 // teeStdout copies everything the scenario prints to path as well, the family's raw output, which
 // the next run of the scenario overwrites (git keeps the earlier ones). restore waits until the copy
