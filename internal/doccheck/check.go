@@ -196,6 +196,7 @@ func (c *checker) runbooks() ([]Problem, error) {
 		return nil, err
 	}
 	var out []Problem
+	var manual *page
 	for _, f := range templates {
 		b, err := os.ReadFile(f)
 		if err != nil {
@@ -207,9 +208,10 @@ func (c *checker) runbooks() ([]Problem, error) {
 			if m == nil {
 				continue
 			}
-			manual, err := c.page(RunbooksPath)
-			if err != nil {
-				return nil, fmt.Errorf("%s names runbooks: %w", rel, err)
+			if manual == nil {
+				if manual, err = c.page(RunbooksPath); err != nil {
+					return nil, fmt.Errorf("%s names runbooks: %w", rel, err)
+				}
 			}
 			if !manual.anchors[m[1]] {
 				out = append(out, Problem{filepath.ToSlash(rel), i + 1, fmt.Sprintf("runbook #%s: %s has no heading with that anchor; write the alert's runbook there", m[1], RunbooksPath)})
