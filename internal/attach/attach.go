@@ -32,7 +32,8 @@ type Result struct {
 	Planned []Change
 	// Skipped are the planned changes left out as in flight.
 	Skipped []Change
-	// Written are the changes written now.
+	// Written are the changes written now, each with its object as the API server returned it (a
+	// caller attaching again soon writes on top of it, not of a version it knows is stale).
 	Written []Change
 	// Gone are the changes whose object was deleted before it could be written.
 	Gone []Change

@@ -53,7 +53,7 @@ func (w *Writer) write(ctx context.Context, changes []Change, wanted func(*metav
 	g := parallel.New(applyParallelism)
 	for _, c := range changes {
 		g.Go(func() error {
-			outcome, err := w.apply(ctx, c, wanted)
+			outcome, written, err := w.apply(ctx, c, wanted)
 			if err != nil && !apierrors.IsNotFound(err) {
 				return err
 			}
@@ -63,6 +63,7 @@ func (w *Writer) write(ctx context.Context, changes []Change, wanted func(*metav
 			case err != nil:
 				r.Gone = append(r.Gone, c)
 			case outcome == wrote:
+				c.Object.Meta = written
 				r.Written = append(r.Written, c)
 			case outcome == unwanted:
 				r.Dropped = append(r.Dropped, c)
@@ -82,10 +83,12 @@ const (
 	unwanted // the re-read object is no longer one to attach
 )
 
-func (w *Writer) apply(ctx context.Context, c Change, wanted func(*metav1.PartialObjectMetadata) bool) (outcome, error) {
+// apply writes one change, and returns the object as the API server returned it when it wrote.
+func (w *Writer) apply(ctx context.Context, c Change, wanted func(*metav1.PartialObjectMetadata) bool) (outcome, *metav1.PartialObjectMetadata, error) {
 	log := logging.FromContext(ctx).With("object", c.Object.String(), "revision", c.Revision.String())
 	rv := c.Object.Meta.ResourceVersion
 	result := unchanged
+	var out *metav1.PartialObjectMetadata
 	err := retry.RetryOnConflict(retry.DefaultRetry, func() error {
 		if rv == "" {
 			// Our view was stale: re-read and decide again rather than risk merging into an
@@ -107,7 +110,7 @@ func (w *Writer) apply(ctx context.Context, c Change, wanted func(*metav1.Partia
 			}
 			rv = fresh.ResourceVersion
 		}
-		_, err := w.patch(ctx, c, rv, false)
+		patched, err := w.patch(ctx, c, rv, false)
 		if apierrors.IsConflict(err) {
 			rv = ""
 			return err
@@ -115,11 +118,11 @@ func (w *Writer) apply(ctx context.Context, c Change, wanted func(*metav1.Partia
 		if err != nil {
 			return err
 		}
-		result = wrote
+		result, out = wrote, patched
 		return nil
 	})
 	if err != nil {
-		return unchanged, err
+		return unchanged, nil, err
 	}
 	if result == wrote {
 		log.Info("attached", "uid", c.Revision.UID, "revisionNumber", c.Revision.Number)
@@ -127,7 +130,7 @@ func (w *Writer) apply(ctx context.Context, c Change, wanted func(*metav1.Partia
 			w.Events.Attached(ctx, c.Object, "Attached to "+c.Revision.Describe())
 		}
 	}
-	return result, nil
+	return result, out, nil
 }
 
 // patch sends a strategic merge patch: ownerReferences merge by uid, so other owners stay. The

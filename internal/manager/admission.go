@@ -128,7 +128,7 @@ func newAdmission(ctx context.Context, o *Options, clients *kube.Clients, cs *ca
 	case !served || !policyServed: // policy mode has both (Resolve)
 		return adm, nil // webhook mode with no policy mode to switch to
 	}
-	adm.table, err = policy.New(cs, policy.Clients{Kube: clients.Kube, Dynamic: clients.Dynamic, Metadata: clients.Metadata},
+	adm.table, err = policy.New(cs, policy.Clients{Kube: clients.Kube, Dynamic: clients.Dynamic},
 		&pinning.Taker{Kube: clients.Kube, Writer: writer}, events.Recorder, m,
 		policy.Options{Take: a.resolved == policy.Policy, MaxTableBytes: a.TableMaxBytes, Namespaces: o.Namespaces, WaitWarning: a.WaitWarning})
 	if err != nil {

@@ -19,14 +19,12 @@ import (
 	"fmt"
 
 	corev1 "k8s.io/api/core/v1"
-	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/client-go/kubernetes"
 
 	"github.com/configmap-attacher/configmap-attacher/internal/api"
 	"github.com/configmap-attacher/configmap-attacher/internal/attach"
-	"github.com/configmap-attacher/configmap-attacher/internal/caches"
 	"github.com/configmap-attacher/configmap-attacher/internal/content"
 	"github.com/configmap-attacher/configmap-attacher/internal/refs"
 	"github.com/configmap-attacher/configmap-attacher/internal/revision"
@@ -93,98 +91,9 @@ type Taker struct {
 // what exists already (the same content, another revision or a concurrent taker) only adds rev's
 // ownerReference, through the one attach step.
 func (t *Taker) Take(ctx context.Context, rev *revision.Revision, r refs.Ref) (string, error) {
-	if name, ok, err := t.pinned(ctx, rev, r); err != nil || ok {
-		return name, err
-	}
-	live, err := t.get(ctx, rev.Namespace, r)
-	if err != nil {
-		return "", err
-	}
-	if !api.Pinned(live.GetLabels()) {
-		return "", fmt.Errorf("%s %s/%s: %w", r.Kind, rev.Namespace, r.Name, ErrNotPinned)
-	}
-	if s, ok := live.(*corev1.Secret); ok && s.Type == corev1.SecretTypeServiceAccountToken {
-		return "", fmt.Errorf("%s %s/%s: %w", r.Kind, rev.Namespace, r.Name, ErrNotPinnable)
-	}
-	snap, err := snapshotOf(live, rev)
-	if err != nil {
-		return "", err
-	}
-	// A snapshot of this name that exists may be going away (a pruned revision's, with the same
-	// content: a revert), and its deletion can complete at any point below. Once gone, it is created
-	// again: the revision must get a snapshot that exists, not its name alone.
-	for range takeAttempts {
-		err = t.create(ctx, r.Kind, snap)
-		if err == nil {
-			return snap.GetName(), nil
-		}
-		if !apierrors.IsAlreadyExists(err) {
-			return "", fmt.Errorf("snapshotting %s %s/%s for %s: %w", r.Kind, rev.Namespace, r.Name, rev, err)
-		}
-		m, err := t.Writer.Client.Resource(r.Kind.GVR()).Namespace(rev.Namespace).Get(ctx, snap.GetName(), metav1.GetOptions{})
-		if apierrors.IsNotFound(err) {
-			continue
-		}
-		if err != nil {
-			return "", err
-		}
-		res, err := t.Writer.Attach(ctx, rev, []attach.Object{{Kind: r.Kind, Meta: m}}, attach.Options{})
-		if err != nil {
-			return "", fmt.Errorf("pinning %s to snapshot %s: %w", rev, snap.GetName(), err)
-		}
-		if len(res.Gone) == 0 {
-			return snap.GetName(), nil
-		}
-	}
-	// Not a NotFound: the webhook reads that as "the pinned object is gone" and admits the pod unpinned.
-	return "", fmt.Errorf("snapshotting %s %s/%s for %s: %w", r.Kind, rev.Namespace, r.Name, rev, errSnapshotGone)
+	return t.Pass(rev.Namespace).Take(ctx, rev, r)
 }
-
-// takeAttempts bounds the creates of a snapshot whose name keeps being taken by one going away.
-const takeAttempts = 3
-
-// errSnapshotGone: a snapshot of the same name was there at each create and gone at each read.
-var errSnapshotGone = errors.New("a snapshot of the same name kept going away; try again")
 
 // DryRunName is the name Take would return, computed from a cached copy without writing anything:
 // what a server-side dry run of a pod gets (the webhook declares sideEffects NoneOnDryRun).
 func DryRunName(cached metav1.Object) (string, error) { return SnapshotName(cached) }
-
-// pinned finds rev's pin for r on the API server.
-func (t *Taker) pinned(ctx context.Context, rev *revision.Revision, r refs.Ref) (string, bool, error) {
-	list, err := t.Writer.Client.Resource(r.Kind.GVR()).Namespace(rev.Namespace).List(ctx,
-		metav1.ListOptions{LabelSelector: api.SnapshotLabel + "=" + api.SnapshotValue})
-	if err != nil {
-		return "", false, fmt.Errorf("listing the snapshots of %s %s/%s: %w", r.Kind, rev.Namespace, r.Name, err)
-	}
-	snaps := make([]*metav1.PartialObjectMetadata, len(list.Items))
-	for i := range list.Items {
-		snaps[i] = &list.Items[i]
-	}
-	name, ok := caches.PinAmong(snaps, rev.Namespace, string(rev.UID), r)
-	return name, ok, nil
-}
-
-func (t *Taker) get(ctx context.Context, ns string, r refs.Ref) (metav1.Object, error) {
-	switch r.Kind {
-	case refs.ConfigMap:
-		return t.Kube.CoreV1().ConfigMaps(ns).Get(ctx, r.Name, metav1.GetOptions{})
-	case refs.Secret:
-		return t.Kube.CoreV1().Secrets(ns).Get(ctx, r.Name, metav1.GetOptions{})
-	}
-	return nil, fmt.Errorf("%s is not a config kind", r.Kind)
-}
-
-func (t *Taker) create(ctx context.Context, kind refs.Kind, obj metav1.Object) error {
-	opts := metav1.CreateOptions{FieldManager: api.FieldManager}
-	var err error
-	switch o := obj.(type) {
-	case *corev1.ConfigMap:
-		_, err = t.Kube.CoreV1().ConfigMaps(o.Namespace).Create(ctx, o, opts)
-	case *corev1.Secret:
-		_, err = t.Kube.CoreV1().Secrets(o.Namespace).Create(ctx, o, opts)
-	default:
-		err = fmt.Errorf("%s is not a config kind", kind)
-	}
-	return err
-}

@@ -22,7 +22,6 @@ import (
 	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/dynamic/dynamicinformer"
 	"k8s.io/client-go/kubernetes"
-	"k8s.io/client-go/metadata"
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/client-go/tools/record"
 
@@ -58,6 +57,9 @@ const DefaultWaitWarning = 2 * time.Minute
 // after an outage, does not keep every revision waiting for the slowest.
 const flushEvery = time.Second
 
+// namespacesAtOnce is how many namespaces each worker asked for (-workers) syncs at once.
+const namespacesAtOnce = 4
+
 // errNotYet: the entry needs a snapshot the cache does not show yet (its snapshot event brings the
 // namespace back).
 var errNotYet = errors.New("a snapshot is not in the cache yet")
@@ -79,9 +81,8 @@ type Options struct {
 
 // Clients the table controller uses.
 type Clients struct {
-	Kube     kubernetes.Interface
-	Dynamic  dynamic.Interface
-	Metadata metadata.Interface
+	Kube    kubernetes.Interface
+	Dynamic dynamic.Interface
 }
 
 // Controller keeps every pinning namespace's PinTable: an entry per live revision, written once the
@@ -146,7 +147,10 @@ func New(c *caches.Caches, clients Clients, taker *pinning.Taker, events record.
 	ctl := &Controller{caches: c, clients: clients, taker: taker, events: events, opts: o,
 		written: map[string]map[string]written{}, deleted: map[string]map[string]types.UID{}, known: map[string]knowledge{},
 		waits: map[string]map[string]*waiting{}, clears: map[string][]clear{}, overflow: map[string]int{}}
-	ctl.loop = &reconcile.Loop{Name: Name, Queue: reconcile.NewQueue(Name, m), Sync: ctl.sync, Metrics: m}
+	// A sync is a namespace's reads and writes one after the other, each waiting on the API server (at
+	// 50,000 Pods, ~100 ms): a fresh start or a cluster labelled at once is a thousand namespaces, so
+	// several are synced at once.
+	ctl.loop = &reconcile.Loop{Name: Name, Queue: reconcile.NewQueue(Name, m), Sync: ctl.sync, Metrics: m, WorkersPer: namespacesAtOnce}
 
 	namespaces := o.Namespaces
 	if len(namespaces) == 0 {
@@ -339,6 +343,8 @@ func (c *Controller) sync(ctx context.Context, ns string) (reconcile.Result, err
 	}
 	d := Desired{Entries: map[string]Entry{}, Routes: map[string]string{}, Split: existing.split}
 	revisions := c.revisions(ns)
+	// One pass of reads for them all, made after they were seen (pinning.Pass).
+	pass := c.taker.Pass(ns)
 	byKey := map[string]*caches.User{}
 	for _, u := range revisions {
 		rev, _ := RevisionOf(string(u.Kind()), u.Name, u.UID, u.Owner)
@@ -377,9 +383,9 @@ func (c *Controller) sync(ctx context.Context, ns string) (reconcile.Result, err
 		var pods bool
 		var err error
 		if had {
-			e, taken, err = c.refresh(ctx, u, e, trusted)
+			e, taken, err = c.refresh(ctx, pass, u, e, trusted)
 		} else {
-			e, taken, wait, pods, err = c.newEntry(ctx, u, rev)
+			e, taken, wait, pods, err = c.newEntry(ctx, pass, u, rev)
 		}
 		switch {
 		case errors.Is(err, errNotYet):
@@ -647,11 +653,12 @@ func (c *Controller) revisions(ns string) []*caches.User {
 	return out
 }
 
-// newEntry is the first entry of a revision, from a consistent read of every object it references:
-// a pin label put on in the same deploy as the revision is seen, whatever the cache shows yet. It
+// newEntry is the first entry of a revision, from a consistent read of every object it references
+// (the pass's, made after the revision was seen): a pin label put on in the same deploy as the
+// revision is seen, whatever the cache shows yet. It
 // waits (wait names what) while an object the revision cannot start without does not exist: created a
 // moment later, labelled, its pods would otherwise have read it unpinned.
-func (c *Controller) newEntry(ctx context.Context, u *caches.User, rev Revision) (e Entry, taken []string, wait string, pods bool, err error) {
+func (c *Controller) newEntry(ctx context.Context, pass *pinning.Pass, u *caches.User, rev Revision) (e Entry, taken []string, wait string, pods bool, err error) {
 	e = Entry{Revision: rev.Kind + "/" + rev.Name}
 	var missing []refs.Ref
 	for _, r := range u.Refs {
@@ -659,7 +666,7 @@ func (c *Controller) newEntry(ctx context.Context, u *caches.User, rev Revision)
 			e.Pin(r, snap) // pinned before (the webhook, a previous leader): nothing to read
 			continue
 		}
-		m, err := c.clients.Metadata.Resource(r.Kind.GVR()).Namespace(u.Namespace).Get(ctx, r.Name, metav1.GetOptions{})
+		m, err := pass.Get(ctx, r)
 		switch {
 		case apierrors.IsNotFound(err):
 			missing = append(missing, r)
@@ -667,13 +674,13 @@ func (c *Controller) newEntry(ctx context.Context, u *caches.User, rev Revision)
 		case err != nil:
 			return e, nil, "", false, fmt.Errorf("reading %s %s/%s for %s: %w", r.Kind, u.Namespace, r.Name, e.Revision, err)
 		}
-		if !pinnable(m.Labels) {
+		if !pinnable(m.GetLabels()) {
 			continue
 		}
-		snap, err := c.pin(ctx, u, r)
+		snap, err := c.pin(ctx, pass, u, r)
 		switch {
-		case errors.Is(err, pinning.ErrNotPinned):
-			continue // the label went away meanwhile
+		case errors.Is(err, pinning.ErrNotPinned) || errors.Is(err, pinning.ErrNotPinnable):
+			continue // the label went away meanwhile; or a token Secret, read by its name as in webhook mode
 		case apierrors.IsNotFound(err):
 			missing = append(missing, r)
 			continue
@@ -703,7 +710,7 @@ func (c *Controller) newEntry(ctx context.Context, u *caches.User, rev Revision)
 // to unpin. One it did not write (the tables as it found them at its start) stays only if it names a
 // snapshot of the object it maps: a PinTable written by anyone else cannot point a revision's pods at
 // another object.
-func (c *Controller) refresh(ctx context.Context, u *caches.User, e Entry, trusted bool) (Entry, []string, error) {
+func (c *Controller) refresh(ctx context.Context, pass *pinning.Pass, u *caches.User, e Entry, trusted bool) (Entry, []string, error) {
 	out := Entry{Revision: e.Revision, ConfigMaps: maps.Clone(e.ConfigMaps), Secrets: maps.Clone(e.Secrets)}
 	if !trusted {
 		for _, kind := range refs.Kinds() {
@@ -734,9 +741,9 @@ func (c *Controller) refresh(ctx context.Context, u *caches.User, e Entry, trust
 		if m, ok := obj.(metav1.Object); !ok || !pinnable(m.GetLabels()) {
 			continue
 		}
-		snap, err := c.pin(ctx, u, r)
+		snap, err := c.pin(ctx, pass, u, r)
 		switch {
-		case errors.Is(err, pinning.ErrNotPinned) || apierrors.IsNotFound(err) || (err == nil && snap == ""):
+		case errors.Is(err, pinning.ErrNotPinned) || errors.Is(err, pinning.ErrNotPinnable) || apierrors.IsNotFound(err) || (err == nil && snap == ""):
 			continue
 		case err != nil:
 			return e, nil, err
@@ -749,12 +756,12 @@ func (c *Controller) refresh(ctx context.Context, u *caches.User, e Entry, trust
 
 // pin is the revision's snapshot of r: taken now in policy mode, as the cache shows it otherwise ("":
 // not yet).
-func (c *Controller) pin(ctx context.Context, u *caches.User, r refs.Ref) (string, error) {
+func (c *Controller) pin(ctx context.Context, pass *pinning.Pass, u *caches.User, r refs.Ref) (string, error) {
 	if !c.opts.Take {
 		snap, _ := c.caches.Pinning.Snapshot(u.Namespace, string(u.UID), r)
 		return snap, nil
 	}
-	return c.taker.Take(ctx, u.Revision(), r)
+	return pass.Take(ctx, u.Revision(), r)
 }
 
 // needed are those of the missing objects the revision's pods cannot start without (a use that is not

@@ -74,7 +74,11 @@ func newTableFixture(t *testing.T, cachedRS []*appsv1.ReplicaSet, cachedPins []r
 		users = append(users, u)
 	}
 	cs := caches.NewForTest(users, nil)
-	cs.Pinning = caches.NewPinningForTest(cachedPins, nil, ns)
+	enabled := []string{ns}
+	for _, rs := range cachedRS {
+		enabled = append(enabled, rs.Namespace)
+	}
+	cs.Pinning = caches.NewPinningForTest(cachedPins, nil, enabled...)
 	var metas []runtime.Object
 	for _, o := range live {
 		if cm, ok := o.(*corev1.ConfigMap); ok {
@@ -95,7 +99,7 @@ func newTableFixture(t *testing.T, cachedRS []*appsv1.ReplicaSet, cachedPins []r
 	dyn := dynamicfake.NewSimpleDynamicClientWithCustomListKinds(scheme, map[schema.GroupVersionResource]string{GVR: Kind + "List"}, objs...)
 	events := record.NewFakeRecorder(20)
 	m := metrics.New()
-	ctl, err := New(cs, Clients{Kube: kube, Dynamic: dyn, Metadata: meta}, &pinning.Taker{Kube: kube, Writer: &attach.Writer{Client: meta}},
+	ctl, err := New(cs, Clients{Kube: kube, Dynamic: dyn}, &pinning.Taker{Kube: kube, Writer: &attach.Writer{Client: meta}},
 		events, m, Options{Take: true})
 	if err != nil {
 		t.Fatal(err)

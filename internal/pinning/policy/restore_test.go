@@ -188,7 +188,7 @@ func TestTableMadeBeforeTheRevisionsAreRead(t *testing.T) {
 	cm := appConfig(map[string]string{api.PinLabel: api.PinValue})
 	f := newTableFixture(t, []*appsv1.ReplicaSet{rs}, nil, nil, cm, rs)
 	var sawTable []bool
-	f.meta.PrependReactor("get", "configmaps", func(clienttesting.Action) (bool, runtime.Object, error) {
+	f.kube.PrependReactor("get", "configmaps", func(clienttesting.Action) (bool, runtime.Object, error) {
 		_, err := f.dynamic.Resource(GVR).Namespace(ns).Get(context.Background(), TableName, metav1.GetOptions{})
 		sawTable = append(sawTable, err == nil)
 		return false, nil, nil
