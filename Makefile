@@ -45,7 +45,8 @@ release:
 release-check:
 	hack/release/check.sh
 
-## tools: build the local control plane (etcd, kube-*, kwok, Argo Rollouts, helm, Argo CD, Flux), promtool, pulumi and actionlint into _output/tools.
+## tools: build the local control plane (etcd, kube-*, kwok, Argo Rollouts, helm, Argo CD, Flux), promtool, pulumi and actionlint into
+## _output/tools (the 1.35 compatibility control plane is built by make test-e2e, or `hack/tools/build.sh kubernetes-compat etcd-compat`).
 tools:
 	hack/tools/build.sh
 
@@ -133,6 +134,8 @@ test-e2e: tools
 	hack/tools/build.sh release
 	@echo "== make $@: the stories"
 	$(GO) test -tags e2e -count=1 -timeout 45m -parallel $(E2E_PARALLEL) -v ./test/e2e/ 2>&1 | hack/test-summary.sh
+	@echo "== make $@: the compatibility control plane ($(KUBERNETES_COMPAT)), which only its story needs"
+	hack/tools/build.sh kubernetes-compat etcd-compat
 	@echo "== make $@: the compatibility story on $(KUBERNETES_COMPAT)"
 	env -u KUBECONFIG KUBERNETES_COMPAT=$(KUBERNETES_COMPAT) $(GO) test -tags e2e -count=1 -timeout 15m -v -run '^TestCompat' ./test/e2e/ 2>&1 | hack/test-summary.sh
 
@@ -144,10 +147,10 @@ KUBERNETES_COMPAT := $(shell sed -n 's/^KUBERNETES_COMPAT_VERSION=v\([0-9]*\.[0-
 ## or refused under Ignore, or a config edit made other revisions than expected.
 ## Seed 14875 draws every fault kind and every pinning and config-trigger step kind with the webhook, seed
 ## 2638 every fault kind of admission policy mode (the CRD and a table deleted, an outage across a deploy).
+## Both run at once, on clusters "soak" and "soak-policy" (hack/soak-short.sh; one after the other on KUBECONFIG's).
 soak-short: tools
 	@echo "== make $@"
-	$(GO) run ./test/soak -steps 35 -seed 14875 $(if $(KUBECONFIG),-kubeconfig $(KUBECONFIG))
-	$(GO) run ./test/soak -steps 35 -seed 2638 -pinning-admission=policy $(if $(KUBECONFIG),-kubeconfig $(KUBECONFIG))
+	GO='$(GO)' hack/soak-short.sh
 
 ## clean: delete every local cluster first (their processes would outlive _output), then the builds.
 clean:

@@ -32,13 +32,16 @@ build_tools() {
     log "SKIP_TOOLS_BUILD=1: using tools as they are in $TOOLS_BIN"
   else
     "$ROOT/hack/tools/build.sh" >&2
+    if [[ -n ${KUBERNETES_COMPAT:-} ]]; then
+      "$ROOT/hack/tools/build.sh" kubernetes-compat etcd-compat >&2
+    fi
   fi
   local b
   for b in kubectl kwok kwokctl rollouts-controller; do
     [[ -x $TOOLS_BIN/$b ]] || die "$TOOLS_BIN/$b is missing: run hack/tools/build.sh"
   done
   for b in etcd kube-apiserver kube-controller-manager kube-scheduler; do
-    [[ -x $CONTROL_PLANE_BIN/$b ]] || die "$CONTROL_PLANE_BIN/$b is missing: run hack/tools/build.sh"
+    [[ -x $CONTROL_PLANE_BIN/$b ]] || die "$CONTROL_PLANE_BIN/$b is missing: run hack/tools/build.sh${KUBERNETES_COMPAT:+ kubernetes-compat etcd-compat}"
   done
   [[ -f $CRDS_DIR/rollout-crd.yaml ]] || die "Argo Rollouts CRDs missing in $CRDS_DIR: run hack/tools/build.sh argo-rollouts"
 }

@@ -8,8 +8,8 @@
 //	go run ./test/soak -steps 30 -seed 1
 //	go run ./test/soak -steps 300 -seed 7 -keep
 //
-// It starts a local cluster named "soak" (deleted afterwards unless -keep) unless -kubeconfig names
-// one. The last line printed is `steps=N faults=F lost=L leaked=K unpinned=U wrong=W refused=R seed=S`;
+// It starts a local cluster named "soak" (-cluster; deleted afterwards unless -keep) unless -kubeconfig
+// names one. The last line printed is `steps=N faults=F lost=L leaked=K unpinned=U wrong=W refused=R seed=S`;
 // the exit code is 1 when any of lost, leaked, unpinned, wrong, refused is not zero.
 package main
 
@@ -44,6 +44,7 @@ type options struct {
 	steps       int
 	seed        uint64
 	kubeconfig  string
+	cluster     string
 	keep        bool
 	workDir     string
 	settleEvery int
@@ -57,6 +58,7 @@ func run(ctx context.Context, args []string) (int, error) {
 	fs.IntVar(&o.steps, "steps", 30, "number of random steps")
 	fs.Uint64Var(&o.seed, "seed", 1, "seed of the one random source every choice comes from; the same seed replays the same sequence")
 	fs.StringVar(&o.kubeconfig, "kubeconfig", "", "existing cluster to use (default: start a local one named soak); kube-apiserver restarts need a cluster the soak started")
+	fs.StringVar(&o.cluster, "cluster", "soak", "name of the local cluster started (two soaks at once each need their own)")
 	fs.BoolVar(&o.keep, "keep", false, "keep the cluster (or, with -kubeconfig, the namespaces) afterwards")
 	fs.StringVar(&o.workDir, "workdir", "", "where controller and Job logs go (default _output/soak/seed-<seed>)")
 	fs.IntVar(&o.settleEvery, "settle-every", 10, "check for leaked config after every this many steps (and at the end)")
@@ -91,7 +93,7 @@ func run(ctx context.Context, args []string) (int, error) {
 	}
 
 	start := time.Now()
-	c, err := framework.Start(ctx, framework.StartOptions{RepoRoot: root, Kubeconfig: o.kubeconfig, Name: "soak", Progress: os.Stderr})
+	c, err := framework.Start(ctx, framework.StartOptions{RepoRoot: root, Kubeconfig: o.kubeconfig, Name: o.cluster, Progress: os.Stderr})
 	if err != nil {
 		return 2, err
 	}
