@@ -104,22 +104,21 @@ func (e env) policyStep(ctx context.Context, fast kubernetes.Interface, g *growe
 	s.apiWithout, s.etcdWithout = e.steadyRSS(ctx)
 	fmt.Printf("  without the policies: CREATE p50 %s p99 %s; kube-apiserver %s, etcd %s\n", s.without.p50, s.without.p99, mib(s.apiWithout), mib(s.etcdWithout))
 
-	start := time.Now()
-	stop, err := e.startPolicyEverywhere(ctx, namespaces, 30*len(namespaces)) // a tenant's 30 ReplicaSets, at least
+	stop, err := e.startPolicyEverywhere(ctx, namespaces, owners, &s.entriesIn)
 	if err != nil {
 		return s, err
 	}
-	s.entriesIn = time.Since(start)
 	if s.with, err = createLatency(ctx, fast, owners, probes); err != nil {
 		stop()
 		return s, fmt.Errorf("creates with the policies: %w", err)
 	}
 	s.apiWith, s.etcdWith = e.steadyRSS(ctx)
-	s.tables, s.entries, s.tableBytes, err = e.tableBytes(ctx)
+	t, err := e.pinTables(ctx)
 	stop()
 	if err != nil {
 		return s, err
 	}
+	s.tables, s.entries, s.tableBytes = t.tables, len(t.keys), t.bytes
 	fmt.Printf("  with the policies (every entry written %s after the start): CREATE p50 %s p99 %s; kube-apiserver %s, etcd %s; %d PinTables, %d entries, %s\n",
 		s.entriesIn.Round(time.Second), s.with.p50, s.with.p99, mib(s.apiWith), mib(s.etcdWith), s.tables, s.entries, mib(s.tableBytes))
 	// The next size starts without: no tables, no policies.
@@ -202,10 +201,15 @@ func (e env) steadyRSS(ctx context.Context) (apiserver, etcd int64) {
 	return a[len(a)/2], b[len(b)/2]
 }
 
-// startPolicyEverywhere runs our controller in policy mode on every namespace and waits until the
-// PinTables hold at least entries entries and the policies are enforced. stop stops it and deletes the
-// policies.
-func (e env) startPolicyEverywhere(ctx context.Context, namespaces []string, entries int) (func(), error) {
+// entriesSettled: the entries are all written once every probe owner has one and their number has not
+// grown for this long (some revisions of the mix never get one: their config is gone).
+const entriesSettled = 20 * time.Second
+
+// startPolicyEverywhere runs our controller in policy mode on every namespace and waits until every
+// entry is written (entriesSettled) and the policies are enforced; entriesIn is how long after the
+// start the last entry came. stop stops it and deletes the policies.
+func (e env) startPolicyEverywhere(ctx context.Context, namespaces []string, owners []*appsv1.ReplicaSet, entriesIn *time.Duration) (func(), error) {
+	start := time.Now()
 	probe, err := freeAddr()
 	if err != nil {
 		return nil, err
@@ -224,21 +228,31 @@ func (e env) startPolicyEverywhere(ctx context.Context, namespaces []string, ent
 		_ = p.Stop()
 		_ = policy.DeletePolicies(context.Background(), e.c.Kube, benchPolicy)
 	}
-	last := 0
-	err = framework.Eventually(ctx, time.Hour, fmt.Sprintf("%d entries in the PinTables", entries), func(ctx context.Context) (bool, string, error) {
+	last, grew := 0, time.Now()
+	err = framework.Eventually(ctx, time.Hour, "every entry in the PinTables", func(ctx context.Context) (bool, string, error) {
 		if ok, why, err := ready(p, probe); !ok || err != nil {
 			return false, why, err
 		}
-		_, n, _, err := e.tableBytes(ctx)
+		t, err := e.pinTables(ctx)
 		if err != nil {
 			return false, err.Error(), nil
 		}
+		n := len(t.keys)
 		if n/1000 != last/1000 {
 			fmt.Printf("    %d entries written\n", n)
 		}
-		last = n
-		return n >= entries, fmt.Sprintf("%d", n), nil
+		if n > last {
+			last, grew = n, time.Now()
+		}
+		without := 0
+		for _, o := range owners {
+			if !t.keys[string(o.UID)] {
+				without++
+			}
+		}
+		return without == 0 && time.Since(grew) >= entriesSettled, fmt.Sprintf("%d entries, %d probed ReplicaSets without one", n, without), nil
 	})
+	*entriesIn = grew.Sub(start)
 	if err == nil {
 		err = e.c.WaitPolicyEffective(ctx, namespaces[0])
 	}
@@ -249,25 +263,36 @@ func (e env) startPolicyEverywhere(ctx context.Context, namespaces []string, ent
 	return stop, nil
 }
 
-// tableBytes counts the cluster's PinTables, their entries and their bytes as stored (JSON).
-func (e env) tableBytes(ctx context.Context) (tables, entries int, bytes int64, err error) {
+// pinTableStats are the cluster's PinTables: how many, their entries' keys, their bytes as stored
+// (JSON).
+type pinTableStats struct {
+	tables int
+	keys   map[string]bool
+	bytes  int64
+}
+
+func (e env) pinTables(ctx context.Context) (pinTableStats, error) {
+	out := pinTableStats{keys: map[string]bool{}}
 	list, err := e.c.Dynamic.Resource(policy.GVR).List(ctx, metav1.ListOptions{})
 	if err != nil {
-		return 0, 0, 0, err
+		return out, err
 	}
 	for i := range list.Items {
 		b, err := json.Marshal(list.Items[i].Object)
 		if err != nil {
-			return 0, 0, 0, err
+			return out, err
 		}
-		bytes += int64(len(b))
+		out.bytes += int64(len(b))
 		t, err := policy.FromUnstructured(&list.Items[i])
 		if err != nil {
-			return 0, 0, 0, err
+			return out, err
 		}
-		entries += len(t.Spec.Revisions)
+		for key := range t.Spec.Revisions {
+			out.keys[key] = true
+		}
 	}
-	return len(list.Items), entries, bytes, nil
+	out.tables = len(list.Items)
+	return out, nil
 }
 
 func printPolicySteps(steps []policyStep) {
