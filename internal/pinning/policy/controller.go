@@ -479,8 +479,8 @@ func (c *Controller) write(ctx context.Context, ns string, live map[string]*Tabl
 		if !ok || woken[t] || u.CreationTimestamp.IsZero() {
 			continue
 		}
-		f := wakeFacts{age: now.Sub(u.CreationTimestamp.Time)}
-		if f.age >= wakeAge { // read only for those the other facts do not settle
+		f := wakeFacts{enforced: c.opts.Take, age: now.Sub(u.CreationTimestamp.Time)}
+		if f.enforced && f.age >= wakeAge { // read only for those the other facts do not settle
 			missing, err := c.podsMissing(ctx, t)
 			if err != nil && !apierrors.IsNotFound(err) {
 				errs = append(errs, err)

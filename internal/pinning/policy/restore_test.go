@@ -274,10 +274,11 @@ func TestShouldWake(t *testing.T) {
 		f    wakeFacts
 		want bool
 	}{
-		{wakeFacts{wasPresent: true, age: time.Hour, podsMissing: true}, false},
-		{wakeFacts{age: wakeAge / 2, podsMissing: true}, false},
-		{wakeFacts{age: time.Minute}, false},
-		{wakeFacts{age: time.Minute, podsMissing: true}, true},
+		{wakeFacts{age: time.Hour, podsMissing: true}, false}, // webhook mode: no pod was refused for an entry
+		{wakeFacts{enforced: true, wasPresent: true, age: time.Hour, podsMissing: true}, false},
+		{wakeFacts{enforced: true, age: wakeAge / 2, podsMissing: true}, false},
+		{wakeFacts{enforced: true, age: time.Minute}, false},
+		{wakeFacts{enforced: true, age: time.Minute, podsMissing: true}, true},
 	} {
 		if got := shouldWake(tc.f); got != tc.want {
 			t.Errorf("shouldWake(%+v) = %v, want %v", tc.f, got, tc.want)

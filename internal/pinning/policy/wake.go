@@ -32,12 +32,13 @@ import (
 //
 // The decision, for each entry a write has just made present in the API server's tables:
 //
-// | the entry was in the tables before | the revision is older than wakeAge | it has fewer pods than it wants | step |
-// | --- | --- | --- | --- |
-// | yes | | | nothing (its pods were admitted) |
-// | no | no | | nothing (its controller's back-off is still milliseconds) |
-// | no | yes | no | nothing (no pod waits) |
-// | no | yes | yes | wake its controller |
+// | the policies enforce the tables | the entry was in the tables before | the revision is older than wakeAge | it has fewer pods than it wants | step |
+// | --- | --- | --- | --- | --- |
+// | no (webhook mode: tables kept for a switch) | | | | nothing (no pod was refused for an entry) |
+// | yes | yes | | | nothing (its pods were admitted) |
+// | yes | no | no | | nothing (its controller's back-off is still milliseconds) |
+// | yes | no | yes | no | nothing (no pod waits) |
+// | yes | no | yes | yes | wake its controller |
 
 const (
 	// wakeAge: a revision younger than this when its entry is written was refused for less (its
@@ -49,6 +50,7 @@ const (
 
 // wakeFacts are what decide whether to wake a revision's controller.
 type wakeFacts struct {
+	enforced    bool          // the admission policies enforce the tables (policy mode)
 	wasPresent  bool          // the entry was in the tables before this write
 	age         time.Duration // the revision's age when its entry was written
 	podsMissing bool          // the revision (its workload, for a ControllerRevision) has fewer pods than it wants
@@ -56,7 +58,7 @@ type wakeFacts struct {
 
 // shouldWake is the decision of the table above.
 func shouldWake(f wakeFacts) bool {
-	return !f.wasPresent && f.age >= wakeAge && f.podsMissing
+	return f.enforced && !f.wasPresent && f.age >= wakeAge && f.podsMissing
 }
 
 // wakeTarget is the object whose update wakes a revision's controller (Kind, Name, UID), and the
