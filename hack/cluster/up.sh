@@ -57,6 +57,12 @@ create_cluster() {
   # --kubeconfig= keeps kwokctl away from ~/.kube/config: the cluster's own kubeconfig is
   # $CLUSTER_DIR/kubeconfig.yaml.
   log "kwokctl create cluster (workdir $KWOK_WORKDIR)"
+  # One create at a time in a workdir: kwokctl takes the free ports it finds at the start, and two
+  # clusters created at once (make soak-short's) found the same ones. It returns once the cluster
+  # serves, its ports bound.
+  mkdir -p "$KWOK_WORKDIR"
+  exec 9>"$KWOK_WORKDIR/.create.lock"
+  flock 9
   # CLUSTER_KWOKCTL_CONFIG, when set, is merged over kwokctl.yaml (kwokctl merges its --config files).
   kwokctl --config "$ROOT/hack/cluster/kwokctl.yaml" ${CLUSTER_KWOKCTL_CONFIG:+--config "$CLUSTER_KWOKCTL_CONFIG"} create cluster \
     --name "$CLUSTER_NAME" \
@@ -68,7 +74,8 @@ create_cluster() {
     --kube-controller-manager-binary "$CONTROL_PLANE_BIN/kube-controller-manager" \
     --kube-scheduler-binary "$CONTROL_PLANE_BIN/kube-scheduler" \
     --kwok-controller-binary "$TOOLS_BIN/kwok" \
-    --wait "${WAIT_TIMEOUT}s" >&2
+    --wait "${WAIT_TIMEOUT}s" >&2 9>&- # the cluster's processes must not hold the lock
+  exec 9>&-
   [[ -f $KUBECONFIG_PATH ]] || die "kwokctl did not write $KUBECONFIG_PATH"
   echo "$CONTROL_PLANE_BIN" >"$CONTROL_PLANE_FILE"
   mkdir -p "$LOG_DIR"
