@@ -109,10 +109,12 @@ test-rules: tools
 	hack/test-rules.sh
 
 ## test-workflows: actionlint (with shellcheck on run: scripts) and the pin rule on .github/workflows, then a few
-## mistakes made in a copy of release.yml, each of which must be refused (hack/test-workflows.sh).
+## mistakes made in a copy of release.yml, each of which must be refused (hack/test-workflows.sh); and the scripts CI
+## passes its logs through take each line as it comes (hack/test-ci.sh).
 test-workflows: tools
 	@echo "== make $@"
 	hack/test-workflows.sh
+	hack/test-ci.sh
 
 ## fuzz: each fuzz target for FUZZTIME (default 1m), one after the other; findings land in testdata/fuzz.
 FUZZTIME ?= 1m

@@ -8,7 +8,8 @@
 # The Makefile runs with pipefail, so go test's own exit status decides; we also fail on a FAIL line in
 # case the pipe is used elsewhere.
 set -uo pipefail
-exec awk -v keep=25 -v keepwarn=16 '
+# shellcheck disable=SC2016 # an awk program
+exec "$(dirname "${BASH_SOURCE[0]}")/line-awk" -v keep=25 -v keepwarn=16 '
   { print; fflush() }
   # Whose output follows: go test names the test before a parallel test writes.
   /^=== (RUN|CONT|NAME|PAUSE) / { test = $3; next }

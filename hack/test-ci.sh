@@ -1,0 +1,40 @@
+#!/usr/bin/env bash
+# Checks the scripts CI passes its logs through (make test-workflows): each must pass a line on, and keep
+# it, when the line comes, not when a buffer fills or the input ends. Otherwise the live CI log lags by
+# minutes and comes in bursts (a long build looks hung), and .ci/summary's per-step times, which are the
+# seconds the lines were read, are wrong.
+#   .ci/stamped FILE      (.ci/run: every line of make tools, make test-unit and make test)
+#   hack/test-summary.sh  (make test-e2e: go test -v of the stories)
+set -euo pipefail
+ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+cd "$ROOT"
+
+fail() { printf 'test-ci: FAILED: %s\n' "$*" >&2; exit 1; }
+work=$(mktemp -d)
+trap 'rm -rf "$work"' EXIT
+
+# passes_each_line_as_it_comes NAME WATCHED CMD...: writes one line into CMD, then holds its input open
+# until that line shows in the file WATCHED (up to 20 s), then ends it. Fails unless it showed.
+passes_each_line_as_it_comes() {
+  local name=$1 watched=$2; shift 2
+  rm -f "$work/seen"
+  {
+    echo "=== RUN   TestOneLine"
+    for _ in $(seq 200); do
+      if grep -q TestOneLine "$watched" 2>/dev/null; then
+        : >"$work/seen"
+        break
+      fi
+      sleep 0.1
+    done
+  } | "$@" >"$work/stdout"
+  [[ -f $work/seen ]] ||
+    fail "$name: a line written into it did not reach $(basename "$watched") in 20 s while its input stayed open (an awk reading its input in blocks? hack/line-awk)"
+  echo "test-ci: $name passes each line on as it comes ($(basename "$watched"))"
+}
+
+passes_each_line_as_it_comes .ci/stamped "$work/stdout" .ci/stamped "$work/stamped.tsv"
+passes_each_line_as_it_comes .ci/stamped "$work/stamped.tsv" .ci/stamped "$work/stamped.tsv"
+grep -qP '^\d+\t=== RUN   TestOneLine$' "$work/stamped.tsv" ||
+  fail ".ci/stamped kept $(head -n 1 "$work/stamped.tsv"), want <epoch><tab>=== RUN   TestOneLine"
+passes_each_line_as_it_comes hack/test-summary.sh "$work/stdout" hack/test-summary.sh
