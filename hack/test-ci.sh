@@ -14,10 +14,11 @@ work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
 
 # passes_each_line_as_it_comes NAME WATCHED CMD...: writes one line into CMD, then holds its input open
-# until that line shows in the file WATCHED (up to 20 s), then ends it. Fails unless it showed.
+# until that line shows in the file WATCHED (up to 20 s), then ends it. Fails unless it showed. The
+# files of an earlier call are removed first, so that a line left there cannot pass this one.
 passes_each_line_as_it_comes() {
   local name=$1 watched=$2; shift 2
-  rm -f "$work/seen"
+  rm -f "$work/seen" "$work/stdout" "$work/stamped.tsv"
   {
     echo "=== RUN   TestOneLine"
     for _ in $(seq 200); do
@@ -35,6 +36,6 @@ passes_each_line_as_it_comes() {
 
 passes_each_line_as_it_comes .ci/stamped "$work/stdout" .ci/stamped "$work/stamped.tsv"
 passes_each_line_as_it_comes .ci/stamped "$work/stamped.tsv" .ci/stamped "$work/stamped.tsv"
-grep -qP '^\d+\t=== RUN   TestOneLine$' "$work/stamped.tsv" ||
+grep -q $'^[0-9]\+\t=== RUN   TestOneLine$' "$work/stamped.tsv" ||
   fail ".ci/stamped kept $(head -n 1 "$work/stamped.tsv"), want <epoch><tab>=== RUN   TestOneLine"
 passes_each_line_as_it_comes hack/test-summary.sh "$work/stdout" hack/test-summary.sh
