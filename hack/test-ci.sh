@@ -4,7 +4,7 @@
 # minutes and comes in bursts (a long build looks hung), and .ci/summary's per-step times, which are the
 # seconds the lines were read, are wrong.
 #   .ci/stamped FILE      (.ci/run: every line of make tools, make test-unit and make test)
-#   hack/test-summary.sh  (make test-e2e: go test -v of the stories)
+#   hack/test-summary.sh  (make test-e2e: go test -v of the stories), and what it keeps of a failure
 set -euo pipefail
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 cd "$ROOT"
@@ -39,3 +39,15 @@ passes_each_line_as_it_comes .ci/stamped "$work/stamped.tsv" .ci/stamped "$work/
 grep -q $'^[0-9]\+\t=== RUN   TestOneLine$' "$work/stamped.tsv" ||
   fail ".ci/stamped kept $(head -n 1 "$work/stamped.tsv"), want <epoch><tab>=== RUN   TestOneLine"
 passes_each_line_as_it_comes hack/test-summary.sh "$work/stdout" hack/test-summary.sh
+
+# The summary of a failed story keeps what its failure listed (the further lines of that log line), and
+# leaves out a process's log dumped on failure, which is whole in the log above it.
+summary=$(printf '%s\n' '=== RUN   TestA' '    a_test.go:9: 3 ReplicaSets, want 2:' '        rs-1' '        rs-2' '        rs-3' \
+  '    helpers_test.go:112: controller logs:' '        {"msg":"started"}' '--- FAIL: TestA (1.00s)' 'FAIL' | { hack/test-summary.sh || true; } | sed -n '/^== TestA: its last log lines$/,$p')
+want=$(printf '%s\n' '== TestA: its last log lines' '    a_test.go:9: 3 ReplicaSets, want 2:' '        rs-1' '        rs-2' '        rs-3' \
+  '    helpers_test.go:112: controller logs:')
+[[ $summary == "$want" ]] || fail "hack/test-summary.sh, a failed story's last log lines:
+$summary
+want:
+$want"
+echo "test-ci: hack/test-summary.sh keeps what a failure listed"
