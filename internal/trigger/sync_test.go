@@ -1076,3 +1076,28 @@ func TestAnEditBeforeTheFirstLookAtANewRevisionStartsOne(t *testing.T) {
 		})
 	}
 }
+
+// Every write is conditional on the resourceVersion its decision read: a deploy landing between that
+// read and the write (Helm applies a release's config, then its workload, a moment later) makes it
+// fail and be retried, instead of adding a revision of ours to the deploy's own.
+func TestAWriteIsConditionalOnTheResourceVersionRead(t *testing.T) {
+	f := newFixture(t, auto, configMap("app-config", "v1", nil))
+	f.observe()
+	f.sync()
+	f.edit("app-config", "v2")
+	f.tick(6 * time.Second)
+	read := f.deployment.ResourceVersion
+	f.dyn.PrependReactor("patch", "*", func(k8stesting.Action) (bool, runtime.Object, error) {
+		f.deployment.Spec.Template.Spec.Containers[0].Image = "app:2" // the deploy, between the read and the write
+		f.deployment.Generation++
+		f.putDeployment()
+		return false, nil, nil
+	})
+	_, err := f.c.sync(context.Background(), caches.Key(caches.Deployment, ns, "web"))
+	if !apierrors.IsConflict(err) {
+		t.Fatalf("sync: %v, want a conflict (retried): the write carried resourceVersion %s, a deploy changed the workload meanwhile", err, read)
+	}
+	if v, has := f.deployment.Spec.Template.Annotations[api.ConfigHashAnnotation]; has {
+		t.Errorf("config-hash %q written on the deploy's template: a second revision", v)
+	}
+}

@@ -81,12 +81,15 @@ func currentOf(meta metav1.Object, annotations map[string]string) (current, erro
 // us as the owner of that one field and of nothing else; removing it is an apply that names nothing,
 // which deletes the fields only we owned.
 //
+// Every write carries the resourceVersion the decision read (checkCurrent) as a precondition: a
+// deploy landing between that read and the write (a Helm upgrade whose workload comes a moment after
+// its config) makes it fail with a conflict, retried with a fresh read that sees the deploy's own
+// revision, instead of adding a second revision to it.
+//
 // takeBack: another field manager owns the annotation with a value we wrote (a rollback copied it).
-// The apply is then forced, which takes ownership of exactly that one field, and carries the
-// resourceVersion the decision read as a precondition: any change since makes it fail (a conflict,
-// retried) instead of overwriting what we have not seen. A removal cannot be forced (an apply that
-// names nothing takes nothing), so it is a merge patch of that one key to null, under the same
-// precondition.
+// The apply is then forced, which takes ownership of exactly that one field; the precondition keeps
+// it from overwriting what we have not seen. A removal cannot be forced (an apply that names nothing
+// takes nothing), so it is a merge patch of that one key to null, under the same precondition.
 func (c *Controller) write(ctx context.Context, h holder, p plan, cur current, takeBack bool) error {
 	res := c.dynamic.Resource(h.gvr).Namespace(h.namespace)
 	var out *unstructured.Unstructured
@@ -98,11 +101,8 @@ func (c *Controller) write(ctx context.Context, h holder, p plan, cur current, t
 	} else {
 		obj := &unstructured.Unstructured{Object: map[string]any{
 			"apiVersion": h.apiVersion, "kind": h.kind,
-			"metadata": map[string]any{"name": h.name, "namespace": h.namespace},
+			"metadata": map[string]any{"name": h.name, "namespace": h.namespace, "resourceVersion": cur.rv},
 		}}
-		if takeBack {
-			obj.SetResourceVersion(cur.rv)
-		}
 		if p.set {
 			obj.Object["spec"] = map[string]any{"template": map[string]any{"metadata": map[string]any{
 				"annotations": map[string]any{api.ConfigHashAnnotation: p.value}}}}
