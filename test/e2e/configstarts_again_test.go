@@ -81,7 +81,8 @@ func relabelInLoop(t *testing.T, ns, name string) (stop func() int) {
 // pinned ConfigMap (each new revision's first look waits for its snapshot: the window in which an
 // event used to count as an edit made after the revision). One upgrade is one deploy only while Helm
 // writes the Deployment within -config-settle of the Secret: on CI's loaded API server, with every
-// story at once, that took over the default 2 s, so the story runs with a window of 10 s.
+// story at once, one run made 23 revisions, likely from that taking over the default 2 s, so the
+// story runs with a window of 10 s.
 func TestConfigStartsTwentyHelmUpgradesAreTwentyRevisions(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
