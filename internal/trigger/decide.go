@@ -385,6 +385,9 @@ type facts struct {
 	// lostRecord: first sight of a workload whose newest revision carries a value of ours written for
 	// other content than L (its record lost, or never written).
 	edited, lostRecord bool
+	// startsFrom: for an object newly followed that changed before a look could read the version it
+	// was at as the follow began, what it held then (unknownContent when not hashed): noteFollowed.
+	startsFrom map[string]string
 	// quiet is how long the content has not changed (a long time when unknown); held, how long a
 	// change has been held back by the settle window (0: none).
 	quiet, settle, held, maxWait time.Duration
@@ -431,7 +434,9 @@ type step struct {
 //	| made since (a deploy)         | M                                                               |
 //	| an older again (a rollback)   | S; when L = S and L ≠ M: Warning ConfigTriggerOverruled         |
 //
-// An object A does not know yet (newly followed) starts from L. Then, with L what the objects hold now
+// An object A does not know yet (newly followed) starts from L, or, when it changed after the first
+// look that followed it and before any look could read it, from what it held then (unknown when not
+// read: a change). Then, with L what the objects hold now
 // (table 6):
 //
 //	| L against A and the newest                  | then                                                   |
@@ -470,6 +475,9 @@ func decide(f facts) step {
 	for k, v := range f.live {
 		if _, known := a[k]; !known {
 			a[k] = v // newly followed: its content is where we start from
+			if from, changed := f.startsFrom[k]; changed {
+				a[k] = from // unless it changed since the follow began
+			}
 		}
 	}
 	var changed []string

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"slices"
 	"sort"
 	"strings"
@@ -126,6 +127,7 @@ func (c *Controller) sync(ctx context.Context, key string) (reconcile.Result, er
 	if err != nil {
 		return reconcile.Result{}, err
 	}
+	c.noteFollowed(st, objs, rec)
 	kv, keyErr := c.keyFor(ctx, objs, rec)
 	live, rvs, heldBack, err := c.liveContent(ctx, objs, rec, kv)
 	if errors.Is(err, errCacheBehind) {
@@ -189,6 +191,60 @@ func (c *Controller) sync(ctx context.Context, key string) (reconcile.Result, er
 		return requeueWithin(res, recordRetry), nil
 	}
 	return res, nil
+}
+
+// noteFollowed notes, for each object newly followed (a workload past its first sight whose
+// acknowledged content does not know it), the version the cache shows in the first look that follows
+// it, before that look reads any content: a look cut short (the cache behind the API server, the hash
+// key not readable) must not let an edit made meanwhile pass for where the object starts from. What
+// the acknowledged content knows, or the workload no longer follows, is forgotten.
+func (c *Controller) noteFollowed(st *workloadState, objs []followed, rec *record) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	following := map[string]bool{}
+	for _, o := range objs {
+		k := o.key()
+		following[k] = true
+		if _, known := rec.Acknowledged.Content[k]; known || rec.Acknowledged.Revision == "" {
+			continue
+		}
+		if _, noted := st.followedAt[k]; !noted {
+			if st.followedAt == nil {
+				st.followedAt = map[string]string{}
+			}
+			st.followedAt[k] = o.meta.ResourceVersion // "" for an optional object that does not exist
+		}
+	}
+	for k := range st.followedAt {
+		if _, known := rec.Acknowledged.Content[k]; known || !following[k] {
+			delete(st.followedAt, k)
+		}
+	}
+}
+
+// startsFrom is, for each newly followed object no longer at the version noted as its follow began,
+// what it held then: the hash this process took of that version, else unknown (errs toward a
+// revision). An object still at that version starts from what it holds (decide).
+func (c *Controller) startsFrom(st *workloadState, objs []followed, kv keyVersion) map[string]string {
+	c.mu.Lock()
+	noted := maps.Clone(st.followedAt)
+	c.mu.Unlock()
+	out := map[string]string{}
+	for _, o := range objs {
+		at, ok := noted[o.key()]
+		switch {
+		case !ok || at == o.meta.ResourceVersion:
+		case at == "":
+			out[o.key()] = absentContent
+		default:
+			h, known := c.content.earlier(o, at, kv)
+			if !known {
+				h = unknownContent
+			}
+			out[o.key()] = h
+		}
+	}
+	return out
 }
 
 // holds reports whether the record on the API server holds text (and is the workload's own).
@@ -356,7 +412,7 @@ func (c *Controller) decideAndAct(ctx context.Context, l *look, st *workloadStat
 	edited := st.edited
 	c.mu.Unlock()
 	s := decide(facts{origin: from, live: l.live, made: made, seen: seen, acked: rec.Acknowledged.Content,
-		edited: edited, lostRecord: from == firstSight && carried && oursValue(value, rec.Values) && !valueFits,
+		edited: edited, startsFrom: c.startsFrom(st, l.objs, l.kv), lostRecord: from == firstSight && carried && oursValue(value, rec.Values) && !valueFits,
 		quiet: clk.quiet(now), settle: c.opts.Settle, held: clk.held(now), maxWait: c.opts.MaxWait, paused: paused})
 	log.Debug("decided", "revision", newest.Name, "origin", string(from), "made with", made, "step", s.verdict, "changed", s.changed)
 	moving := c.hold(st, s.settling)

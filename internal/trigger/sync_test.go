@@ -1101,3 +1101,42 @@ func TestAWriteIsConditionalOnTheResourceVersionRead(t *testing.T) {
 		t.Errorf("config-hash %q written on the deploy's template: a second revision", v)
 	}
 }
+
+// An object the workload begins to follow (a reload list now names it) and that is edited at once,
+// before a look could read the version it was at when the follow began (the edit reached the API
+// server between the cache and the read: the cache was behind), is not taken as holding the edited
+// content all along: the edit came after the follow began, so it starts a revision, as Reloader
+// reloads for an update of an object the workload names.
+func TestAnEditRightAfterTheFollowBeganIsNotSwallowed(t *testing.T) {
+	f := newFixture(t, auto, configMap("app-config", "v1", nil), configMap("extra", "v1", nil))
+	f.observe()
+	f.sync()
+	f.expectApplies(0)
+
+	f.deployment.Annotations = map[string]string{api.ReloaderAuto: "true", api.ReloaderConfigMapReload: "extra"}
+	f.putDeployment() // the follow begins: extra is at resourceVersion 2 in the cache
+	cms := f.kube.CoreV1().ConfigMaps(ns)
+	cm, err := cms.Get(context.Background(), "extra", metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	old := metaOf(cm)
+	cm.Data = map[string]string{"config": "v2"}
+	f.rv++
+	cm.ResourceVersion = strconv.Itoa(f.rv)
+	if _, err := cms.Update(context.Background(), cm, metav1.UpdateOptions{}); err != nil { // the API server only: the cache is behind
+		t.Fatal(err)
+	}
+	if wait := f.sync(); wait == 0 {
+		t.Fatal("the look with the cache behind the API server decided: want it to look again")
+	}
+	cur := metaOf(cm) // the watch catches up
+	_ = f.cs.AllConfigs[refs.ConfigMap].Indexers()[0].Update(cur)
+	f.c.configHandler(refs.ConfigMap).OnUpdate(old, cur)
+	f.tick(6 * time.Second)
+	f.sync()
+	f.expectApplies(1)
+	if msg := f.expectEvent("Normal " + ReasonStarted); !strings.Contains(msg, "ConfigMap/extra changed") {
+		t.Errorf("Started names %q, want ConfigMap/extra changed", msg)
+	}
+}

@@ -140,6 +140,10 @@ type workloadState struct {
 	// optedOut are the opt-in annotations that went with a change of the pod template (a rollback to
 	// a revision made before it opted in): told once, then forgotten with the workload.
 	optedOut []string
+	// followedAt: for each object newly followed (the acknowledged content does not know it yet), the
+	// version it was at in this process's first look that followed it (noteFollowed): an edit landing
+	// before a look could read that version is a change, not where the object starts from.
+	followedAt map[string]string
 }
 
 type kept struct {
