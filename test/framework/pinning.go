@@ -5,8 +5,10 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"fmt"
+	"math/rand/v2"
 	"net"
 	"sort"
+	"strconv"
 	"strings"
 
 	corev1 "k8s.io/api/core/v1"
@@ -21,14 +23,31 @@ import (
 // Zero-touch pinning: the user keeps one ConfigMap (app-config), changes it in place with the usual
 // checksum annotation on the pod template, and pods read their revision's snapshot.
 
-// FreeLoopbackPort returns a port nothing listens on at 127.0.0.1 right now.
+// Free loopback ports are taken from below the kernel's ephemeral range (32768 and up by default) and
+// below the ranges the cluster scripts pick from (Argo CD from 10000, Argo Rollouts from 20000, Flux
+// from 30000).
+const freePortsFrom, freePortsTo = 7000, 10000
+
+// FreeLoopbackPort returns a port nothing listens on at 127.0.0.1 right now, for a server the caller
+// starts a moment later. Not one of the kernel's ephemeral ports: released here, such a port may be
+// taken before the caller binds it by any bind to port 0 (a controller's probe server took one so) or
+// by any outgoing connection's source port. It starts at a random port, so that tests asking at once
+// seldom try the same one.
 func FreeLoopbackPort() (int, error) {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return 0, err
+	n := freePortsTo - freePortsFrom
+	start := rand.IntN(n)
+	for i := range n {
+		p := freePortsFrom + (start+i)%n
+		ln, err := net.Listen("tcp", net.JoinHostPort("127.0.0.1", strconv.Itoa(p)))
+		if err != nil {
+			continue // in use
+		}
+		if err := ln.Close(); err != nil {
+			return 0, err
+		}
+		return p, nil
 	}
-	defer ln.Close()
-	return ln.Addr().(*net.TCPAddr).Port, nil
+	return 0, fmt.Errorf("no free port on 127.0.0.1 in %d..%d", freePortsFrom, freePortsTo-1)
 }
 
 // EnablePinning labels the namespace configmap-attacher.io/pinning=enabled.
