@@ -216,22 +216,10 @@ func TestOneDeployIsOneRevisionWhateverElseMoves(t *testing.T) {
 		f := newFixture(t, auto, configMap("app-config", "v1", nil))
 		f.observe()
 		f.sync()
-		cms := f.kube.CoreV1().ConfigMaps(ns) // helm upgrade: the ConfigMap is written first ...
-		cm, err := cms.Get(context.Background(), "app-config", metav1.GetOptions{})
-		if err != nil {
-			t.Fatal(err)
-		}
-		old := metaOf(cm)
-		cm.Data = map[string]string{"config": "v2"}
-		f.rv++
-		cm.ResourceVersion = strconv.Itoa(f.rv)
-		if _, err := cms.Update(context.Background(), cm, metav1.UpdateOptions{}); err != nil {
-			t.Fatal(err)
-		}
-		f.deploy("2") // ... then the Deployment; its ReplicaSet's add reaches us first (two watches)
+		deliver := f.editOnServer("app-config", "v2") // helm upgrade: the ConfigMap is written first ...
+		f.deploy("2")                                 // ... then the Deployment; its ReplicaSet's add reaches us first (two watches)
 		f.observe()
-		_ = f.cs.AllConfigs[refs.ConfigMap].Indexers()[0].Update(metaOf(cm))
-		f.c.configHandler(refs.ConfigMap).OnUpdate(old, metaOf(cm))
+		deliver()
 		f.sync()
 		if n := f.settleThenSync(0); n != 0 {
 			t.Fatalf("%d writes: the ConfigMap's version was written before the ReplicaSet was made (%v)", n, f.applied)

@@ -343,6 +343,13 @@ func (f *fixture) observe() *appsv1.ReplicaSet {
 // edit changes a ConfigMap's data, as kubectl edit does, and delivers the watch event.
 func (f *fixture) edit(name, data string) {
 	f.t.Helper()
+	f.editOnServer(name, data)()
+}
+
+// editOnServer changes a ConfigMap's data on the API server alone, the cache behind it, and returns
+// what delivers the watch event.
+func (f *fixture) editOnServer(name, data string) (deliver func()) {
+	f.t.Helper()
 	cms := f.kube.CoreV1().ConfigMaps(ns)
 	cm, err := cms.Get(context.Background(), name, metav1.GetOptions{})
 	if err != nil {
@@ -355,9 +362,11 @@ func (f *fixture) edit(name, data string) {
 	if _, err := cms.Update(context.Background(), cm, metav1.UpdateOptions{}); err != nil {
 		f.t.Fatal(err)
 	}
-	cur := metaOf(cm)
-	_ = f.cs.AllConfigs[refs.ConfigMap].Indexers()[0].Update(cur)
-	f.c.configHandler(refs.ConfigMap).OnUpdate(old, cur)
+	return func() {
+		cur := metaOf(cm)
+		_ = f.cs.AllConfigs[refs.ConfigMap].Indexers()[0].Update(cur)
+		f.c.configHandler(refs.ConfigMap).OnUpdate(old, cur)
+	}
 }
 
 // sync syncs the Deployment, then lets the caches see the record it wrote.
@@ -1115,24 +1124,11 @@ func TestAnEditRightAfterTheFollowBeganIsNotSwallowed(t *testing.T) {
 
 	f.deployment.Annotations = map[string]string{api.ReloaderAuto: "true", api.ReloaderConfigMapReload: "extra"}
 	f.putDeployment() // the follow begins: extra is at resourceVersion 2 in the cache
-	cms := f.kube.CoreV1().ConfigMaps(ns)
-	cm, err := cms.Get(context.Background(), "extra", metav1.GetOptions{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	old := metaOf(cm)
-	cm.Data = map[string]string{"config": "v2"}
-	f.rv++
-	cm.ResourceVersion = strconv.Itoa(f.rv)
-	if _, err := cms.Update(context.Background(), cm, metav1.UpdateOptions{}); err != nil { // the API server only: the cache is behind
-		t.Fatal(err)
-	}
+	deliver := f.editOnServer("extra", "v2")
 	if wait := f.sync(); wait == 0 {
 		t.Fatal("the look with the cache behind the API server decided: want it to look again")
 	}
-	cur := metaOf(cm) // the watch catches up
-	_ = f.cs.AllConfigs[refs.ConfigMap].Indexers()[0].Update(cur)
-	f.c.configHandler(refs.ConfigMap).OnUpdate(old, cur)
+	deliver() // the watch catches up
 	f.tick(6 * time.Second)
 	f.sync()
 	f.expectApplies(1)
