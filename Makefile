@@ -126,22 +126,14 @@ test-race:
 	CGO_ENABLED=1 $(GO) test -race ./...
 
 ## test-e2e: every e2e test on the local control plane (Kubernetes KUBERNETES_VERSION), then the compatibility story
-## alone on a local cluster of the oldest supported minor (KUBERNETES_COMPAT_VERSION, hack/cluster/up.sh KUBERNETES_COMPAT).
+## alone on a local cluster of the oldest supported minor (KUBERNETES_COMPAT_VERSION, hack/cluster/up.sh KUBERNETES_COMPAT),
+## whose control plane builds beside the other stories at the lowest priority (hack/test-e2e.sh).
 ## The release story publishes to a loopback registry with the release tools (crane, cosign), built first when missing.
 ## E2E_PARALLEL stories run at once (go test's default is the core count, 2 on CI): most of a story's time is
 ## waiting on the control plane, and each has namespaces of its own.
 E2E_PARALLEL ?= 6
 test-e2e: tools
-	@echo "== make $@: the release tools"
-	hack/tools/build.sh release
-	@echo "== make $@: the stories"
-	$(GO) test -tags e2e -count=1 -timeout 45m -parallel $(E2E_PARALLEL) -v ./test/e2e/ 2>&1 | hack/test-summary.sh
-	@echo "== make $@: the compatibility control plane ($(KUBERNETES_COMPAT)), which only its story needs"
-	hack/tools/build.sh kubernetes-compat etcd-compat
-	@echo "== make $@: the compatibility story on $(KUBERNETES_COMPAT)"
-	env -u KUBECONFIG KUBERNETES_COMPAT=$(KUBERNETES_COMPAT) $(GO) test -tags e2e -count=1 -timeout 15m -v -run '^TestCompat' ./test/e2e/ 2>&1 | hack/test-summary.sh
-
-KUBERNETES_COMPAT := $(shell sed -n 's/^KUBERNETES_COMPAT_VERSION=v\([0-9]*\.[0-9]*\).*/\1/p' hack/tools/versions.env)
+	GO='$(GO)' E2E_PARALLEL='$(E2E_PARALLEL)' hack/test-e2e.sh
 
 ## soak-short: 35 random steps of deploys, zero-touch pinning, config-triggered revisions and faults
 ## (test/soak/README.md) on its own local cluster "soak" (or the cluster KUBECONFIG names); fails if config
