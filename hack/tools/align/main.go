@@ -23,6 +23,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"sort"
 	"strings"
 
@@ -121,6 +122,9 @@ func goCmd(dir, mod string, args ...string) ([]byte, error) {
 	return out, nil
 }
 
+// toolDirective matches a go.mod tool directive (`tool x` or `tool (`), not a toolchain line.
+var toolDirective = regexp.MustCompile(`(?m)^tool[ \t(]`)
+
 // built lists the modules a member's packages come from: its tools (the go.mod tool directives) or,
 // without any, the package in its directory. -e: a package may embed a file the build generates
 // first (the Pulumi provider's schema).
@@ -130,7 +134,7 @@ func built(dir string) ([]Module, error) {
 	if err != nil {
 		return nil, err
 	}
-	if !bytes.Contains(gomod, []byte("\ntool")) {
+	if !toolDirective.Match(gomod) {
 		pattern = "."
 	}
 	out, err := goCmd(dir, "readonly", "list", "-e", "-deps", "-f", "{{with .Module}}{{.Path}}{{end}}", pattern)
