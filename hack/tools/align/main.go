@@ -1,8 +1,8 @@
-// Command align gives tool modules that share a Kubernetes minor the same version of every
-// dependency module they build with, so that a cold `hack/tools/build.sh` compiles client-go and
-// the rest of their common code once, not once per tool.
+// Command align gives modules that share a Kubernetes minor (tool modules, and the repository's own)
+// the same version of every dependency module they build with, so that a cold CI run compiles
+// client-go and the rest of their common code once, not once per tool and once more for our tests.
 //
-//	go run ./hack/tools/align -hold k8s.io/kubernetes,helm.sh/helm/v4 hack/tools/kubernetes hack/tools/helm ...
+//	go run ./hack/tools/align -hold k8s.io/kubernetes,helm.sh/helm/v4 . hack/tools/kubernetes hack/tools/helm ...
 //
 // Go's build cache keys a compiled package by its module path and version and by the compiled form
 // of every package it imports: two tool modules share a package only where its whole import closure
@@ -126,18 +126,19 @@ func goCmd(dir, mod string, args ...string) ([]byte, error) {
 var toolDirective = regexp.MustCompile(`(?m)^tool[ \t(]`)
 
 // built lists the modules a member's packages come from: its tools (the go.mod tool directives) or,
-// without any, the package in its directory. -e: a package may embed a file the build generates
-// first (the Pulumi provider's schema).
+// without any, its own packages and their tests (a tool module of our code, or the repository's
+// module, whose unit tests then compile nothing the group's tools compiled before them). -e: a
+// package may embed a file the build generates first (the Pulumi provider's schema).
 func built(dir string) ([]Module, error) {
-	pattern := "tool"
+	args := []string{"list", "-e", "-deps", "-f", "{{with .Module}}{{.Path}}{{end}}", "tool"}
 	gomod, err := os.ReadFile(filepath.Join(dir, "go.mod"))
 	if err != nil {
 		return nil, err
 	}
 	if !toolDirective.Match(gomod) {
-		pattern = "."
+		args = append(args[:len(args)-1], "-test", "./...")
 	}
-	out, err := goCmd(dir, "readonly", "list", "-e", "-deps", "-f", "{{with .Module}}{{.Path}}{{end}}", pattern)
+	out, err := goCmd(dir, "readonly", args...)
 	if err != nil {
 		return nil, err
 	}
@@ -145,7 +146,7 @@ func built(dir string) ([]Module, error) {
 	for _, p := range strings.Fields(string(out)) {
 		paths[p] = true
 	}
-	out, err = goCmd(dir, "readonly", "list", "-m", "-json", "all")
+	out, err = goCmd(dir, "readonly", "list", "-m", "-e", "-json", "all")
 	if err != nil {
 		return nil, err
 	}
@@ -211,7 +212,7 @@ func main() {
 	holdFlag := flag.String("hold", "", "comma-separated modules never edited (each member's own, pinned module)")
 	flag.Parse()
 	if flag.NArg() < 2 {
-		fmt.Fprintln(os.Stderr, "usage: align [-hold module,...] <tool module dir> <tool module dir>...")
+		fmt.Fprintln(os.Stderr, "usage: align [-hold module,...] <module dir> <module dir>...")
 		os.Exit(2)
 	}
 	hold := map[string]bool{}
