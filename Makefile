@@ -9,11 +9,14 @@ LDFLAGS := -s -w -X github.com/configmap-attacher/configmap-attacher/internal/ve
 # make image, the e2e release's linux/amd64 build, the soak): the image and the release must be static
 # and -trimpath, and a package built with other settings is compiled again, so with these the module's
 # ~900 packages are compiled once on a cold machine instead of once per setting. The race detector
-# needs cgo: test-unit's race run and test-race turn it back on.
+# needs cgo: test-unit's race run and test-race turn it back on. No DWARF: the binaries are linked
+# without it (-w) and tests print stacks from the symbol table; with the tools' build settings
+# (hack/tools/build.sh) and versions (hack/tools/update-modules.sh), the tests find client-go and
+# k8s.io/api already compiled by the kubernetes tool's build.
 export CGO_ENABLED ?= 0
-export GOFLAGS ?= -trimpath
+export GOFLAGS ?= -trimpath -gcflags=all=-dwarf=false
 
-.PHONY: all build helm-plugin image release release-check tools cluster-up cluster-down argocd-up argocd-down flux-up flux-down docs test test-unit test-docs test-rules test-workflows test-race test-e2e soak-short fuzz demo clean
+.PHONY: all build helm-plugin image release release-check tools cluster-up cluster-down argocd-up argocd-down flux-up flux-down docs test test-unit test-unit-race test-docs test-rules test-workflows test-race test-e2e soak-short fuzz demo clean
 
 all: build
 
@@ -81,10 +84,15 @@ demo:
 ## then the e2e tests on a local control plane (or the cluster KUBECONFIG names), then a short soak.
 test: test-unit test-docs test-rules test-workflows test-e2e soak-short
 
-test-unit:
+test-unit: test-unit-race
 	@echo "== make $@"
 	$(GO) vet ./...
 	$(GO) test ./...
+
+## test-unit-race: the unit tests of the packages sharing state between goroutines, under the race detector
+## (part of test-unit; CI runs it first, while the kubernetes tool builds, since it compiles every dependency anew).
+test-unit-race:
+	@echo "== make $@"
 	CGO_ENABLED=1 $(GO) test -race ./internal/caches/... ./internal/protection/... ./internal/pinning/...
 
 HELM_DOCS := _output/tools/bin/helm-docs
