@@ -5,6 +5,7 @@
 # seconds the lines were read, are wrong.
 #   .ci/stamped FILE      (.ci/run: every line of make tools, make test-unit and make test)
 #   hack/test-summary.sh  (make test-e2e: go test -v of the stories), and what it keeps of a failure
+# and .ci/summary's phase table.
 set -euo pipefail
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 cd "$ROOT"
@@ -51,3 +52,19 @@ $summary
 want:
 $want"
 echo "test-ci: hack/test-summary.sh keeps what a failure listed"
+
+# .ci/summary: each phase's seconds and the share of the machine's CPU time it kept busy (3,800 ticks
+# busy and 200 idle in the second phase: 95%); a phases.tsv without CPU columns gives the seconds alone.
+mkdir -p "$work/ci"
+printf '%s\n' $'100\tenvironment\t1000\t5000' $'110\tmake tools\t1010\t5010' $'2110\tmake test\t4810\t5210' \
+  $'3266\tend (exit 0)\t6000\t6500' >"$work/ci/phases.tsv"
+got=$(.ci/summary "$work/ci" | sed -n '2,4p')
+want=$'      10s  CPU  50%  environment\n    2000s  CPU  95%  make tools\n    1156s  CPU  47%  make test'
+[[ $got == "$want" ]] || fail ".ci/summary's phases:
+$got
+want:
+$want"
+printf '%s\n' $'100\tenvironment' $'150\tend (exit 0)' >"$work/ci/phases.tsv"
+got=$(.ci/summary "$work/ci" | sed -n 2p)
+[[ $got == "      50s  environment" ]] || fail ".ci/summary without CPU columns: '$got'"
+echo "test-ci: .ci/summary gives each phase's seconds and how busy the cores were"
