@@ -66,8 +66,9 @@ mkdir -p "$DIST"
 WORK=$(mktemp -d)
 trap 'rm -rf "$WORK"' EXIT
 
-# binaries: static, -trimpath, the version stamped; the commit and its time recorded by Go's VCS
-# stamp (go version -m), which the SBOM and the provenance read too. Each `go build` is recorded
+# binaries: static, -trimpath, no DWARF (linked with -w, so none is compiled either: make test's
+# settings, whose compiled packages a release then reuses), the version stamped; the commit and its
+# time recorded by Go's VCS stamp (go version -m), which the SBOM and the provenance read too. Each `go build` is recorded
 # word for word for the provenance (-o as the file's name in dist/: it runs from the source root).
 ldflags="-s -w -X github.com/configmap-attacher/configmap-attacher/internal/version.stamped=$VERSION"
 mkdir -p "$WORK/invocations"
@@ -75,7 +76,7 @@ for p in "${PLATFORMS[@]}"; do
   os=${p%/*} arch=${p#*/}
   out=$DIST/${NAME}_${os}_${arch}
   env=(CGO_ENABLED=0 "GOOS=$os" "GOARCH=$arch" GOFLAGS=-buildvcs=true)
-  build=(go build -trimpath -ldflags "$ldflags")
+  build=(go build -trimpath -gcflags=all=-dwarf=false -ldflags "$ldflags")
   log "go build $p"
   (cd "$ROOT" && env "${env[@]}" "${build[@]}" -o "$out" ./cmd/configmap-attacher)
   printf '%s\0' "${env[@]}" "${build[@]}" -o "${out##*/}" ./cmd/configmap-attacher >"$WORK/invocations/$os-$arch"

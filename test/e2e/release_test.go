@@ -383,7 +383,7 @@ func expectProvenance(t *testing.T, st framework.Statement, rel published, commi
 		t.Fatalf("provenance: source %v, version %s, builder %q; want commit %s, version %s", bd.ExternalParameters.Source.Digest,
 			bd.ExternalParameters.Version, p.RunDetails.Builder.ID, commit, rel.Version)
 	}
-	wantArgs := []string{"go", "build", "-trimpath", "-ldflags",
+	wantArgs := []string{"go", "build", "-trimpath", "-gcflags=all=-dwarf=false", "-ldflags",
 		"-s -w -X github.com/configmap-attacher/configmap-attacher/internal/version.stamped=" + rel.Version,
 		"-o", "configmap-attacher_linux_amd64", "./cmd/configmap-attacher"}
 	var seen []string
