@@ -24,6 +24,7 @@ import (
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/client-go/tools/record"
+	"k8s.io/utils/clock"
 
 	"github.com/configmap-attacher/configmap-attacher/internal/api"
 	"github.com/configmap-attacher/configmap-attacher/internal/caches"
@@ -77,6 +78,9 @@ type Options struct {
 	// WaitWarning: a revision that wants pods and has had no entry for longer gets a Warning Event on
 	// its workload and counts in configmap_attacher_pin_revisions_waiting (DefaultWaitWarning when 0).
 	WaitWarning time.Duration
+	// Clock tells a revision's age when its entry is written, which decides a wake-up (the real clock
+	// when nil; tests hold it still, so that a loaded machine cannot age a revision made a moment ago).
+	Clock clock.PassiveClock
 }
 
 // Clients the table controller uses.
@@ -143,6 +147,9 @@ func New(c *caches.Caches, clients Clients, taker *pinning.Taker, events record.
 	}
 	if o.WaitWarning <= 0 {
 		o.WaitWarning = DefaultWaitWarning
+	}
+	if o.Clock == nil {
+		o.Clock = clock.RealClock{}
 	}
 	ctl := &Controller{caches: c, clients: clients, taker: taker, events: events, opts: o,
 		written: map[string]map[string]written{}, deleted: map[string]map[string]types.UID{}, known: map[string]knowledge{},
@@ -463,7 +470,7 @@ func (c *Controller) write(ctx context.Context, ns string, live map[string]*Tabl
 	c.known[ns] = knowledge{entries: written, routes: routes, split: split}
 	c.mu.Unlock()
 
-	now := time.Now()
+	now := c.opts.Clock.Now()
 	woken := map[wakeTarget]bool{}
 	var errs []error
 	for key := range written {

@@ -4,6 +4,7 @@ import (
 	"context"
 	"strings"
 	"testing"
+	"time"
 
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
@@ -16,6 +17,7 @@ import (
 	metafake "k8s.io/client-go/metadata/fake"
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/client-go/tools/record"
+	clocktesting "k8s.io/utils/clock/testing"
 	"k8s.io/utils/ptr"
 
 	"github.com/configmap-attacher/configmap-attacher/internal/api"
@@ -59,6 +61,8 @@ type tableFixture struct {
 	meta    *metafake.FakeMetadataClient
 	events  *record.FakeRecorder
 	metrics *metrics.Metrics
+	// clock is the controller's, standing still at the fixture's making until a test sets it.
+	clock *clocktesting.FakePassiveClock
 }
 
 // newTableFixture: the caches show cachedRS and, as labelled for pinning, cachedPins; the API server
@@ -99,8 +103,9 @@ func newTableFixture(t *testing.T, cachedRS []*appsv1.ReplicaSet, cachedPins []r
 	dyn := dynamicfake.NewSimpleDynamicClientWithCustomListKinds(scheme, map[schema.GroupVersionResource]string{GVR: Kind + "List"}, objs...)
 	events := record.NewFakeRecorder(20)
 	m := metrics.New()
+	clk := clocktesting.NewFakePassiveClock(time.Now())
 	ctl, err := New(cs, Clients{Kube: kube, Dynamic: dyn}, &pinning.Taker{Kube: kube, Writer: &attach.Writer{Client: meta}},
-		events, m, Options{Take: true})
+		events, m, Options{Take: true, Clock: clk})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -109,7 +114,7 @@ func newTableFixture(t *testing.T, cachedRS []*appsv1.ReplicaSet, cachedPins []r
 			t.Fatal(err)
 		}
 	}
-	return &tableFixture{ctl: ctl, kube: kube, dynamic: dyn, meta: meta, events: events, metrics: m}
+	return &tableFixture{ctl: ctl, kube: kube, dynamic: dyn, meta: meta, events: events, metrics: m, clock: clk}
 }
 
 func (f *tableFixture) table(t *testing.T) *Table {

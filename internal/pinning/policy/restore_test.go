@@ -321,9 +321,11 @@ func TestTableWakesTheControllerOfARevisionRefusedUntilItsEntry(t *testing.T) {
 		created int32
 	}{{time.Minute, 2}, {0, 0}} {
 		rs := rsReading("web-5d8f", "rs-1", false)
-		rs.CreationTimestamp = metav1.NewTime(time.Now().Add(-tc.age))
+		created := time.Now().Truncate(time.Second)
+		rs.CreationTimestamp = metav1.NewTime(created)
 		rs.Spec.Replicas, rs.Status.Replicas = ptr.To(int32(2)), tc.created
 		f := newTableFixture(t, []*appsv1.ReplicaSet{rs}, nil, nil, cm, rs)
+		f.clock.SetTime(created.Add(tc.age)) // its age when the entry is written, however slow the machine
 		f.sync(t)
 		for _, a := range f.kube.Actions() {
 			if a.GetVerb() == "patch" {
