@@ -53,13 +53,15 @@ want:
 $want"
 echo "test-ci: hack/test-summary.sh keeps what a failure listed"
 
-# .ci/summary: each phase's seconds and the share of the machine's CPU time it kept busy (3,800 ticks
-# busy and 200 idle in the second phase: 95%); a phases.tsv without CPU columns gives the seconds alone.
+# .ci/summary: each phase's seconds, the share of the machine's CPU time it kept busy and its
+# CPU-seconds (3,800 ticks busy and 200 idle in the second phase, 100 ticks a second: 95%, 38
+# CPU-seconds; the third's 1,190 busy ticks round to 12); a phases.tsv without CPU columns gives the
+# seconds alone.
 mkdir -p "$work/ci"
 printf '%s\n' $'100\tenvironment\t1000\t5000' $'110\tmake tools\t1010\t5010' $'2110\tmake test\t4810\t5210' \
   $'3266\tend (exit 0)\t6000\t6500' >"$work/ci/phases.tsv"
-got=$(.ci/summary "$work/ci" | sed -n '2,4p')
-want=$'      10s  CPU  50%  environment\n    2000s  CPU  95%  make tools\n    1156s  CPU  47%  make test'
+got=$(CLK_TCK=100 .ci/summary "$work/ci" | sed -n '2,4p')
+want=$'      10s  CPU  50%      0 CPU-s  environment\n    2000s  CPU  95%     38 CPU-s  make tools\n    1156s  CPU  47%     12 CPU-s  make test'
 [[ $got == "$want" ]] || fail ".ci/summary's phases:
 $got
 want:
@@ -67,4 +69,17 @@ $want"
 printf '%s\n' $'100\tenvironment' $'150\tend (exit 0)' >"$work/ci/phases.tsv"
 got=$(.ci/summary "$work/ci" | sed -n 2p)
 [[ $got == "      50s  environment" ]] || fail ".ci/summary without CPU columns: '$got'"
-echo "test-ci: .ci/summary gives each phase's seconds and how busy the cores were"
+echo "test-ci: .ci/summary gives each phase's seconds, how busy the cores were and its CPU-seconds"
+
+# .ci/summary's tools, slowest first, from tools.log and unit.log (the unit tests' step builds the
+# kubernetes tool), each with its CPU-seconds when its line gives them.
+printf '%s\n' $'200\t[tools 10:00:00] kwok: built in 47s, 80 CPU-seconds' $'201\t[tools 10:00:01] helm: up to date' \
+  $'300\t[tools 10:01:40] pulumi: built in 1525s' >"$work/ci/tools.log"
+printf '%s\n' $'250\t[tools 10:00:50] kubernetes: built in 1167s, 1030 CPU-seconds' >"$work/ci/unit.log"
+got=$(.ci/summary "$work/ci" | sed -n '/^== tools built/,/^==/p' | sed '1d;/^==/d')
+want=$'    1525s  pulumi\n    1167s    1030 CPU-s  kubernetes\n      47s      80 CPU-s  kwok'
+[[ $got == "$want" ]] || fail ".ci/summary's tools:
+$got
+want:
+$want"
+echo "test-ci: .ci/summary lists the tools built, slowest first, with their CPU-seconds"

@@ -494,11 +494,17 @@ build_peers() {
 # `if`/`!`/`||`/`&&`: bash ignores errexit in everything such a condition runs, background jobs and
 # functions included, so a build function would carry on after a failed step (and a stale binary
 # from an earlier build would pass the check that follows).
+# It keeps the CPU-seconds the command's processes used (user and system, bash's `times` for the
+# children of its subshell) in $STAMPS/<label>.cpu: for the same build they are its work times the
+# machine's slowness, so two runs' figures compare the machines where wall seconds, which depend on
+# what builds beside it, cannot.
 with_heartbeat() {
   local label=$1; shift
-  local start pid rc=0 next=60
+  local start pid rc=0 next=60 cpu=$STAMPS/$label.cpu
   start=$(date +%s)
-  "$@" &
+  rm -f "$cpu"
+  # Not `times | ...`: a pipeline's first command runs in a subshell of its own, with no children.
+  ("$@"; times >"$cpu") &
   pid=$!
   while kill -0 "$pid" 2>/dev/null; do
     sleep 1
@@ -509,6 +515,9 @@ with_heartbeat() {
   done
   wait "$pid" || rc=$?
   (( rc == 0 )) || die "$label: build failed after $(( $(date +%s) - start ))s"
+  # The second line of `times`: the children's user and system time, as <minutes>m<seconds>s.
+  awk 'function s(t) { split(t, a, "m"); return a[1] * 60 + a[2] } NR == 2 { printf "%.0f\n", s($1) + s($2) }' \
+    "$cpu" >"$cpu.new" && mv "$cpu.new" "$cpu"
 }
 
 # up_to_date succeeds when a tool's stamp matches its inputs and all its binaries exist.
@@ -573,7 +582,7 @@ build_tool() {
     [[ -x $(bin_path "$b") ]] || die "$tool: build did not produce $(bin_path "$b")"
   done < <(tool_binaries "$tool")
   echo "$hash" >"$stamp"
-  log "$tool: built in $(( $(date +%s) - start ))s"
+  log "$tool: built in $(( $(date +%s) - start ))s, $(<"$STAMPS/$tool.cpu") CPU-seconds"
   unlock_tool
 }
 
