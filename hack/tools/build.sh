@@ -502,7 +502,6 @@ with_heartbeat() {
   local label=$1; shift
   local start pid rc=0 next=60 cpu=$STAMPS/$label.cpu
   start=$(date +%s)
-  rm -f "$cpu"
   # Not `times | ...`: a pipeline's first command runs in a subshell of its own, with no children.
   ("$@"; times >"$cpu") &
   pid=$!
@@ -516,8 +515,9 @@ with_heartbeat() {
   wait "$pid" || rc=$?
   (( rc == 0 )) || die "$label: build failed after $(( $(date +%s) - start ))s"
   # The second line of `times`: the children's user and system time, as <minutes>m<seconds>s.
-  awk 'function s(t) { split(t, a, "m"); return a[1] * 60 + a[2] } NR == 2 { printf "%.0f\n", s($1) + s($2) }' \
-    "$cpu" >"$cpu.new" && mv "$cpu.new" "$cpu"
+  local seconds
+  seconds=$(awk 'function s(t) { split(t, a, "m"); return a[1] * 60 + a[2] } NR == 2 { printf "%.0f", s($1) + s($2) }' "$cpu")
+  echo "$seconds" >"$cpu"
 }
 
 # up_to_date succeeds when a tool's stamp matches its inputs and all its binaries exist.
